@@ -1,0 +1,108 @@
+"""The one FastAPI app: intake API, health, metrics; Slack and webhooks join it later.
+
+The lifespan starts APScheduler, whose only work is to fire the job sweeps; everything that
+must happen is a row in the jobs table, so nothing is lost when the process goes away.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from apscheduler.schedulers.background import BackgroundScheduler
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from sqlalchemy import text
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from refund_desk.bot import api
+from refund_desk.bot.runtime import Runtime
+from refund_desk.cases.errors import CaseError
+
+log = logging.getLogger(__name__)
+
+
+def error_body(code: str, message: str, fields: dict[str, str] | None = None) -> dict[str, Any]:
+    return {"error": {"code": code, "message": message, "fields": fields or {}}}
+
+
+def start_scheduler(runtime: Runtime) -> BackgroundScheduler:
+    """Fire sweeps every REFUND_DESK_SWEEP_SECONDS, and sooner when a job is due sooner."""
+    scheduler = BackgroundScheduler(timezone="UTC")
+    jobs = runtime.desk.jobs
+    period = timedelta(seconds=runtime.settings.sweep_seconds)
+
+    def sweep() -> None:
+        try:
+            jobs.sweep()
+            upcoming = jobs.next_due()
+        except Exception:  # the next period tries again; the jobs table keeps the work
+            log.exception("sweep failed")
+            return
+        now = datetime.now(UTC)
+        if upcoming is not None and upcoming < now + period:
+            scheduler.add_job(
+                sweep,
+                "date",
+                run_date=max(upcoming, now) + timedelta(milliseconds=50),
+                id="sweep-soon",
+                replace_existing=True,
+                misfire_grace_time=None,
+            )
+
+    scheduler.add_job(
+        sweep,
+        "interval",
+        seconds=runtime.settings.sweep_seconds,
+        id="sweep",
+        max_instances=1,
+        coalesce=True,
+        # First sweep right away: a restarted replica resumes due work without waiting a period.
+        next_run_time=datetime.now(UTC),
+    )
+    scheduler.start()
+    return scheduler
+
+
+def create_app(runtime: Runtime, *, scheduler: bool = True) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        sched = start_scheduler(runtime) if scheduler else None
+        try:
+            yield
+        finally:
+            if sched is not None:
+                sched.shutdown(wait=True)
+
+    app = FastAPI(title="Refund Desk", version="0.1.0", lifespan=lifespan)
+    app.state.runtime = runtime
+    app.include_router(api.router)
+
+    @app.exception_handler(CaseError)
+    async def _case_error(request: Request, exc: CaseError) -> JSONResponse:
+        return JSONResponse(error_body(exc.code, exc.message, exc.fields), status_code=exc.status)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+        fields = {".".join(str(p) for p in e["loc"][1:]) or "body": e["msg"] for e in exc.errors()}
+        return JSONResponse(
+            error_body("invalid_request", "The request has invalid fields.", fields),
+            status_code=422,
+        )
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        return JSONResponse(error_body(code, str(exc.detail)), status_code=exc.status_code)
+
+    @app.get("/healthz")
+    def healthz() -> dict[str, str]:
+        with runtime.db.read() as session:
+            session.execute(text("SELECT 1"))
+        return {"status": "ok"}
+
+    return app

@@ -1,0 +1,249 @@
+"""Advise, decide and route a case. Each step is its own short transaction; network calls
+(the advisor, the processor) happen between them, never inside one."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any
+
+from refund_desk.cases import facts as case_facts
+from refund_desk.cases.lifecycle import Status, load_for_update, move
+from refund_desk.cases.policies import LoadedPolicy, control, load_version
+from refund_desk.cases.ports import AdviceRequest, AdvisorError, ProcessorError, Provenance
+from refund_desk.policy import Decision, sla_deadline
+from refund_desk.storage.audit import MODEL, POLICY, SYSTEM, Actor
+from refund_desk.storage.db import lock_payment
+from refund_desk.storage.jobs import ClaimedJob, RetryLater, backoff, enqueue
+from refund_desk.storage.models import Case
+
+if TYPE_CHECKING:
+    from sqlmodel import Session
+
+    from refund_desk.cases.desk import Desk
+
+DEFAULT_DENIAL = "We could not approve this refund request."
+DEFAULT_REFUNDED = "Your refund of {amount} has been issued."
+PROCESSOR_PATIENCE = 8  # attempts before a case waiting on a down processor is parked
+
+
+def advance(desk: Desk, job: ClaimedJob) -> None:
+    case_id = job.payload["case_id"]
+    with desk.db.read() as session:
+        case = session.get(Case, case_id)
+    if case is None:
+        return
+    if case.status == Status.received:
+        _advise(desk, case)
+        with desk.db.read() as session:
+            case = session.get(Case, case_id)
+        assert case is not None
+    if case.status == Status.advised:
+        exec_job = _decide(desk, case, job)
+        desk.kick(exec_job)
+
+
+def _advise(desk: Desk, case: Case) -> None:
+    request = AdviceRequest(
+        message=desk.vault.decrypt(case.message_enc) or "",
+        currency=case.currency,
+        known_names=tuple(n for n in [desk.vault.decrypt(case.name_enc)] if n),
+        known_emails=tuple(e for e in [desk.vault.decrypt(case.email_enc)] if e),
+    )
+    try:
+        advice: dict[str, Any] | None = asdict(desk.advisor.advise(request))
+        failure = None
+    except AdvisorError as exc:
+        advice, failure = None, f"{exc.code}: {exc.message}"
+    with desk.db.write() as session:
+        locked = load_for_update(session, case.id)
+        if locked.status != Status.received:
+            return  # someone else advised it meanwhile
+        if advice is None:
+            locked.park_reason = f"The advisor failed ({failure}); a person must look."
+            move(
+                session,
+                desk.audit,
+                locked,
+                Status.parked,
+                actor=MODEL,
+                action="advisor.failed",
+                payload={"error": failure},
+            )
+            return
+        locked.advice = advice
+        if locked.reason is None:
+            locked.reason, locked.reason_source = advice["reason"], Provenance.model_inference
+        move(
+            session,
+            desk.audit,
+            locked,
+            Status.advised,
+            actor=MODEL,
+            action="advisor.advised",
+            payload={
+                k: advice[k]
+                for k in ("reason", "confidence", "injection_suspected", "provider", "tokens_used")
+            },
+        )
+
+
+def _decide(desk: Desk, case: Case, job: ClaimedJob) -> int | None:
+    try:
+        payment = desk.processor.payment(case.payment_id)
+    except ProcessorError as exc:
+        if exc.transient and job.attempt < PROCESSOR_PATIENCE:
+            raise RetryLater(backoff(job.attempt), f"{exc.code}: {exc.message}") from None
+        _park(desk, case.id, f"The processor could not be asked about the payment ({exc.code}).")
+        return None
+    now = desk.now()
+    with desk.db.write() as session:
+        lock_payment(session, case.payment_id)
+        locked = load_for_update(session, case.id)
+        if locked.status != Status.advised:
+            return None
+        money = case_facts.refundable(session, payment)
+        history = case_facts.customer_history(
+            session, email_hash=locked.email_hash, now=now, exclude=locked.id
+        )
+        context = case_facts.policy_context(
+            case=locked, payment=payment, money=money, history=history, now=now
+        )
+        policy = load_version(session, locked.policy_version) if locked.policy_version else None
+        decision = evaluate(policy, context)
+        locked.facts = context
+        locked.decision = decision_record(decision)
+        move(
+            session,
+            desk.audit,
+            locked,
+            Status.decided,
+            actor=POLICY,
+            action="policy.decided",
+            payload={"decision": {k: v for k, v in locked.decision.items() if k != "trace"}},
+        )
+        return route(desk, session, locked, decision, policy)
+
+
+def evaluate(policy: LoadedPolicy | None, context: dict[str, Any]) -> Decision:
+    if policy is None:
+        return Decision(
+            outcome="review",
+            rule="no-policy",
+            tier=3,
+            approvers=None,
+            say=None,
+            error=None,
+            trace=(),
+            policy_rule="no-policy",
+        )
+    return policy.compiled.evaluate(context)
+
+
+def decision_record(decision: Decision) -> dict[str, Any]:
+    return {
+        "outcome": decision.outcome,
+        "rule": decision.rule,
+        "policy_rule": decision.policy_rule,
+        "tier": decision.tier,
+        "approvers": decision.approvers,
+        "say": decision.say,
+        "error": decision.error,
+        "counterfactual": decision.counterfactual,
+        "automatic": decision.automatic,
+        "trace": [_trace_entry(t) for t in decision.trace],
+    }
+
+
+def _trace_entry(entry: Any) -> dict[str, Any]:
+    if isinstance(entry, dict):
+        return entry
+    if hasattr(entry, "__dataclass_fields__"):
+        return asdict(entry)
+    return {"value": str(entry)}
+
+
+def route(
+    desk: Desk, session: Session, case: Case, decision: Decision, policy: LoadedPolicy | None
+) -> int | None:
+    """Move a decided case on; returns the execution job to run, if any."""
+    if decision.error:
+        case.park_reason = f"The policy could not be evaluated: {decision.error}"
+        move(
+            session,
+            desk.audit,
+            case,
+            Status.parked,
+            actor=POLICY,
+            action="policy.error",
+            payload={"error": decision.error},
+        )
+        return None
+    if decision.outcome == "deny":
+        case.customer_message = decision.say or DEFAULT_DENIAL
+        move(
+            session,
+            desk.audit,
+            case,
+            Status.denied,
+            actor=POLICY,
+            action="case.denied",
+            payload={"rule": decision.rule},
+        )
+        return None
+    if decision.outcome == "approve" and decision.automatic:
+        switches = control(session)
+        if switches.mode == "supervised":
+            move(
+                session,
+                desk.audit,
+                case,
+                Status.approved,
+                actor=POLICY,
+                action="case.approved",
+                payload={"rule": decision.rule, "basis": "policy"},
+            )
+            job = enqueue(
+                session, kind="execute", payload={"case_id": case.id, "revision": case.revision}
+            )
+            return job.id
+        note = (
+            "Shadow mode: the policy would have refunded this automatically."
+            if switches.mode == "shadow"
+            else "Approve-all mode: every refund needs a person."
+        )
+        move(
+            session,
+            desk.audit,
+            case,
+            Status.awaiting_approval,
+            actor=POLICY,
+            action="case.awaiting_approval",
+            payload={"rule": decision.rule, "note": note},
+        )
+        _set_deadline(case, decision, policy, desk)
+        return None
+    move(
+        session,
+        desk.audit,
+        case,
+        Status.awaiting_approval,
+        actor=POLICY,
+        action="case.awaiting_approval",
+        payload={"rule": decision.rule, "tier": decision.tier, "approvers": decision.approvers},
+    )
+    _set_deadline(case, decision, policy, desk)
+    return None
+
+
+def _set_deadline(case: Case, decision: Decision, policy: LoadedPolicy | None, desk: Desk) -> None:
+    if policy is not None:
+        case.sla_due_at = sla_deadline(policy.doc, decision.tier, desk.now())
+
+
+def _park(desk: Desk, case_id: str, reason: str, *, actor: Actor = SYSTEM) -> None:
+    with desk.db.write() as session:
+        case = load_for_update(session, case_id)
+        if case.status in (Status.refunded, Status.denied, Status.parked):
+            return
+        case.park_reason = reason
+        move(session, desk.audit, case, Status.parked, actor=actor, payload={"reason": reason})

@@ -1,0 +1,44 @@
+"""The workflow core wired together: capture → advise → decide → route → execute.
+
+`Desk` holds the ports and storage; the steps live in their own modules and take the desk.
+Every step that must survive a crash runs as a job, so a restart simply resumes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from refund_desk.cases.ports import Advisor, Processor
+from refund_desk.storage.audit import AuditLog
+from refund_desk.storage.crypto import Vault
+from refund_desk.storage.db import Database
+from refund_desk.storage.jobs import JobQueue
+from refund_desk.storage.types import utcnow
+
+
+@dataclass
+class Desk:
+    db: Database
+    audit: AuditLog
+    vault: Vault
+    processor: Processor
+    advisor: Advisor
+    jobs: JobQueue
+    clock: Callable[[], datetime] = field(default=utcnow)
+    run_inline: bool = True  # run follow-up jobs at once in the process that created them
+
+    def now(self) -> datetime:
+        return self.clock()
+
+    def __post_init__(self) -> None:
+        from refund_desk.cases import decide, executor
+
+        self.jobs.register("advance", lambda job: decide.advance(self, job))
+        self.jobs.register("execute", lambda job: executor.execute(self, job))
+
+    def kick(self, job_id: int | None) -> None:
+        """Run a job just created, instead of waiting for the next sweep; a crash loses nothing."""
+        if job_id is not None and self.run_inline:
+            self.jobs.run_now(job_id)

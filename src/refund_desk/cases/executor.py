@@ -1,0 +1,326 @@
+"""The exactly-once executor, in DESIGN.md's three atomic phases.
+
+1. reserve: under the payment's lock, re-check the case against fresh processor facts and
+   write the execution record with its idempotency key (derived from the execution id);
+2. pay: outside any transaction, look the refund up at the processor by our execution id and
+   create it only if it is not there;
+3. record: store the processor's answer and move the case.
+
+A timeout or crash between 2 and 3 leaves the job, whose retry starts again at 2 and finds the
+refund. Correctness never depends on the processor honouring idempotency keys.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from sqlalchemy import select
+
+from refund_desk import money
+from refund_desk.cases import facts as case_facts
+from refund_desk.cases.decide import DEFAULT_REFUNDED, evaluate
+from refund_desk.cases.errors import Conflict
+from refund_desk.cases.intake import new_id
+from refund_desk.cases.lifecycle import Status, load_for_update, move
+from refund_desk.cases.policies import control, load_version
+from refund_desk.cases.ports import (
+    PaymentFacts,
+    ProcessorError,
+    ProcessorRefund,
+    Provenance,
+)
+from refund_desk.storage.audit import SYSTEM
+from refund_desk.storage.db import lock_payment
+from refund_desk.storage.jobs import ClaimedJob, RetryLater, backoff
+from refund_desk.storage.models import Case, Execution
+
+if TYPE_CHECKING:
+    from sqlmodel import Session
+
+    from refund_desk.cases.desk import Desk
+
+PROCESSOR_PATIENCE = 8  # transient failures in a row before the case is parked for a person
+PAUSED_RECHECK_SECONDS = 30.0
+PENDING_RECHECK_SECONDS = 60.0
+FINAL_REFUND_STATES = ("succeeded", "failed", "canceled")
+
+
+class Parked(Exception):
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def idempotency_key(execution_id: str) -> str:
+    return f"refund-desk-{execution_id}"
+
+
+def execute(desk: Desk, job: ClaimedJob) -> None:
+    case_id = job.payload["case_id"]
+    with desk.db.read() as session:
+        case = session.get(Case, case_id)
+        execution = _open_execution(session, case_id)
+        paused = control(session).paused
+    if case is None or case.status not in (Status.approved, Status.executing):
+        return
+    if paused:  # the kill switch: nothing executes, not even a reserved refund; work waits
+        raise RetryLater(PAUSED_RECHECK_SECONDS, "paused: the kill switch is on")
+    try:
+        if execution is None:
+            payment = desk.processor.payment(case.payment_id)
+            execution = _reserve(desk, case_id, job.payload.get("revision"), payment)
+            if execution is None:
+                return
+        refund = _pay(desk, execution)
+    except ProcessorError as exc:
+        if not exc.transient:
+            _fail(desk, case_id, execution, exc.code, exc.message)
+            return
+        if job.attempt >= PROCESSOR_PATIENCE:
+            _park_waiting(
+                desk,
+                case_id,
+                f"The processor has been failing ({exc.code}); "
+                "the refund was not confirmed. A person must retry or resolve it.",
+            )
+            return
+        raise RetryLater(backoff(job.attempt), f"{exc.code}: {exc.message}") from None
+    _record(desk, execution, refund)
+    if refund.status not in FINAL_REFUND_STATES:
+        raise RetryLater(PENDING_RECHECK_SECONDS, f"refund {refund.id} is {refund.status}")
+
+
+def _open_execution(session: Session, case_id: str) -> Execution | None:
+    return session.scalars(
+        select(Execution).where(
+            Execution.case_id == case_id,  # type: ignore[arg-type]
+            Execution.status == case_facts.OPEN_EXECUTION,  # type: ignore[arg-type]
+        )
+    ).first()
+
+
+# ---------------------------------------------------------------- phase 1: reserve
+
+
+def _reserve(
+    desk: Desk, case_id: str, revision: int | None, payment: PaymentFacts
+) -> Execution | None:
+    try:
+        with desk.db.write() as session:
+            lock_payment(session, payment.id)
+            case = load_for_update(session, case_id)
+            if case.status == Status.executing:
+                return _open_execution(session, case_id)  # another worker reserved first
+            if case.status != Status.approved:
+                return None
+            if revision is not None and case.revision != revision:
+                raise Parked(
+                    f"The case changed after it was approved (revision {revision}, "
+                    f"now {case.revision})."
+                )
+            if control(session).paused:
+                raise RetryLater(PAUSED_RECHECK_SECONDS, "paused: the kill switch is on")
+            automatic = (case.decision or {}).get("automatic", False) and not _human_basis(case)
+            _recheck(desk, session, case, payment, automatic=automatic)
+            execution = Execution(
+                id=new_id("ex"),
+                case_id=case.id,
+                payment_id=case.payment_id,
+                amount=case.amount,
+                currency=case.currency,
+                status=case_facts.OPEN_EXECUTION,
+                automatic=automatic,
+                basis=f"policy v{case.policy_version} rule {case.decision.get('rule')}"
+                if automatic and case.decision
+                else "approval",
+                created_at=desk.now(),
+            )
+            execution.idempotency_key = idempotency_key(execution.id)
+            session.add(execution)
+            session.flush()
+            move(
+                session,
+                desk.audit,
+                case,
+                Status.executing,
+                actor=SYSTEM,
+                action="execution.reserved",
+                payload={
+                    "execution_id": execution.id,
+                    "amount": execution.amount,
+                    "currency": execution.currency,
+                    "idempotency_key": execution.idempotency_key,
+                    "automatic": automatic,
+                },
+            )
+            return execution
+    except Parked as parked:
+        _park_waiting(desk, case_id, parked.reason)
+        return None
+
+
+def _human_basis(case: Case) -> bool:
+    return (case.decision or {}).get("outcome") != "approve"
+
+
+def _recheck(
+    desk: Desk, session: Session, case: Case, payment: PaymentFacts, *, automatic: bool
+) -> None:
+    """Re-validate against the processor's current facts; anything off parks the case."""
+    if payment.currency.upper() != case.currency:
+        raise Parked("The payment's currency no longer matches the case.")
+    money_left = case_facts.refundable(session, payment).left
+    if case.amount > money_left:
+        raise Parked(
+            f"Only {money.format_money(money_left, case.currency)} is still refundable; "
+            f"the case asks for {money.format_money(case.amount, case.currency)}."
+        )
+    if case.amount_source == Provenance.model_inference:
+        raise Parked("The amount came only from the model; a person must confirm it.")
+    if not automatic:
+        return
+    if control(session).mode != "supervised":
+        raise Parked("Automatic execution is off (mode changed); a person must approve.")
+    if case.possible_duplicate:
+        raise Parked("Possible duplicate: never executed automatically.")
+    history = case_facts.customer_history(
+        session, email_hash=case.email_hash, now=desk.now(), exclude=case.id
+    )
+    context = case_facts.policy_context(
+        case=case,
+        payment=payment,
+        money=case_facts.refundable(session, payment),
+        history=history,
+        now=desk.now(),
+    )
+    policy = load_version(session, case.policy_version) if case.policy_version else None
+    decision = evaluate(policy, context)
+    if not (decision.outcome == "approve" and decision.automatic):
+        detail = f"{decision.rule}: {decision.outcome}"
+        if decision.error:
+            detail += f"; {decision.error}"
+        raise Parked(f"On fresh facts the policy no longer approves automatically ({detail}).")
+
+
+# ---------------------------------------------------------------- phase 2: pay
+
+
+def _pay(desk: Desk, execution: Execution) -> ProcessorRefund:
+    """Lookup before create: after an unknown outcome the refund may already exist."""
+    for refund in desk.processor.list_refunds(execution.payment_id):
+        if refund.metadata.get("execution_id") == execution.id:
+            return refund
+    return desk.processor.create_refund(
+        payment_id=execution.payment_id,
+        amount=execution.amount,
+        currency=execution.currency.lower(),
+        idempotency_key=execution.idempotency_key,
+        metadata={"case_id": execution.case_id, "execution_id": execution.id},
+    )
+
+
+# ---------------------------------------------------------------- phase 3: record
+
+
+def _record(desk: Desk, execution: Execution, refund: ProcessorRefund) -> None:
+    with desk.db.write() as session:
+        row = session.get(Execution, execution.id)
+        if row is None or row.status != case_facts.OPEN_EXECUTION:
+            return
+        row.processor_refund_id, row.processor_status = refund.id, refund.status
+        case = load_for_update(session, execution.case_id)
+        if refund.status == "succeeded":
+            row.status, row.finished_at = "succeeded", desk.now()
+            case.customer_message = DEFAULT_REFUNDED.format(
+                amount=money.format_money(row.amount, row.currency)
+            )
+            say = (case.decision or {}).get("say") if row.automatic else None
+            if say:
+                case.customer_message = say
+            session.add(row)
+            move(
+                session,
+                desk.audit,
+                case,
+                Status.refunded,
+                actor=SYSTEM,
+                action="execution.succeeded",
+                payload={
+                    "execution_id": row.id,
+                    "refund_id": refund.id,
+                    "amount": row.amount,
+                    "currency": row.currency,
+                },
+            )
+        elif refund.status in ("failed", "canceled"):
+            _mark_failed(
+                desk,
+                session,
+                case,
+                row,
+                f"refund_{refund.status}",
+                f"The processor reports the refund {refund.status}.",
+            )
+        else:
+            session.add(row)
+            desk.audit.append(
+                session,
+                action="execution.pending",
+                actor=SYSTEM,
+                case_id=case.id,
+                correlation_id=case.correlation_id,
+                policy_version=case.policy_version,
+                payload={"execution_id": row.id, "refund_id": refund.id, "status": refund.status},
+            )
+
+
+def _fail(desk: Desk, case_id: str, execution: Execution | None, code: str, message: str) -> None:
+    with desk.db.write() as session:
+        case = load_for_update(session, case_id)
+        row = session.get(Execution, execution.id) if execution else None
+        if case.status == Status.approved and row is None:
+            case.park_reason = f"The refund could not be started: {message} ({code})"
+            move(
+                session,
+                desk.audit,
+                case,
+                Status.parked,
+                actor=SYSTEM,
+                action="execution.refused",
+                payload={"code": code},
+            )
+            return
+        if row is not None and row.status == case_facts.OPEN_EXECUTION:
+            _mark_failed(desk, session, case, row, code, message)
+
+
+def _mark_failed(
+    desk: Desk, session: Session, case: Case, row: Execution, code: str, message: str
+) -> None:
+    row.status, row.finished_at = "failed", desk.now()
+    row.error_code, row.error_message = code, message
+    session.add(row)
+    move(
+        session,
+        desk.audit,
+        case,
+        Status.failed,
+        actor=SYSTEM,
+        action="execution.failed",
+        payload={"execution_id": row.id, "code": code},
+    )
+    case.park_reason = f"The refund failed: {message} ({code}). A person must decide what next."
+    move(session, desk.audit, case, Status.parked, actor=SYSTEM, payload={"code": code})
+
+
+def _park_waiting(desk: Desk, case_id: str, reason: str) -> None:
+    """Park a case that has not reached the processor, or whose outcome a person must settle."""
+    with desk.db.write() as session:
+        case = load_for_update(session, case_id)
+        if case.status not in (Status.approved, Status.executing):
+            return
+        case.park_reason = reason
+        try:
+            move(session, desk.audit, case, Status.parked, actor=SYSTEM, payload={"reason": reason})
+        except Conflict:
+            return

@@ -1,0 +1,116 @@
+"""Assemble the policy context from the system of record, our own ledger and the advice.
+
+Money facts are integer minor units; the policy engine converts them for its expressions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlmodel import Session
+
+from refund_desk.cases.lifecycle import FINAL, Status
+from refund_desk.cases.ports import PaymentFacts
+from refund_desk.storage.crypto import normalize_email
+from refund_desk.storage.models import Case, Execution
+
+OPEN_EXECUTION = "reserved"
+
+
+@dataclass(frozen=True)
+class Refundable:
+    captured: int
+    refunded: int  # at the processor plus our own reservations
+    reserved_ids: frozenset[str]
+
+    @property
+    def left(self) -> int:
+        return max(0, self.captured - self.refunded)
+
+
+def refundable(session: Session, payment: PaymentFacts) -> Refundable:
+    """captured - the processor's refunds - our executions not yet finished (reservations).
+
+    A reservation whose refund the processor already holds is counted once, not twice.
+    """
+    open_rows = session.execute(
+        select(Execution.id, Execution.amount).where(
+            Execution.payment_id == payment.id,  # type: ignore[arg-type]
+            Execution.status == OPEN_EXECUTION,  # type: ignore[arg-type]
+        )
+    ).all()
+    ids = frozenset(r[0] for r in open_rows)
+    reserved = sum(r[1] for r in open_rows)
+    return Refundable(payment.amount, payment.refunded_amount(excluding=ids) + reserved, ids)
+
+
+def customer_verified(email: str, payment: PaymentFacts) -> bool:
+    return bool(payment.customer_email) and normalize_email(email) == normalize_email(
+        payment.customer_email or ""
+    )
+
+
+def customer_history(
+    session: Session, *, email_hash: str, now: datetime, exclude: str
+) -> dict[str, int]:
+    refunds_90d = session.scalar(
+        select(func.count())
+        .select_from(Case)
+        .where(
+            Case.email_hash == email_hash,  # type: ignore[arg-type]
+            Case.status == Status.refunded,  # type: ignore[arg-type]
+            Case.created_at >= now - timedelta(days=90),  # type: ignore[arg-type,operator]
+        )
+    )
+    open_cases = session.scalar(
+        select(func.count())
+        .select_from(Case)
+        .where(
+            Case.email_hash == email_hash,  # type: ignore[arg-type]
+            Case.status.not_in([str(s) for s in FINAL]),  # type: ignore[attr-defined]
+            Case.id != exclude,  # type: ignore[arg-type]
+        )
+    )
+    return {"refunds_90d": int(refunds_90d or 0), "open_cases": int(open_cases or 0)}
+
+
+def policy_context(
+    *,
+    case: Case,
+    payment: PaymentFacts,
+    money: Refundable,
+    history: dict[str, int],
+    now: datetime,
+) -> dict[str, Any]:
+    advice = case.advice or {}
+    return {
+        "request": {
+            "amount": case.amount,
+            "currency": case.currency,
+            "reason": case.reason,
+            "source": case.source,
+            "possible_duplicate": case.possible_duplicate,
+            "amount_source": case.amount_source,
+        },
+        "order": {
+            "amount": money.captured,
+            "refunded": money.refunded,
+            "refundable": money.left,
+            "currency": payment.currency.upper(),
+            "age_days": max(0, (now - payment.created_at).days),
+        },
+        "customer": {
+            "verified": case.customer_verified,
+            "chargebacks_365d": payment.chargebacks_365d,
+            "refunds_90d": history["refunds_90d"],
+            "open_cases": history["open_cases"],
+        },
+        "advisor": {
+            "confidence": advice.get("confidence"),
+            "injection_suspected": bool(advice.get("injection_suspected", False)),
+        },
+        "evidence": {"count": 0, "checked": 0},
+    }

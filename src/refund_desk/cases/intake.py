@@ -1,0 +1,335 @@
+"""Capture: a validated request becomes a case in one transaction, or nothing is written.
+
+The payment's row is locked while the case is created, so concurrent requests for the same
+payment line up: the first opens a case, the rest see it and are held as possible duplicates.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from dataclasses import dataclass
+from datetime import timedelta
+from decimal import Decimal
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import BaseModel, ConfigDict, EmailStr, Field, ValidationError, field_validator
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+from sqlmodel import Session
+
+from refund_desk import money
+from refund_desk.cases import facts as case_facts
+from refund_desk.cases.errors import Conflict, InvalidRequest, Unavailable
+from refund_desk.cases.lifecycle import FINAL, Status
+from refund_desk.cases.policies import control
+from refund_desk.cases.ports import PaymentFacts, PaymentNotFound, ProcessorError, Provenance
+from refund_desk.storage.audit import Actor, canonical
+from refund_desk.storage.db import lock_payment
+from refund_desk.storage.jobs import enqueue
+from refund_desk.storage.models import Case, Execution, IntakeKey, Payment
+from refund_desk.storage.types import utcnow
+
+if TYPE_CHECKING:
+    from refund_desk.cases.desk import Desk
+
+SOURCES = ("api", "web_form", "shopify", "zendesk", "gorgias", "slack", "email")
+DUPLICATE_WINDOW = timedelta(hours=24)
+
+
+class RefundRequest(BaseModel):
+    """The intake body of DESIGN.md's external contract."""
+
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+
+    payment: str = Field(min_length=3, max_length=100, pattern=r"^[A-Za-z0-9_\-]+$")
+    email: EmailStr
+    currency: str = Field(min_length=3, max_length=3)
+    amount: str | None = Field(default=None, max_length=32)
+    message: str | None = Field(default=None, max_length=10_000)
+    source: Literal["api", "web_form", "shopify", "zendesk", "gorgias", "slack", "email"] = "api"
+    external_id: str | None = Field(default=None, max_length=200)
+    callback_url: str | None = Field(default=None, max_length=2000, pattern=r"^https?://")
+    reason: str | None = Field(default=None, max_length=30)
+    name: str | None = Field(default=None, max_length=200)
+
+    @field_validator("currency")
+    @classmethod
+    def _known_currency(cls, value: str) -> str:
+        money.exponent(value)  # raises UnknownCurrency (a ValueError) with a clear message
+        return value.upper()
+
+    @field_validator("reason")
+    @classmethod
+    def _known_reason(cls, value: str | None) -> str | None:
+        from refund_desk.cases.ports import REASONS
+
+        if value is not None and value not in REASONS:
+            raise ValueError(f"must be one of {', '.join(REASONS)}")
+        return value
+
+    def amount_minor(self) -> int | None:
+        if self.amount is None:
+            return None
+        try:
+            minor = money.to_minor(self.amount, self.currency)
+        except ValueError as exc:
+            raise InvalidRequest(
+                "invalid_amount", "The amount is not valid.", {"amount": str(exc)}
+            ) from None
+        if minor <= 0:
+            raise InvalidRequest(
+                "invalid_amount", "The amount is not valid.", {"amount": "must be more than zero"}
+            )
+        return minor
+
+    def fingerprint(self) -> str:
+        return hashlib.sha256(canonical(self.model_dump(mode="json")).encode()).hexdigest()
+
+
+def parse_request(data: object) -> RefundRequest:
+    """Validate an intake body; every problem is reported by field, nothing is written."""
+    if not isinstance(data, dict):
+        raise InvalidRequest("invalid_body", "The body must be a JSON object.")
+    try:
+        request = RefundRequest.model_validate(data)
+    except ValidationError as exc:
+        fields: dict[str, str] = {}
+        for error in exc.errors():
+            name = ".".join(str(p) for p in error["loc"]) or "body"
+            message = error["msg"].removeprefix("Value error, ")
+            if error["type"] == "extra_forbidden":
+                message = "unknown field"
+            fields.setdefault(name, message)
+        raise InvalidRequest("invalid_request", "The request has invalid fields.", fields) from None
+    request.amount_minor()  # surface amount errors at validation time
+    return request
+
+
+@dataclass(frozen=True)
+class Submitted:
+    case_id: str
+    created: bool
+    job_id: int | None = None
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}_{secrets.token_hex(10)}"
+
+
+def submit(
+    desk: Desk,
+    request: RefundRequest,
+    *,
+    actor: Actor,
+    api_key_id: int | None = None,
+    idempotency_key: str | None = None,
+) -> Submitted:
+    fingerprint = request.fingerprint()
+    if idempotency_key and api_key_id is not None:
+        with desk.db.read() as session:
+            replay = _replay(session, api_key_id, idempotency_key, fingerprint)
+        if replay:
+            return replay
+
+    payment = fetch_payment(desk, request.payment)
+    if payment.currency.upper() != request.currency:
+        raise InvalidRequest(
+            "currency_mismatch",
+            "The currency does not match the payment.",
+            {"currency": f"the payment is in {payment.currency.upper()}"},
+        )
+    for attempt in range(3):
+        try:
+            return _capture(desk, request, payment, actor, api_key_id, idempotency_key, fingerprint)
+        except IntegrityError:
+            # A concurrent request won a unique key (payment row or Idempotency-Key); look again.
+            if attempt == 2:
+                raise
+    raise AssertionError("unreachable")
+
+
+def fetch_payment(desk: Desk, payment_id: str) -> PaymentFacts:
+    try:
+        return desk.processor.payment(payment_id)
+    except PaymentNotFound:
+        raise InvalidRequest(
+            "payment_not_found",
+            "No such payment at the processor.",
+            {"payment": "no payment with this id"},
+        ) from None
+    except ProcessorError as exc:
+        raise Unavailable(
+            exc.code, f"The payment processor is not reachable: {exc.message}"
+        ) from None
+
+
+def _replay(session: Session, api_key_id: int, key: str, fingerprint: str) -> Submitted | None:
+    row = session.get(IntakeKey, (api_key_id, key))
+    if row is None:
+        return None
+    if row.body_hash != fingerprint:
+        raise Conflict(
+            "idempotency_key_reused",
+            "This Idempotency-Key was already used with a different request body.",
+        )
+    return Submitted(row.case_id, created=False)
+
+
+def _capture(
+    desk: Desk,
+    request: RefundRequest,
+    payment: PaymentFacts,
+    actor: Actor,
+    api_key_id: int | None,
+    idempotency_key: str | None,
+    fingerprint: str,
+) -> Submitted:
+    now = desk.now()
+    with desk.db.write() as session:
+        row = _upsert_payment(desk, session, payment)
+        if idempotency_key and api_key_id is not None:
+            replay = _replay(session, api_key_id, idempotency_key, fingerprint)
+            if replay:
+                return replay
+        money_left = case_facts.refundable(session, payment).left
+        amount = request.amount_minor()
+        if amount is None:
+            if money_left <= 0:
+                raise InvalidRequest(
+                    "nothing_refundable",
+                    "Nothing is left to refund on this payment.",
+                    {"amount": "nothing left to refund"},
+                )
+            amount, amount_source = money_left, Provenance.system_of_record
+        else:
+            amount_source = Provenance.customer_input
+        duplicate_of = _find_duplicate(session, row.id, amount, now)
+        case = Case(
+            id=new_id("case"),
+            status=Status.received,
+            source=request.source,
+            external_id=request.external_id,
+            correlation_id=new_id("req"),
+            payment_id=row.id,
+            currency=request.currency,
+            requested_amount=request.amount_minor(),
+            amount=amount,
+            amount_source=amount_source,
+            reason=request.reason,
+            reason_source=Provenance.customer_input if request.reason else None,
+            email_enc=desk.vault.encrypt(str(request.email)) or "",
+            email_hash=desk.vault.email_hash(str(request.email)),
+            name_enc=desk.vault.encrypt(request.name or payment.customer_name),
+            message_enc=desk.vault.encrypt(request.message),
+            customer_verified=case_facts.customer_verified(str(request.email), payment),
+            possible_duplicate=duplicate_of is not None,
+            duplicate_of=duplicate_of,
+            policy_version=control(session).active_version,
+            callback_url=request.callback_url,
+            created_at=now,
+            updated_at=now,
+        )
+        session.add(case)
+        session.flush()
+        desk.audit.append(
+            session,
+            action="request.received",
+            actor=actor,
+            case_id=case.id,
+            correlation_id=case.correlation_id,
+            policy_version=case.policy_version,
+            payload={
+                "source": case.source,
+                "external_id": case.external_id,
+                "payment": case.payment_id,
+                "amount": case.amount,
+                "currency": case.currency,
+                "amount_source": case.amount_source,
+                "customer_verified": case.customer_verified,
+                "has_message": bool(request.message),
+            },
+        )
+        if duplicate_of:
+            desk.audit.append(
+                session,
+                action="request.possible_duplicate",
+                actor=actor,
+                case_id=case.id,
+                correlation_id=case.correlation_id,
+                policy_version=case.policy_version,
+                payload={"duplicate_of": duplicate_of},
+            )
+        if idempotency_key and api_key_id is not None:
+            session.add(
+                IntakeKey(
+                    api_key_id=api_key_id,
+                    key=idempotency_key,
+                    body_hash=fingerprint,
+                    case_id=case.id,
+                    created_at=now,
+                )
+            )
+        job = enqueue(session, kind="advance", payload={"case_id": case.id})
+        return Submitted(case.id, created=True, job_id=job.id)
+
+
+def _upsert_payment(desk: Desk, session: Session, payment: PaymentFacts) -> Payment:
+    """Record what the processor said about the payment, and lock its row."""
+    row = lock_payment(session, payment.id)
+    if row is None:
+        session.add(
+            Payment(
+                id=payment.id,
+                processor=desk.processor.name,
+                currency=payment.currency.upper(),
+                amount=payment.amount,
+                refunded=payment.refunded_amount(),
+                created_at=payment.created_at,
+                seen_at=desk.now(),
+            )
+        )
+        session.flush()  # a concurrent first sighting fails here and the capture is retried
+        row = lock_payment(session, payment.id)
+        assert row is not None
+    else:
+        row.amount, row.refunded, row.seen_at = (
+            payment.amount,
+            payment.refunded_amount(),
+            desk.now(),
+        )
+        session.add(row)
+    return row
+
+
+def _find_duplicate(session: Session, payment_id: str, amount: int, now: object) -> str | None:
+    """An open case for the payment, or a refund of the same amount within 24 hours."""
+    open_case = session.scalar(
+        select(Case.id)
+        .where(
+            Case.payment_id == payment_id,  # type: ignore[arg-type]
+            Case.status.not_in([str(s) for s in FINAL]),  # type: ignore[attr-defined]
+        )
+        .order_by(Case.created_at)  # type: ignore[arg-type]
+        .limit(1)
+    )
+    if open_case:
+        return str(open_case)
+    since = utcnow() - DUPLICATE_WINDOW
+    recent = session.scalar(
+        select(Execution.case_id)
+        .where(
+            Execution.payment_id == payment_id,  # type: ignore[arg-type]
+            Execution.amount == amount,  # type: ignore[arg-type]
+            Execution.status.in_(["reserved", "succeeded"]),  # type: ignore[attr-defined]
+            Execution.created_at >= since,  # type: ignore[arg-type,operator]
+        )
+        .limit(1)
+    )
+    return str(recent) if recent else None
+
+
+def to_major_text(minor: int, currency: str) -> str:
+    return str(
+        money.to_major(minor, currency).quantize(Decimal(1).scaleb(-money.exponent(currency)))
+    )

@@ -1,0 +1,96 @@
+"""The case state machine. Every transition bumps the revision and appends an audit record in
+the caller's transaction, so the change and its record commit together or not at all."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+from sqlalchemy import select
+from sqlmodel import Session
+
+from refund_desk.cases.errors import Conflict, NotFound
+from refund_desk.storage.audit import Actor, AuditLog
+from refund_desk.storage.models import Case
+from refund_desk.storage.types import utcnow
+
+
+class Status(StrEnum):
+    received = "received"
+    advised = "advised"
+    decided = "decided"
+    awaiting_approval = "awaiting_approval"
+    approved = "approved"
+    executing = "executing"
+    refunded = "refunded"
+    denied = "denied"
+    parked = "parked"
+    failed = "failed"
+
+
+FINAL = frozenset({Status.refunded, Status.denied})
+OPEN = frozenset(Status) - FINAL
+
+_ALLOWED: dict[Status, frozenset[Status]] = {
+    Status.received: frozenset({Status.advised}),
+    Status.advised: frozenset({Status.decided}),
+    Status.decided: frozenset({Status.approved, Status.awaiting_approval, Status.denied}),
+    Status.awaiting_approval: frozenset({Status.approved, Status.denied}),
+    Status.approved: frozenset({Status.executing, Status.awaiting_approval}),
+    Status.executing: frozenset({Status.refunded, Status.failed}),
+    Status.failed: frozenset({Status.parked}),
+    Status.parked: frozenset({Status.approved, Status.denied, Status.awaiting_approval}),
+    Status.refunded: frozenset(),
+    Status.denied: frozenset(),
+}
+
+
+def can_move(src: str, dst: str) -> bool:
+    source, target = Status(src), Status(dst)
+    if target is Status.parked:
+        return source not in FINAL and source is not Status.parked
+    return target in _ALLOWED[source]
+
+
+def load_for_update(session: Session, case_id: str, *, revision: int | None = None) -> Case:
+    """Lock the case row for this transaction and, if given, insist on the expected revision."""
+    stmt = select(Case).where(Case.id == case_id)  # type: ignore[arg-type]
+    if session.get_bind().dialect.name == "postgresql":
+        stmt = stmt.with_for_update()
+    case = session.scalars(stmt).first()
+    if case is None:
+        raise NotFound("case_not_found", f"No case {case_id} exists.")
+    if revision is not None and case.revision != revision:
+        raise Conflict(
+            "stale_revision",
+            f"Case {case_id} changed since you looked (revision {revision}, now {case.revision}).",
+        )
+    return case
+
+
+def move(
+    session: Session,
+    audit: AuditLog,
+    case: Case,
+    to: Status,
+    *,
+    actor: Actor,
+    action: str | None = None,
+    payload: dict[str, Any] | None = None,
+) -> None:
+    if not can_move(case.status, to):
+        raise Conflict("invalid_transition", f"A {case.status} case cannot become {to}.")
+    previous = case.status
+    case.status = to
+    case.revision += 1
+    case.updated_at = utcnow()
+    session.add(case)
+    audit.append(
+        session,
+        action=action or f"case.{to}",
+        actor=actor,
+        case_id=case.id,
+        correlation_id=case.correlation_id,
+        policy_version=case.policy_version,
+        payload={"from": previous, "to": str(to), "revision": case.revision, **(payload or {})},
+    )

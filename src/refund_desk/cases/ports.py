@@ -1,0 +1,165 @@
+"""Ports: the small protocols that `cases` drives and adapters implement.
+
+The workflow core never imports a vendor SDK. The payment processor (sandbox, Stripe) and the
+advisor (offline, OpenAI-compatible) plug in here; their errors are translated into the
+`ProcessorError` family at the adapter, so the core reasons about *kinds* of failure:
+
+    ProcessorError              code + sentence; `transient` says whether a retry may help
+    ├── ProcessorUnavailable    transient: nothing happened, try again later
+    ├── ProcessorTimeout        transient, outcome unknown: look up before trying again
+    ├── RefundDeclined          permanent: the processor said no
+    └── PaymentNotFound         permanent: no such payment at the processor
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Protocol
+
+
+class Provenance(StrEnum):
+    """Where a consequential fact came from."""
+
+    customer_input = "customer_input"
+    system_of_record = "system_of_record"
+    verified_document = "verified_document"
+    third_party = "third_party"
+    model_inference = "model_inference"
+    human_entry = "human_entry"
+
+
+# ---------------------------------------------------------------- processor
+
+
+@dataclass(frozen=True)
+class ProcessorRefund:
+    id: str
+    payment_id: str
+    amount: int  # minor units
+    currency: str  # lower-case ISO 4217, as processors spell it
+    status: str  # succeeded | pending | requires_action | failed | canceled
+    metadata: dict[str, str] = field(default_factory=dict)
+    created_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class PaymentFacts:
+    """What the system of record says about a payment right now."""
+
+    id: str
+    amount: int  # captured, minor units
+    currency: str  # lower-case
+    customer_email: str | None
+    customer_name: str | None
+    created_at: datetime
+    refunds: tuple[ProcessorRefund, ...] = ()
+    chargebacks_365d: int | None = None  # None: the processor cannot tell
+
+    def refunded_amount(self, *, excluding: frozenset[str] = frozenset()) -> int:
+        """Money already refunded or on its way, leaving out refunds of the given executions."""
+        return sum(
+            r.amount
+            for r in self.refunds
+            if r.status not in ("failed", "canceled")
+            and r.metadata.get("execution_id") not in excluding
+        )
+
+
+class ProcessorError(Exception):
+    transient = False
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class ProcessorUnavailable(ProcessorError):
+    transient = True
+
+
+class ProcessorTimeout(ProcessorError):
+    transient = True
+
+
+class RefundDeclined(ProcessorError):
+    pass
+
+
+class PaymentNotFound(ProcessorError):
+    pass
+
+
+class Processor(Protocol):
+    name: str
+    timeout_seconds: float
+
+    def payment(self, payment_id: str) -> PaymentFacts: ...
+
+    def list_refunds(self, payment_id: str) -> list[ProcessorRefund]: ...
+
+    def create_refund(
+        self,
+        *,
+        payment_id: str,
+        amount: int,
+        currency: str,
+        idempotency_key: str,
+        metadata: dict[str, str],
+    ) -> ProcessorRefund: ...
+
+
+# ---------------------------------------------------------------- advisor
+
+REASONS = (
+    "damaged",
+    "defective",
+    "not_received",
+    "wrong_item",
+    "late",
+    "changed_mind",
+    "duplicate_charge",
+    "subscription_cancel",
+    "fraud_claim",
+    "other",
+)
+
+
+@dataclass(frozen=True)
+class AdviceRequest:
+    """What the advisor may see. Text is redacted by the advisor before it leaves the process."""
+
+    message: str
+    currency: str | None = None
+    known_names: tuple[str, ...] = ()  # names known from the payment: masked before any model
+    known_emails: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Advice:
+    """The advisor's output. Every field here has provenance `model_inference`."""
+
+    reason: str  # one of REASONS
+    confidence: float  # 0..1, for the classification
+    order_ref: str | None = None  # a payment/order id found in the text
+    amount_minor: int | None = None  # an amount found in the text, in `currency` minor units
+    currency: str | None = None
+    summary: str = ""
+    injection_suspected: bool = False
+    provider: str = "offline"
+    tokens_used: int = 0
+
+
+class AdvisorError(Exception):
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class Advisor(Protocol):
+    name: str
+
+    def advise(self, request: AdviceRequest) -> Advice: ...

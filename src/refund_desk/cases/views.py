@@ -1,0 +1,76 @@
+"""A case as the API shows it: DESIGN.md's shape, amounts as decimal strings in major units."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import select
+from sqlmodel import Session
+
+from refund_desk import money
+from refund_desk.cases.errors import NotFound
+from refund_desk.storage.audit import record_json
+from refund_desk.storage.models import AuditRecord, Case, Execution
+
+
+def major(minor: int | None, currency: str) -> str | None:
+    return None if minor is None else str(money.to_major(minor, currency))
+
+
+def case_view(session: Session, case_id: str, *, with_audit: bool) -> dict[str, Any]:
+    case = session.get(Case, case_id)
+    if case is None:
+        raise NotFound("case_not_found", f"No case {case_id} exists.")
+    executions = session.scalars(
+        select(Execution).where(Execution.case_id == case_id).order_by(Execution.created_at)  # type: ignore[arg-type]
+    ).all()
+    decision = case.decision or {}
+    view: dict[str, Any] = {
+        "id": case.id,
+        "status": case.status,
+        "revision": case.revision,
+        "amount": major(case.amount, case.currency),
+        "currency": case.currency,
+        "amount_source": case.amount_source,
+        "payment": case.payment_id,
+        "source": case.source,
+        "external_id": case.external_id,
+        "reason": case.reason,
+        "reason_source": case.reason_source,
+        "customer_verified": case.customer_verified,
+        "possible_duplicate": case.possible_duplicate,
+        "duplicate_of": case.duplicate_of,
+        "decision": {
+            "outcome": decision.get("outcome"),
+            "rule": decision.get("rule"),
+            "tier": decision.get("tier"),
+            "policy_version": case.policy_version,
+            "reason": decision.get("error") or decision.get("say"),
+        },
+        "customer_message": case.customer_message,
+        "park_reason": case.park_reason,
+        "escalation_level": case.escalation_level,
+        "sla_due_at": case.sla_due_at.isoformat() if case.sla_due_at else None,
+        "refunds": [
+            {
+                "id": e.processor_refund_id or e.id,
+                "execution_id": e.id,
+                "amount": major(e.amount, e.currency),
+                "status": e.processor_status or e.status,
+            }
+            for e in executions
+        ],
+        "created_at": case.created_at.isoformat(),
+        "updated_at": case.updated_at.isoformat(),
+    }
+    if with_audit:
+        view["decision"]["trace"] = decision.get("trace", [])
+        view["decision"]["approvers"] = decision.get("approvers")
+        view["decision"]["counterfactual"] = decision.get("counterfactual")
+        view["facts"] = case.facts
+        view["advice"] = case.advice
+        records = session.scalars(
+            select(AuditRecord).where(AuditRecord.case_id == case_id).order_by(AuditRecord.seq)  # type: ignore[arg-type]
+        ).all()
+        view["audit"] = [record_json(r) for r in records]
+    return view

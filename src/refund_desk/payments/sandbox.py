@@ -1,0 +1,229 @@
+"""The embedded sandbox processor: payments and refunds as a ledger in the database.
+
+It stands where Stripe stands, behind the same protocol, and is treated as remote: it runs its
+own transactions, never the caller's. Like localstripe it does NOT deduplicate by idempotency
+key, so exactly-once has to come from our execution record. Faults live in a table, so the CLI
+can switch them on for a running server:
+
+    down                   every call fails as unavailable (nothing happens)
+    timeout-after-success  the refund is recorded, then the call times out
+    decline                refunds are declined
+    crash-after-success    the refund is recorded, then the process exits at once
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import select
+from sqlmodel import Session
+
+from refund_desk.cases.ports import (
+    PaymentFacts,
+    PaymentNotFound,
+    ProcessorRefund,
+    ProcessorTimeout,
+    ProcessorUnavailable,
+    RefundDeclined,
+)
+from refund_desk.storage.db import Database
+from refund_desk.storage.models import SandboxFault, SandboxPayment, SandboxRefund
+from refund_desk.storage.types import utcnow
+
+FAULT_MODES = ("none", "down", "timeout-after-success", "decline", "crash-after-success")
+CRASH_EXIT_CODE = 86
+
+
+def _power_cut() -> None:
+    os._exit(CRASH_EXIT_CODE)
+
+
+class SandboxProcessor:
+    name = "sandbox"
+    timeout_seconds = 5.0
+
+    def __init__(self, db: Database, *, crash: Callable[[], None] = _power_cut) -> None:
+        self.db = db
+        self._crash = crash
+
+    # ------------------------------------------------------------ admin (CLI, demo, tests)
+
+    def create_payment(
+        self,
+        *,
+        amount: int,
+        currency: str,
+        email: str,
+        name: str | None = None,
+        chargebacks: int = 0,
+        created_at: datetime | None = None,
+    ) -> str:
+        if amount <= 0:
+            raise ValueError("a payment amount must be positive")
+        payment = SandboxPayment(
+            id="py_" + secrets.token_hex(12),
+            amount=amount,
+            currency=currency.lower(),
+            email=email,
+            name=name,
+            chargebacks=chargebacks,
+            created_at=created_at or utcnow(),
+        )
+        with self.db.write() as session:
+            session.add(payment)
+        return payment.id
+
+    def set_fault(self, mode: str, times: int | None = None) -> None:
+        if mode not in FAULT_MODES:
+            raise ValueError(f"unknown fault {mode!r}; one of {', '.join(FAULT_MODES)}")
+        with self.db.write() as session:
+            fault = session.get(SandboxFault, 1) or SandboxFault(id=1)
+            fault.mode, fault.remaining = mode, (None if mode == "none" else times)
+            session.add(fault)
+
+    def show_payment(self, payment_id: str) -> dict[str, Any]:
+        facts = self.payment(payment_id, _faults=False)
+        return {
+            "id": facts.id,
+            "amount": facts.amount,
+            "currency": facts.currency,
+            "email": facts.customer_email,
+            "name": facts.customer_name,
+            "created_at": facts.created_at.isoformat(),
+            "refunded": facts.refunded_amount(),
+            "refunds": [
+                {
+                    "id": r.id,
+                    "amount": r.amount,
+                    "currency": r.currency,
+                    "status": r.status,
+                    "metadata": r.metadata,
+                    "created_at": r.created_at.isoformat() if r.created_at else None,
+                }
+                for r in facts.refunds
+            ],
+        }
+
+    # ------------------------------------------------------------ the processor protocol
+
+    def payment(self, payment_id: str, *, _faults: bool = True) -> PaymentFacts:
+        if _faults:
+            self._take_fault(("down",))
+        with self.db.read() as session:
+            payment = session.get(SandboxPayment, payment_id)
+            if payment is None:
+                raise PaymentNotFound("payment_not_found", f"No payment {payment_id} exists.")
+            refunds = self._refunds(session, payment_id)
+            since = utcnow() - timedelta(days=365)
+            return PaymentFacts(
+                id=payment.id,
+                amount=payment.amount,
+                currency=payment.currency,
+                customer_email=payment.email,
+                customer_name=payment.name,
+                created_at=payment.created_at,
+                refunds=tuple(refunds),
+                chargebacks_365d=payment.chargebacks if payment.created_at >= since else 0,
+            )
+
+    def list_refunds(self, payment_id: str) -> list[ProcessorRefund]:
+        self._take_fault(("down",))
+        with self.db.read() as session:
+            return self._refunds(session, payment_id)
+
+    def create_refund(
+        self,
+        *,
+        payment_id: str,
+        amount: int,
+        currency: str,
+        idempotency_key: str,
+        metadata: dict[str, str],
+    ) -> ProcessorRefund:
+        fault = self._take_fault(
+            ("down", "decline", "timeout-after-success", "crash-after-success")
+        )
+        if fault == "decline":
+            raise RefundDeclined("refund_declined", "The processor declined the refund.")
+        with self.db.write() as session:
+            payment = session.scalars(self._locked(session, payment_id)).first()
+            if payment is None:
+                raise PaymentNotFound("payment_not_found", f"No payment {payment_id} exists.")
+            if currency.lower() != payment.currency:
+                raise RefundDeclined("currency_mismatch", "Refund currency differs from payment.")
+            if amount <= 0:
+                raise RefundDeclined("invalid_amount", "A refund amount must be positive.")
+            refunded = sum(
+                r.amount for r in self._refunds(session, payment_id) if r.status == "succeeded"
+            )
+            if amount > payment.amount - refunded:
+                raise RefundDeclined(
+                    "amount_too_large", "The refund is more than what is left on the payment."
+                )
+            refund = SandboxRefund(
+                id="re_" + secrets.token_hex(12),
+                payment_id=payment_id,
+                amount=amount,
+                currency=payment.currency,
+                status="succeeded",
+                idempotency_key=idempotency_key,
+                meta=dict(metadata),
+                created_at=utcnow(),
+            )
+            session.add(refund)
+        if fault == "crash-after-success":
+            self._crash()
+        if fault == "timeout-after-success":
+            raise ProcessorTimeout("processor_timeout", "The processor did not answer in time.")
+        return self._to_refund(refund)
+
+    # ------------------------------------------------------------ internals
+
+    @staticmethod
+    def _locked(session: Session, payment_id: str) -> Any:
+        stmt = select(SandboxPayment).where(SandboxPayment.id == payment_id)  # type: ignore[arg-type]
+        return stmt.with_for_update() if session.get_bind().dialect.name == "postgresql" else stmt
+
+    def _refunds(self, session: Session, payment_id: str) -> list[ProcessorRefund]:
+        rows = session.scalars(
+            select(SandboxRefund)
+            .where(SandboxRefund.payment_id == payment_id)  # type: ignore[arg-type]
+            .order_by(SandboxRefund.created_at)  # type: ignore[arg-type]
+        ).all()
+        return [self._to_refund(r) for r in rows]
+
+    @staticmethod
+    def _to_refund(row: SandboxRefund) -> ProcessorRefund:
+        return ProcessorRefund(
+            id=row.id,
+            payment_id=row.payment_id,
+            amount=row.amount,
+            currency=row.currency,
+            status=row.status,
+            metadata={str(k): str(v) for k, v in row.meta.items()},
+            created_at=row.created_at,
+        )
+
+    def _take_fault(self, applies_to: tuple[str, ...]) -> str | None:
+        """Consume one use of the current fault if it applies to this call."""
+        with self.db.read() as session:
+            current = session.get(SandboxFault, 1)
+            if current is None or current.mode not in applies_to:
+                return None  # the common case costs a read, not a write lock
+        with self.db.write() as session:
+            fault = session.get(SandboxFault, 1)
+            if fault is None or fault.mode == "none" or fault.mode not in applies_to:
+                return None
+            mode = fault.mode
+            if fault.remaining is not None:
+                fault.remaining -= 1
+                if fault.remaining <= 0:
+                    fault.mode, fault.remaining = "none", None
+                session.add(fault)
+        if mode == "down":
+            raise ProcessorUnavailable("processor_unavailable", "The processor is unavailable.")
+        return mode

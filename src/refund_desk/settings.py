@@ -1,0 +1,112 @@
+"""One typed place for configuration: the environment of DESIGN.md's external contract.
+
+Everything is optional; the defaults give the embedded set-up (SQLite beside the working
+directory, sandbox processor, offline advisor). `load_settings()` also settles the secret:
+generated into a 0600 file beside a SQLite database, required with PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+log = logging.getLogger(__name__)
+
+PLACEHOLDER_SECRETS = {"", "changeme", "change-me", "secret", "placeholder", "xxx", "todo"}
+MIN_SECRET_LENGTH = 32
+
+
+class ConfigError(Exception):
+    """A start-up problem the admin must fix; the message says how."""
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_file=None, extra="ignore", populate_by_name=True)
+
+    database_url: str = Field("sqlite:///./refund-desk.db", validation_alias="DATABASE_URL")
+    slack_bot_token: SecretStr | None = Field(None, validation_alias="SLACK_BOT_TOKEN")
+    slack_signing_secret: SecretStr | None = Field(None, validation_alias="SLACK_SIGNING_SECRET")
+    slack_app_token: SecretStr | None = Field(None, validation_alias="SLACK_APP_TOKEN")
+    slack_api_url: str = Field("https://slack.com/api/", validation_alias="SLACK_API_URL")
+    channel: str | None = Field(None, validation_alias="REFUND_DESK_CHANNEL")
+    sweep_seconds: float = Field(30.0, gt=0, validation_alias="REFUND_DESK_SWEEP_SECONDS")
+    secret: SecretStr | None = Field(None, validation_alias="REFUND_DESK_SECRET")
+    processor: Literal["sandbox", "stripe"] = Field(
+        "sandbox", validation_alias="REFUND_DESK_PROCESSOR"
+    )
+    stripe_api_key: SecretStr | None = Field(None, validation_alias="STRIPE_API_KEY")
+    stripe_api_base: str | None = Field(None, validation_alias="STRIPE_API_BASE")
+    stripe_webhook_secret: SecretStr | None = Field(None, validation_alias="STRIPE_WEBHOOK_SECRET")
+    openai_api_key: SecretStr | None = Field(None, validation_alias="OPENAI_API_KEY")
+    openai_base_url: str | None = Field(None, validation_alias="OPENAI_BASE_URL")
+    model: str | None = Field(None, validation_alias="REFUND_DESK_MODEL")
+    smtp_url: str | None = Field(None, validation_alias="SMTP_URL")
+    mail_from: str | None = Field(None, validation_alias="REFUND_DESK_FROM")
+    webhook_secret: SecretStr | None = Field(None, validation_alias="REFUND_DESK_WEBHOOK_SECRET")
+    email_secret: SecretStr | None = Field(None, validation_alias="REFUND_DESK_EMAIL_SECRET")
+    # Not in the public contract: a lease must outlive the processor's timeout.
+    lease_seconds: float | None = Field(None, gt=0, validation_alias="REFUND_DESK_LEASE_SECONDS")
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.database_url.startswith("sqlite")
+
+    def sqlite_path(self) -> Path | None:
+        """The database file, or None for PostgreSQL."""
+        if not self.is_sqlite:
+            return None
+        raw = self.database_url.split("///", 1)[1] if "///" in self.database_url else ""
+        return Path(raw).expanduser().resolve() if raw and raw != ":memory:" else None
+
+    def secret_value(self) -> str:
+        """The deployment secret; `load_settings` guarantees it is set."""
+        if self.secret is None:
+            raise ConfigError("REFUND_DESK_SECRET is not set")
+        return self.secret.get_secret_value()
+
+
+def _is_placeholder(value: str) -> bool:
+    return value.strip().lower() in PLACEHOLDER_SECRETS or len(value.strip()) < MIN_SECRET_LENGTH
+
+
+def settle_secret(settings: Settings) -> Settings:
+    """Make sure the settings carry a usable secret, or fail with a sentence an admin can act on."""
+    if settings.secret is not None and not _is_placeholder(settings.secret.get_secret_value()):
+        return settings
+    if not settings.is_sqlite:
+        raise ConfigError(
+            "REFUND_DESK_SECRET must be set to a random value of at least "
+            f"{MIN_SECRET_LENGTH} characters when DATABASE_URL points at PostgreSQL; "
+            'generate one with: python -c "import secrets; print(secrets.token_urlsafe(48))"'
+        )
+    if settings.secret is not None:
+        raise ConfigError(
+            f"REFUND_DESK_SECRET looks like a placeholder (under {MIN_SECRET_LENGTH} characters "
+            "or a stock value); unset it to use a generated one, or set a random value"
+        )
+    db = settings.sqlite_path()
+    if db is None:
+        raise ConfigError("an in-memory SQLite database needs REFUND_DESK_SECRET")
+    path = db.with_name(db.name + ".secret")
+    if path.exists():
+        value = path.read_text().strip()
+    else:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        value = secrets.token_urlsafe(48)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(value + "\n")
+        log.warning("generated a new REFUND_DESK_SECRET and stored it in %s (mode 0600)", path)
+    return settings.model_copy(update={"secret": SecretStr(value)})
+
+
+@lru_cache(maxsize=1)
+def load_settings() -> Settings:
+    return settle_secret(Settings())

@@ -1,0 +1,182 @@
+"""The audit chain: append-only records linked by HMAC hashes over canonical JSON.
+
+Appends lock the head row, so concurrent transactions queue instead of forking the chain; the
+record commits with the state change it describes. The HMAC key comes from the deployment
+secret: someone with database access but not the secret cannot rewrite the chain consistently.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from typing import IO, Any
+
+from sqlalchemy import select
+from sqlmodel import Session
+
+from refund_desk.storage.crypto import derive_key
+from refund_desk.storage.models import AuditHead, AuditRecord
+from refund_desk.storage.types import utcnow
+
+GENESIS = "0" * 64
+
+
+@dataclass(frozen=True)
+class Actor:
+    kind: str  # policy | model | human | cli | system | api
+    id: str | None = None
+
+    def __str__(self) -> str:
+        return f"{self.kind}:{self.id}" if self.id else self.kind
+
+
+SYSTEM = Actor("system")
+POLICY = Actor("policy")
+MODEL = Actor("model")
+
+
+def canonical(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _body(record: AuditRecord) -> dict[str, Any]:
+    return {
+        "seq": record.seq,
+        "at": record.at.isoformat(),
+        "case_id": record.case_id,
+        "correlation_id": record.correlation_id,
+        "actor_kind": record.actor_kind,
+        "actor_id": record.actor_id,
+        "action": record.action,
+        "policy_version": record.policy_version,
+        "payload": record.payload,
+        "prev_hash": record.prev_hash,
+    }
+
+
+def record_hash(secret: str, record: AuditRecord) -> str:
+    key = derive_key(secret, "audit-chain")
+    return hmac.new(key, canonical(_body(record)).encode(), hashlib.sha256).hexdigest()
+
+
+class AuditLog:
+    def __init__(self, secret: str) -> None:
+        self._secret = secret
+
+    def append(
+        self,
+        session: Session,
+        *,
+        action: str,
+        actor: Actor,
+        case_id: str | None = None,
+        correlation_id: str | None = None,
+        policy_version: int | None = None,
+        payload: dict[str, Any] | None = None,
+        at: datetime | None = None,
+    ) -> AuditRecord:
+        """Append inside the caller's transaction; it commits or rolls back with the change."""
+        stmt = select(AuditHead).where(AuditHead.id == 1)  # type: ignore[arg-type]
+        if session.get_bind().dialect.name == "postgresql":
+            stmt = stmt.with_for_update()
+        head = session.scalars(stmt).one()
+        # Round-trip the payload through JSON so the hash covers exactly what is stored.
+        stored_payload = json.loads(canonical(payload or {}))
+        record = AuditRecord(
+            seq=head.seq + 1,
+            at=(at or utcnow()),
+            case_id=case_id,
+            correlation_id=correlation_id,
+            actor_kind=actor.kind,
+            actor_id=actor.id,
+            action=action,
+            policy_version=policy_version,
+            payload=stored_payload,
+            prev_hash=head.hash,
+            hash="",
+        )
+        record.hash = record_hash(self._secret, record)
+        head.seq, head.hash = record.seq, record.hash
+        session.add(record)
+        session.add(head)
+        session.flush()
+        return record
+
+
+@dataclass(frozen=True)
+class VerifyResult:
+    ok: bool
+    count: int
+    head_hash: str
+    first_bad_seq: int | None = None
+    problem: str | None = None
+
+
+def verify_chain(secret: str, session: Session, *, batch: int = 5000) -> VerifyResult:
+    """Recompute every hash in order; name the first record that does not fit."""
+    prev = GENESIS
+    expected_seq = 1
+    count = 0
+    for record in iter_records(session, batch=batch):
+        if record.seq != expected_seq:
+            return VerifyResult(False, count, prev, expected_seq, f"record {expected_seq} missing")
+        if record.prev_hash != prev:
+            return VerifyResult(
+                False,
+                count,
+                prev,
+                record.seq,
+                f"record {record.seq} does not link to its predecessor",
+            )
+        if not hmac.compare_digest(record_hash(secret, record), record.hash):
+            return VerifyResult(
+                False, count, prev, record.seq, f"record {record.seq} was altered (hash mismatch)"
+            )
+        prev = record.hash
+        expected_seq += 1
+        count += 1
+    head = session.get(AuditHead, 1)
+    if head is not None and (head.seq != count or head.hash != prev):
+        return VerifyResult(
+            False,
+            count,
+            prev,
+            count + 1,
+            f"the chain ends at record {count} but its head says {head.seq}: records were cut",
+        )
+    return VerifyResult(True, count, prev)
+
+
+def iter_records(session: Session, *, batch: int = 5000) -> Iterator[AuditRecord]:
+    last = 0
+    while True:
+        rows = session.scalars(
+            select(AuditRecord)
+            .where(AuditRecord.seq > last)  # type: ignore[arg-type]
+            .order_by(AuditRecord.seq)  # type: ignore[arg-type]
+            .limit(batch)
+        ).all()
+        if not rows:
+            return
+        yield from rows
+        last = rows[-1].seq
+
+
+def record_json(record: AuditRecord) -> dict[str, Any]:
+    return {**_body(record), "hash": record.hash}
+
+
+def export_jsonl(records: Iterable[AuditRecord], out: IO[str]) -> str:
+    """Write JSON Lines and a closing line with the head hash, to be kept elsewhere."""
+    head = GENESIS
+    count = 0
+    for record in records:
+        out.write(canonical(record_json(record)) + "\n")
+        head = record.hash
+        count += 1
+    out.write(canonical({"head_hash": head, "count": count}) + "\n")
+    return head

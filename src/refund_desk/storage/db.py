@@ -1,0 +1,87 @@
+"""Engine and transactions for SQLite (one replica) and PostgreSQL (several).
+
+Write transactions on SQLite start with `BEGIN IMMEDIATE`, so two writers never both read and
+then collide at commit; WAL lets readers go on meanwhile. On PostgreSQL, writes that must be
+serialized lock rows explicitly (`lock_payment`, the audit head).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event, select
+from sqlmodel import Session
+
+from refund_desk.storage.models import Payment
+
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+
+
+def make_engine(url: str, *, pool_size: int = 10) -> Engine:
+    if url.startswith("sqlite"):
+        engine = create_engine(
+            url,
+            connect_args={"check_same_thread": False, "timeout": SQLITE_BUSY_TIMEOUT_MS / 1000},
+        )
+        _configure_sqlite(engine)
+        return engine
+    if url.startswith("postgresql://"):
+        url = "postgresql+psycopg://" + url.removeprefix("postgresql://")
+    return create_engine(url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True)
+
+
+def _configure_sqlite(engine: Engine) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # Let SQLAlchemy's "begin" event emit BEGIN itself (pysqlite's own is deferred).
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Any) -> None:
+        mode = conn.get_execution_options().get("sqlite_begin", "IMMEDIATE")
+        conn.exec_driver_sql(f"BEGIN {mode}")
+
+
+class Database:
+    """Hands out short transactions. Never keep one open across a network call."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.is_sqlite = engine.dialect.name == "sqlite"
+        self._read_engine = (
+            engine.execution_options(sqlite_begin="DEFERRED") if self.is_sqlite else engine
+        )
+
+    @classmethod
+    def from_url(cls, url: str) -> Database:
+        return cls(make_engine(url))
+
+    @contextmanager
+    def write(self) -> Iterator[Session]:
+        """One write transaction: commits on success, rolls back on any exception."""
+        with Session(self.engine, expire_on_commit=False) as session, session.begin():
+            yield session
+
+    @contextmanager
+    def read(self) -> Iterator[Session]:
+        with Session(self._read_engine, expire_on_commit=False) as session, session.begin():
+            yield session
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+
+
+def lock_payment(session: Session, payment_id: str) -> Payment | None:
+    """Lock a payment's row for the rest of the transaction (SQLite: BEGIN IMMEDIATE did)."""
+    stmt = select(Payment).where(Payment.id == payment_id)  # type: ignore[arg-type]
+    if session.get_bind().dialect.name == "postgresql":
+        stmt = stmt.with_for_update()
+    return session.scalars(stmt).first()

@@ -1,0 +1,213 @@
+"""Durable work: one jobs table, claimed with leases, fenced by attempt numbers.
+
+A sweep claims due rows with one conditional UPDATE (plus `FOR UPDATE SKIP LOCKED` on
+PostgreSQL, so replicas never wait on each other), runs them, and records the outcome only if
+it still holds the lease for that attempt. A replica that dies simply lets its leases expire.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import and_, or_, select, update
+from sqlmodel import Session
+
+from refund_desk.storage.db import Database
+from refund_desk.storage.models import Job
+from refund_desk.storage.types import utcnow
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ClaimedJob:
+    id: int
+    kind: str
+    payload: dict[str, Any]
+    attempt: int
+    max_attempts: int
+
+
+class RetryLater(Exception):
+    """Raised by a handler: nothing is wrong, run me again after `delay` seconds."""
+
+    def __init__(self, delay: float, reason: str = "") -> None:
+        super().__init__(reason)
+        self.delay = delay
+        self.reason = reason
+
+
+Handler = Callable[[ClaimedJob], None]
+
+
+def enqueue(
+    session: Session,
+    *,
+    kind: str,
+    payload: dict[str, Any],
+    due_at: datetime | None = None,
+    dedupe_key: str | None = None,
+    max_attempts: int = 20,
+) -> Job:
+    """Add a job inside the caller's transaction, so it exists exactly when the change does."""
+    job = Job(
+        kind=kind,
+        payload=payload,
+        due_at=due_at or utcnow(),
+        dedupe_key=dedupe_key,
+        max_attempts=max_attempts,
+    )
+    session.add(job)
+    session.flush()
+    return job
+
+
+def backoff(attempt: int, *, base: float = 2.0, cap: float = 300.0) -> float:
+    """Exponential backoff with full jitter's gentler cousin: half fixed, half random."""
+    delay = min(cap, base * (2 ** max(0, attempt - 1)))
+    return delay / 2 + random.uniform(0, delay / 2)
+
+
+class JobQueue:
+    def __init__(self, db: Database, *, owner: str, lease_seconds: float) -> None:
+        self.db = db
+        self.owner = owner
+        self.lease = timedelta(seconds=lease_seconds)
+        self.handlers: dict[str, Handler] = {}
+
+    def register(self, kind: str, handler: Handler) -> None:
+        self.handlers[kind] = handler
+
+    # ------------------------------------------------------------ claiming
+
+    def _claimable(self, now: datetime) -> Any:
+        return and_(
+            Job.status == "pending",  # type: ignore[arg-type]
+            Job.due_at <= now,  # type: ignore[arg-type]
+            or_(Job.lease_expires_at.is_(None), Job.lease_expires_at < now),  # type: ignore[union-attr,operator]
+        )
+
+    def claim(self, *, now: datetime | None = None, limit: int = 20) -> list[ClaimedJob]:
+        now = now or utcnow()
+        with self.db.write() as session:
+            ids = select(Job.id).where(self._claimable(now)).order_by(Job.due_at).limit(limit)  # type: ignore[arg-type]
+            if not self.db.is_sqlite:
+                ids = ids.with_for_update(skip_locked=True)
+            return self._lease(session, Job.id.in_(ids.scalar_subquery()), now)  # type: ignore[union-attr]
+
+    def claim_one(self, job_id: int, *, now: datetime | None = None) -> ClaimedJob | None:
+        """Claim a specific job now (the request that created it runs it inline)."""
+        now = now or utcnow()
+        with self.db.write() as session:
+            claimed = self._lease(session, and_(Job.id == job_id, self._claimable(now)), now)  # type: ignore[arg-type]
+        return claimed[0] if claimed else None
+
+    def _lease(self, session: Session, where: Any, now: datetime) -> list[ClaimedJob]:
+        rows = session.execute(
+            update(Job)
+            .where(where)
+            .values(
+                lease_owner=self.owner,
+                lease_expires_at=now + self.lease,
+                attempt=Job.attempt + 1,  # type: ignore[operator]
+            )
+            .returning(Job.id, Job.kind, Job.payload, Job.attempt, Job.max_attempts)  # type: ignore[arg-type]
+        ).all()
+        return [ClaimedJob(r[0], r[1], r[2], r[3], r[4]) for r in sorted(rows, key=lambda r: r[0])]
+
+    # ------------------------------------------------------------ outcomes
+
+    def _fenced(self, job: ClaimedJob) -> Any:
+        return and_(
+            Job.id == job.id,  # type: ignore[arg-type]
+            Job.attempt == job.attempt,  # type: ignore[arg-type]
+            Job.lease_owner == self.owner,  # type: ignore[arg-type]
+            Job.status == "pending",  # type: ignore[arg-type]
+        )
+
+    def complete(self, job: ClaimedJob) -> bool:
+        with self.db.write() as session:
+            done = session.execute(
+                update(Job)
+                .where(self._fenced(job))
+                .values(status="done", finished_at=utcnow(), lease_expires_at=None)
+            )
+        if done.rowcount == 0:  # type: ignore[attr-defined]
+            log.warning("job %s attempt %s finished after its lease was lost", job.id, job.attempt)
+        return bool(done.rowcount)  # type: ignore[attr-defined]
+
+    def retry(self, job: ClaimedJob, *, delay: float, error: str) -> bool:
+        now = utcnow()
+        dead = job.attempt >= job.max_attempts
+        with self.db.write() as session:
+            result = session.execute(
+                update(Job)
+                .where(self._fenced(job))
+                .values(
+                    status="dead" if dead else "pending",
+                    due_at=now + timedelta(seconds=delay),
+                    lease_owner=None,
+                    lease_expires_at=None,
+                    last_error=error[:2000],
+                    finished_at=now if dead else None,
+                )
+            )
+        if dead:
+            log.error(
+                "job %s (%s) gave up after %s attempts: %s", job.id, job.kind, job.attempt, error
+            )
+        return bool(result.rowcount)  # type: ignore[attr-defined]
+
+    # ------------------------------------------------------------ running
+
+    def run(self, job: ClaimedJob) -> None:
+        handler = self.handlers.get(job.kind)
+        if handler is None:
+            self.retry(job, delay=3600, error=f"no handler for job kind {job.kind!r}")
+            return
+        try:
+            handler(job)
+        except RetryLater as later:
+            self.retry(job, delay=later.delay, error=later.reason or "retry requested")
+        except Exception as exc:
+            log.exception("job %s (%s) attempt %s failed", job.id, job.kind, job.attempt)
+            self.retry(job, delay=backoff(job.attempt), error=f"{type(exc).__name__}: {exc}")
+        else:
+            self.complete(job)
+
+    def run_now(self, job_id: int) -> bool:
+        """Claim and run one job at once; False if someone else holds or finished it."""
+        job = self.claim_one(job_id)
+        if job is None:
+            return False
+        self.run(job)
+        return True
+
+    def next_due(self) -> datetime | None:
+        """When the earliest pending job becomes claimable (due, and any lease expired)."""
+        with self.db.read() as session:
+            rows = session.execute(
+                select(Job.due_at, Job.lease_expires_at)  # type: ignore[call-overload]
+                .where(Job.status == "pending")  # type: ignore[arg-type]
+                .order_by(Job.due_at)
+                .limit(200)
+            ).all()
+        times = [max(due, lease) if lease else due for due, lease in rows]
+        return min(times) if times else None
+
+    def sweep(self, *, now: datetime | None = None, limit: int = 20, max_batches: int = 50) -> int:
+        """Run due jobs until none are left (or a bound is hit); returns how many ran."""
+        ran = 0
+        for _ in range(max_batches):
+            jobs = self.claim(now=now, limit=limit)
+            if not jobs:
+                break
+            for job in jobs:
+                self.run(job)
+                ran += 1
+        return ran

@@ -1,0 +1,260 @@
+"""The tables. Money is integer minor units with its currency beside it; times are UTC.
+
+Personal data (the customer's email, name and words) is stored encrypted, with a keyed hash
+of the email for matching; audit payloads never carry it.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import JSON, BigInteger, Column, Index, Text, UniqueConstraint
+from sqlmodel import Field, SQLModel
+
+from refund_desk.storage.types import UTCDateTime, utcnow
+
+
+def _optional_ts() -> Any:
+    return Field(default=None, sa_column=Column(UTCDateTime(), nullable=True))
+
+
+def _json(nullable: bool = True) -> Any:
+    return Field(default=None, sa_column=Column(JSON, nullable=nullable))
+
+
+class ApiKey(SQLModel, table=True):
+    __tablename__ = "api_keys"
+    id: int | None = Field(default=None, primary_key=True)
+    name: str = Field(max_length=100)
+    prefix: str = Field(max_length=16)
+    key_hash: str = Field(max_length=64, unique=True)
+    created_at: datetime = Field(
+        default_factory=utcnow, sa_column=Column(UTCDateTime(), nullable=False)
+    )
+    revoked_at: datetime | None = _optional_ts()
+
+
+class PolicyVersion(SQLModel, table=True):
+    """A published policy: immutable once written; `version` numbers only go up."""
+
+    __tablename__ = "policy_versions"
+    version: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
+    policy_name: str = Field(max_length=100)
+    content_hash: str = Field(max_length=64)
+    source: str = Field(sa_column=Column(Text, nullable=False))
+    published_by: str = Field(max_length=100)
+    published_at: datetime = Field(
+        default_factory=utcnow, sa_column=Column(UTCDateTime(), nullable=False)
+    )
+    note: str | None = None
+
+
+class Control(SQLModel, table=True):
+    """The one row of switches: the active policy version, the autonomy mode, the kill switch."""
+
+    __tablename__ = "control"
+    id: int = Field(default=1, primary_key=True)
+    active_version: int | None = None
+    mode: str = Field(default="supervised", max_length=20)  # shadow|approve-all|supervised
+    paused: bool = False
+    updated_at: datetime = Field(
+        default_factory=utcnow, sa_column=Column(UTCDateTime(), nullable=False)
+    )
+
+
+class Payment(SQLModel, table=True):
+    """A processor payment as we last saw it; its row is the lock for refunds against it."""
+
+    __tablename__ = "payments"
+    id: str = Field(primary_key=True, max_length=100)
+    processor: str = Field(max_length=20)
+    currency: str = Field(max_length=3)
+    amount: int = Field(sa_column=Column(BigInteger, nullable=False))
+    refunded: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))
+    email_hash: str | None = Field(default=None, max_length=64, index=True)
+    created_at: datetime = Field(sa_column=Column(UTCDateTime(), nullable=False))
+    seen_at: datetime = Field(
+        default_factory=utcnow, sa_column=Column(UTCDateTime(), nullable=False)
+    )
+
+
+class Case(SQLModel, table=True):
+    __tablename__ = "cases"
+    __table_args__ = (
+        Index("ix_cases_payment_status", "payment_id", "status"),
+        Index("ix_cases_email_created", "email_hash", "created_at"),
+    )
+    id: str = Field(primary_key=True, max_length=40)
+    revision: int = 0
+    status: str = Field(max_length=20, index=True)
+    source: str = Field(max_length=20)
+    external_id: str | None = Field(default=None, max_length=200)
+    correlation_id: str = Field(max_length=40)
+    payment_id: str = Field(foreign_key="payments.id", max_length=100)
+    currency: str = Field(max_length=3)
+    requested_amount: int | None = Field(default=None, sa_column=Column(BigInteger))
+    amount: int = Field(sa_column=Column(BigInteger, nullable=False))
+    amount_source: str = Field(max_length=30)
+    reason: str | None = Field(default=None, max_length=30)
+    reason_source: str | None = Field(default=None, max_length=30)
+    email_enc: str = Field(sa_column=Column(Text, nullable=False))
+    email_hash: str = Field(max_length=64)
+    name_enc: str | None = Field(default=None, sa_column=Column(Text))
+    message_enc: str | None = Field(default=None, sa_column=Column(Text))
+    customer_verified: bool = False
+    possible_duplicate: bool = False
+    duplicate_of: str | None = Field(default=None, max_length=40)
+    policy_version: int | None = None
+    facts: dict[str, Any] | None = _json()  # the frozen policy context the case was decided on
+    advice: dict[str, Any] | None = _json()
+    decision: dict[str, Any] | None = _json()  # outcome, rule, tier, approvers, reason, trace
+    callback_url: str | None = Field(default=None, sa_column=Column(Text))
+    customer_message: str | None = Field(default=None, sa_column=Column(Text))
+    park_reason: str | None = Field(default=None, sa_column=Column(Text))
+    escalation_level: int = 0
+    sla_due_at: datetime | None = _optional_ts()
+    created_at: datetime = Field(
+        default_factory=utcnow, sa_column=Column(UTCDateTime(), nullable=False)
+    )
+    updated_at: datetime = Field(
+        default_factory=utcnow, sa_column=Column(UTCDateTime(), nullable=False)
+    )
+
+
+class IntakeKey(SQLModel, table=True):
+    """An integrator's Idempotency-Key: the same key and body always answer with the same case."""
+
+    __tablename__ = "intake_keys"
+    api_key_id: int = Field(primary_key=True, foreign_key="api_keys.id")
+    key: str = Field(primary_key=True, max_length=200)
+    body_hash: str = Field(max_length=64)
+    case_id: str = Field(foreign_key="cases.id", max_length=40)
+    created_at: datetime = Field(
+        default_factory=utcnow, sa_column=Column(UTCDateTime(), nullable=False)
+    )
+
+
+class Execution(SQLModel, table=True):
+    """Our durable record of one refund attempt; written before the processor hears of it."""
+
+    __tablename__ = "executions"
+    id: str = Field(primary_key=True, max_length=40)
+    case_id: str = Field(foreign_key="cases.id", max_length=40, index=True)
+    payment_id: str = Field(foreign_key="payments.id", max_length=100, index=True)
+    amount: int = Field(sa_column=Column(BigInteger, nullable=False))
+    currency: str = Field(max_length=3)
+    idempotency_key: str = Field(max_length=80, unique=True)
+    status: str = Field(max_length=20)  # reserved | succeeded | failed
+    automatic: bool
+    basis: str = Field(max_length=200)  # the rule or the approvals that authorized it
+    processor_refund_id: str | None = Field(default=None, max_length=100)
+    processor_status: str | None = Field(default=None, max_length=30)
+    error_code: str | None = Field(default=None, max_length=60)
+    error_message: str | None = Field(default=None, sa_column=Column(Text))
+    created_at: datetime = Field(
+        default_factory=utcnow, sa_column=Column(UTCDateTime(), nullable=False)
+    )
+    finished_at: datetime | None = _optional_ts()
+
+
+class Approval(SQLModel, table=True):
+    __tablename__ = "approvals"
+    __table_args__ = (UniqueConstraint("case_id", "approver", "decision"),)
+    id: int | None = Field(default=None, primary_key=True)
+    case_id: str = Field(foreign_key="cases.id", max_length=40, index=True)
+    approver: str = Field(max_length=100)
+    decision: str = Field(max_length=20)  # approve | deny
+    amount: int | None = Field(default=None, sa_column=Column(BigInteger))
+    reason: str | None = Field(default=None, sa_column=Column(Text))
+    token_nonce: str | None = Field(default=None, max_length=64, unique=True)
+    created_at: datetime = Field(
+        default_factory=utcnow, sa_column=Column(UTCDateTime(), nullable=False)
+    )
+
+
+class Job(SQLModel, table=True):
+    """Pending work. Claimed with a lease; `attempt` fences a late writer whose lease expired."""
+
+    __tablename__ = "jobs"
+    __table_args__ = (Index("ix_jobs_due", "status", "due_at"),)
+    id: int | None = Field(default=None, primary_key=True)
+    kind: str = Field(max_length=40)
+    payload: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    dedupe_key: str | None = Field(default=None, max_length=200, unique=True)
+    status: str = Field(default="pending", max_length=10)  # pending | done | dead
+    due_at: datetime = Field(sa_column=Column(UTCDateTime(), nullable=False))
+    attempt: int = 0
+    max_attempts: int = 20
+    lease_owner: str | None = Field(default=None, max_length=80)
+    lease_expires_at: datetime | None = _optional_ts()
+    last_error: str | None = Field(default=None, sa_column=Column(Text))
+    created_at: datetime = Field(
+        default_factory=utcnow, sa_column=Column(UTCDateTime(), nullable=False)
+    )
+    finished_at: datetime | None = _optional_ts()
+
+
+class AuditRecord(SQLModel, table=True):
+    """Append-only; triggers refuse UPDATE, DELETE and TRUNCATE."""
+
+    __tablename__ = "audit_records"
+    seq: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
+    at: datetime = Field(sa_column=Column(UTCDateTime(), nullable=False))
+    case_id: str | None = Field(default=None, max_length=40, index=True)
+    correlation_id: str | None = Field(default=None, max_length=40)
+    actor_kind: str = Field(max_length=20)
+    actor_id: str | None = Field(default=None, max_length=100)
+    action: str = Field(max_length=60)
+    policy_version: int | None = None
+    payload: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    prev_hash: str = Field(max_length=64)
+    hash: str = Field(max_length=64)
+
+
+class AuditHead(SQLModel, table=True):
+    """The chain's tip; locking this row serializes appends so the chain never forks."""
+
+    __tablename__ = "audit_head"
+    id: int = Field(default=1, primary_key=True)
+    seq: int = 0
+    hash: str = Field(default="0" * 64, max_length=64)
+
+
+# ---------------------------------------------------------------- sandbox processor ledger
+
+
+class SandboxPayment(SQLModel, table=True):
+    __tablename__ = "sandbox_payments"
+    id: str = Field(primary_key=True, max_length=40)
+    amount: int = Field(sa_column=Column(BigInteger, nullable=False))
+    currency: str = Field(max_length=3)
+    email: str = Field(max_length=320)
+    name: str | None = Field(default=None, max_length=200)
+    chargebacks: int = 0
+    created_at: datetime = Field(
+        default_factory=utcnow, sa_column=Column(UTCDateTime(), nullable=False)
+    )
+
+
+class SandboxRefund(SQLModel, table=True):
+    __tablename__ = "sandbox_refunds"
+    id: str = Field(primary_key=True, max_length=40)
+    payment_id: str = Field(foreign_key="sandbox_payments.id", max_length=40, index=True)
+    amount: int = Field(sa_column=Column(BigInteger, nullable=False))
+    currency: str = Field(max_length=3)
+    status: str = Field(max_length=20)
+    idempotency_key: str | None = Field(default=None, max_length=200)
+    meta: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    created_at: datetime = Field(
+        default_factory=utcnow, sa_column=Column(UTCDateTime(), nullable=False)
+    )
+
+
+class SandboxFault(SQLModel, table=True):
+    """The fault the sandbox plays next; in the database so the CLI reaches a running server."""
+
+    __tablename__ = "sandbox_faults"
+    id: int = Field(default=1, primary_key=True)
+    mode: str = Field(default="none", max_length=30)
+    remaining: int | None = None  # None: until changed

@@ -1,0 +1,91 @@
+"""A small harness over a runtime: publish a policy, make payments, call the HTTP API."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from fastapi.testclient import TestClient
+from sqlalchemy import func, select
+
+from refund_desk import money
+from refund_desk.bot.api import create_api_key
+from refund_desk.bot.app import create_app
+from refund_desk.bot.runtime import Runtime
+from refund_desk.cases.policies import publish
+from refund_desk.payments.sandbox import SandboxProcessor
+from refund_desk.storage.audit import Actor
+from refund_desk.storage.models import AuditRecord, Case
+from refund_desk.storage.types import utcnow
+
+ACME = Path(__file__).parent / "fixtures" / "acme.yaml"
+CUSTOMER = "ada@example.com"
+
+
+class Harness:
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+        self.client = TestClient(create_app(runtime, scheduler=False))
+        self.key = create_api_key(runtime.db, "tests")
+
+    @property
+    def sandbox(self) -> SandboxProcessor:
+        processor = self.runtime.desk.processor
+        assert isinstance(processor, SandboxProcessor)
+        return processor
+
+    def publish(self, source: str | None = None) -> int:
+        with self.runtime.db.write() as session:
+            row = publish(
+                session,
+                self.runtime.desk.audit,
+                source=source or ACME.read_text(),
+                actor=Actor("cli", "tests"),
+            )
+        return row.version
+
+    def payment(
+        self, amount: str = "30.00", currency: str = "USD", *, email: str = CUSTOMER,
+        age_days: int = 3, chargebacks: int = 0,
+    ) -> str:
+        return self.sandbox.create_payment(
+            amount=money.to_minor(amount, currency), currency=currency, email=email,
+            name="Ada Lovelace", chargebacks=chargebacks,
+            created_at=utcnow() - timedelta(days=age_days),
+        )
+
+    def post(self, body: Any, *, key: str | None = None, idempotency_key: str | None = None,
+             raw: bytes | None = None) -> Any:
+        headers = {"Authorization": f"Bearer {key or self.key}"}
+        if idempotency_key:
+            headers["Idempotency-Key"] = idempotency_key
+        if raw is not None:
+            return self.client.post("/api/v1/refund-requests", content=raw, headers=headers)
+        return self.client.post("/api/v1/refund-requests", json=body, headers=headers)
+
+    def get(self, case_id: str) -> dict[str, Any]:
+        response = self.client.get(
+            f"/api/v1/cases/{case_id}", headers={"Authorization": f"Bearer {self.key}"}
+        )
+        assert response.status_code == 200, response.text
+        return dict(response.json())
+
+    def request(self, payment: str, amount: str | None = "20.00", **extra: Any) -> dict[str, Any]:
+        body = {"payment": payment, "email": CUSTOMER, "currency": "USD",
+                "message": "The vase arrived broken, shattered in the box.", **extra}
+        if amount is not None:
+            body["amount"] = amount
+        return body
+
+    def refunds_at_processor(self, payment: str) -> list[dict[str, Any]]:
+        return list(self.sandbox.show_payment(payment)["refunds"])
+
+    def counts(self) -> tuple[int, int]:
+        with self.runtime.db.read() as session:
+            cases = session.scalar(select(func.count()).select_from(Case)) or 0
+            audit = session.scalar(select(func.count()).select_from(AuditRecord)) or 0
+        return cases, audit
+
+    def sweep(self, seconds_ahead: float = 3600) -> int:
+        return self.runtime.desk.jobs.sweep(now=utcnow() + timedelta(seconds=seconds_ahead))
