@@ -46,17 +46,31 @@ class Harness:
         return row.version
 
     def payment(
-        self, amount: str = "30.00", currency: str = "USD", *, email: str = CUSTOMER,
-        age_days: int = 3, chargebacks: int = 0,
+        self,
+        amount: str = "30.00",
+        currency: str = "USD",
+        *,
+        email: str = CUSTOMER,
+        age_days: int = 3,
+        chargebacks: int = 0,
     ) -> str:
         return self.sandbox.create_payment(
-            amount=money.to_minor(amount, currency), currency=currency, email=email,
-            name="Ada Lovelace", chargebacks=chargebacks,
+            amount=money.to_minor(amount, currency),
+            currency=currency,
+            email=email,
+            name="Ada Lovelace",
+            chargebacks=chargebacks,
             created_at=utcnow() - timedelta(days=age_days),
         )
 
-    def post(self, body: Any, *, key: str | None = None, idempotency_key: str | None = None,
-             raw: bytes | None = None) -> Any:
+    def post(
+        self,
+        body: Any,
+        *,
+        key: str | None = None,
+        idempotency_key: str | None = None,
+        raw: bytes | None = None,
+    ) -> Any:
         headers = {"Authorization": f"Bearer {key or self.key}"}
         if idempotency_key:
             headers["Idempotency-Key"] = idempotency_key
@@ -72,8 +86,13 @@ class Harness:
         return dict(response.json())
 
     def request(self, payment: str, amount: str | None = "20.00", **extra: Any) -> dict[str, Any]:
-        body = {"payment": payment, "email": CUSTOMER, "currency": "USD",
-                "message": "The vase arrived broken, shattered in the box.", **extra}
+        body = {
+            "payment": payment,
+            "email": CUSTOMER,
+            "currency": "USD",
+            "message": "The vase arrived broken, shattered in the box.",
+            **extra,
+        }
         if amount is not None:
             body["amount"] = amount
         return body
@@ -87,5 +106,44 @@ class Harness:
             audit = session.scalar(select(func.count()).select_from(AuditRecord)) or 0
         return cases, audit
 
-    def sweep(self, seconds_ahead: float = 3600) -> int:
-        return self.runtime.desk.jobs.sweep(now=utcnow() + timedelta(seconds=seconds_ahead))
+    def sweep(self, seconds_ahead: float = 3600, *, batches: int = 50) -> int:
+        """Run what is due `seconds_ahead` from now (each job at most once per batch)."""
+        return self.runtime.desk.jobs.sweep(
+            now=utcnow() + timedelta(seconds=seconds_ahead), max_batches=batches
+        )
+
+
+class LiveServer:
+    """The real app under uvicorn on a loopback port, in a background thread."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        import socket
+        import threading
+
+        import uvicorn
+
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            self.port = sock.getsockname()[1]
+        config = uvicorn.Config(
+            create_app(runtime, scheduler=False),
+            host="127.0.0.1",
+            port=self.port,
+            log_level="warning",
+            limit_concurrency=1000,
+        )
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        import time
+
+        deadline = time.monotonic() + 10
+        while not self.server.started:
+            if time.monotonic() > deadline:
+                raise RuntimeError("server did not start")
+            time.sleep(0.02)
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)

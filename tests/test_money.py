@@ -17,8 +17,21 @@ from refund_desk.money import (
 
 @pytest.mark.parametrize(
     ("code", "exp"),
-    [("USD", 2), ("usd", 2), ("EUR", 2), ("JPY", 0), ("KRW", 0), ("XOF", 0), ("KWD", 3),
-     ("BHD", 3), ("TND", 3), ("CLF", 4), ("UYW", 4), ("GBP", 2), ("CHF", 2)],
+    [
+        ("USD", 2),
+        ("usd", 2),
+        ("EUR", 2),
+        ("JPY", 0),
+        ("KRW", 0),
+        ("XOF", 0),
+        ("KWD", 3),
+        ("BHD", 3),
+        ("TND", 3),
+        ("CLF", 4),
+        ("UYW", 4),
+        ("GBP", 2),
+        ("CHF", 2),
+    ],
 )
 def test_exponent(code: str, exp: int) -> None:
     assert exponent(code) == exp

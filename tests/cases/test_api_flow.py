@@ -25,7 +25,10 @@ def test_small_damaged_request_is_refunded_automatically_once(desk: Harness) -> 
     assert body["status"] == "refunded"
     assert body["amount"] == "20.00" and body["currency"] == "USD"
     assert body["decision"] == {
-        "outcome": "approve", "rule": "damaged-small", "tier": 2, "policy_version": 1,
+        "outcome": "approve",
+        "rule": "damaged-small",
+        "tier": 2,
+        "policy_version": 1,
         "reason": None,
     }
     assert [r["amount"] for r in body["refunds"]] == ["20.00"]
@@ -38,8 +41,12 @@ def test_small_damaged_request_is_refunded_automatically_once(desk: Harness) -> 
     case = desk.get(body["id"])
     actions = [r["action"] for r in case["audit"]]
     assert actions == [
-        "request.received", "advisor.advised", "policy.decided", "case.approved",
-        "execution.reserved", "execution.succeeded",
+        "request.received",
+        "advisor.advised",
+        "policy.decided",
+        "case.approved",
+        "execution.reserved",
+        "execution.succeeded",
     ]
     assert all(r["policy_version"] == 1 for r in case["audit"])
     assert case["decision"]["trace"], "the decision trace is shown"
@@ -121,18 +128,30 @@ def test_unknown_fact_routes_to_a_person_with_the_error(desk: Harness) -> None:
         ({"payment": "py_1", "currency": "USD"}, "email"),
         ({"payment": "py_1", "email": "not-an-email", "currency": "USD"}, "email"),
         ({"payment": "py_1", "email": "ada@example.com", "currency": "XXQ"}, "currency"),
-        ({"payment": "py_1", "email": "ada@example.com", "currency": "USD", "amount": "12.345"},
-         "amount"),
-        ({"payment": "py_1", "email": "ada@example.com", "currency": "USD", "amount": "-5"},
-         "amount"),
-        ({"payment": "py_1", "email": "ada@example.com", "currency": "USD", "amount": "abc"},
-         "amount"),
-        ({"payment": "py_1", "email": "ada@example.com", "currency": "JPY", "amount": "10.5"},
-         "amount"),
-        ({"payment": "py_1", "email": "ada@example.com", "currency": "USD", "colour": "red"},
-         "colour"),
-        ({"payment": "py_1", "email": "ada@example.com", "currency": "USD", "source": "fax"},
-         "source"),
+        (
+            {"payment": "py_1", "email": "ada@example.com", "currency": "USD", "amount": "12.345"},
+            "amount",
+        ),
+        (
+            {"payment": "py_1", "email": "ada@example.com", "currency": "USD", "amount": "-5"},
+            "amount",
+        ),
+        (
+            {"payment": "py_1", "email": "ada@example.com", "currency": "USD", "amount": "abc"},
+            "amount",
+        ),
+        (
+            {"payment": "py_1", "email": "ada@example.com", "currency": "JPY", "amount": "10.5"},
+            "amount",
+        ),
+        (
+            {"payment": "py_1", "email": "ada@example.com", "currency": "USD", "colour": "red"},
+            "colour",
+        ),
+        (
+            {"payment": "py_1", "email": "ada@example.com", "currency": "USD", "source": "fax"},
+            "source",
+        ),
     ],
 )
 def test_malformed_requests_get_422_per_field_and_leave_no_trace(

@@ -20,16 +20,30 @@ from refund_desk.policy.context import (
 )
 
 REQUIRED = {
-    "request.amount", "request.currency", "request.reason", "request.source",
-    "request.possible_duplicate", "request.amount_source", "order.amount", "order.refunded",
-    "order.refundable", "order.currency", "order.age_days", "customer.verified",
-    "customer.chargebacks_365d", "customer.refunds_90d", "customer.open_cases",
-    "advisor.confidence", "advisor.injection_suspected", "evidence.count", "evidence.checked",
+    "request.amount",
+    "request.currency",
+    "request.reason",
+    "request.source",
+    "request.possible_duplicate",
+    "request.amount_source",
+    "order.amount",
+    "order.refunded",
+    "order.refundable",
+    "order.currency",
+    "order.age_days",
+    "customer.verified",
+    "customer.chargebacks_365d",
+    "customer.refunds_90d",
+    "customer.open_cases",
+    "advisor.confidence",
+    "advisor.injection_suspected",
+    "evidence.count",
+    "evidence.checked",
 }
 
 
 def test_every_documented_fact_is_there_with_a_meaning() -> None:
-    assert REQUIRED <= set(FACTS)
+    assert set(FACTS) >= REQUIRED
     assert all(kind and meaning for kind, meaning in FACTS.values())
     assert set(flatten(null_context())) == set(FACTS)
     assert all(v is None for v in flatten(null_context()).values())
@@ -102,10 +116,14 @@ def test_to_zen_converts_money_only() -> None:
     ("expression", "names"),
     [
         ("request.amount <= 50", ["request.amount"]),
-        ("customer.chargebacks_365d > 0 or customer.refunds_90d >= 5",
-         ["customer.chargebacks_365d", "customer.refunds_90d"]),
-        ("request.reason == \"damaged.goods\" and not customer.verified",
-         ["request.reason", "customer.verified"]),
+        (
+            "customer.chargebacks_365d > 0 or customer.refunds_90d >= 5",
+            ["customer.chargebacks_365d", "customer.refunds_90d"],
+        ),
+        (
+            'request.reason == "damaged.goods" and not customer.verified',
+            ["request.reason", "customer.verified"],
+        ),
         ("len(request.source) > 3 and request.amount > 1e3", ["request.source", "request.amount"]),
         ("request.reason in ['late', 'other'] and true", ["request.reason"]),
         ("some(['a'], # == request.source)", ["request.source"]),

@@ -92,8 +92,10 @@ def test_fact_to_fact_comparisons_are_exact(currency: str, minor: int, delta: in
     minor = min(minor, MAX_MAJOR * 10**exp)
     other = max(0, minor + delta)
     ctx = to_zen(
-        {"request": {"amount": minor, "currency": currency},
-         "order": {"refundable": other, "currency": currency}},
+        {
+            "request": {"amount": minor, "currency": currency},
+            "order": {"refundable": other, "currency": currency},
+        },
         currency,
     )
     got = zen.compile_expression("request.amount > order.refundable").evaluate(ctx)

@@ -32,7 +32,12 @@ def messages(raw: dict[str, Any] | str) -> list[str]:
 def test_acme_parses_and_its_tests_pass(acme: PolicyDocument) -> None:
     assert acme.policy == "acme-refunds"
     assert acme.currency == "USD"
-    assert [r.id for r in acme.rules] == ["exceeds-refundable", "risk-signal", "damaged-small", "large"]
+    assert [r.id for r in acme.rules] == [
+        "exceeds-refundable",
+        "risk-signal",
+        "damaged-small",
+        "large",
+    ]
     assert acme.rule("damaged-small").tier == 2
     assert acme.rule("exceeds-refundable").tier == 1  # deny defaults to informational
     assert acme.default.approvers == "support-leads"
@@ -156,8 +161,13 @@ def test_unknown_approver_group() -> None:
     raw["rules"][3]["approvers"] = "finanse"
     raw["default"]["approvers"] = "leads"
     msgs = messages(raw)
-    assert "rule large: approvers: unknown approver group 'finanse' (groups: finance, support-leads)" in msgs
-    assert any(m.startswith("rule default: approvers: unknown approver group 'leads'") for m in msgs)
+    assert (
+        "rule large: approvers: unknown approver group 'finanse' (groups: finance, support-leads)"
+        in msgs
+    )
+    assert any(
+        m.startswith("rule default: approvers: unknown approver group 'leads'") for m in msgs
+    )
 
 
 def test_review_without_approvers_needs_default_group() -> None:
@@ -185,8 +195,12 @@ def test_bad_values() -> None:
     raw["rules"][2]["outcome"] = "maybe"
     raw["sla"] = {3: "4 hours", 5: "1h"}
     raw["reminder_at"] = 1.5
-    raw["business_hours"] = {"tz": "Mars/Olympus", "days": ["mon", "fri", "funday"],
-                             "start": "09:00", "end": 1020}
+    raw["business_hours"] = {
+        "tz": "Mars/Olympus",
+        "days": ["mon", "fri", "funday"],
+        "start": "09:00",
+        "end": 1020,
+    }
     raw["advisor"] = {"min_confidence": 2}
     raw["review_sample_rate"] = -0.1
     raw["approvers"]["finance"]["members"] = ["bob@example.com"]
@@ -230,8 +244,11 @@ def test_amounts_must_fit_the_currency() -> None:
 def test_tests_section_is_checked() -> None:
     raw = acme_raw()
     raw["tests"].append(
-        {"name": raw["tests"][0]["name"], "given": {"request": {"amout": 5}, "shop": {}},
-         "expect": {"outcome": "approve", "rule": "nope"}}
+        {
+            "name": raw["tests"][0]["name"],
+            "given": {"request": {"amout": 5}, "shop": {}},
+            "expect": {"outcome": "approve", "rule": "nope"},
+        }
     )
     msgs = messages(raw)
     assert any(m.startswith("tests[1].name: duplicate test") for m in msgs)

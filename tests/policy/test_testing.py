@@ -21,11 +21,16 @@ def test_acme_tests_pass(acme: PolicyDocument) -> None:
 
 def test_failures_say_what_happened() -> None:
     doc = with_tests(
-        {"name": "too big", "given": {"request": {"amount": 60, "reason": "damaged"},
-                                      "order": {"refundable": 100}},
-         "expect": {"outcome": "approve"}},
-        {"name": "wrong tier", "given": {"request": {"amount": 600}, "order": {"refundable": 600}},
-         "expect": {"outcome": "review", "rule": "large", "tier": 4}},
+        {
+            "name": "too big",
+            "given": {"request": {"amount": 60, "reason": "damaged"}, "order": {"refundable": 100}},
+            "expect": {"outcome": "approve"},
+        },
+        {
+            "name": "wrong tier",
+            "given": {"request": {"amount": 600}, "order": {"refundable": 600}},
+            "expect": {"outcome": "review", "rule": "large", "tier": 4},
+        },
     )
     first, second = run_policy_tests(doc)
     assert not first.passed
@@ -36,19 +41,29 @@ def test_failures_say_what_happened() -> None:
 
 def test_guardrails_apply_in_tests() -> None:
     doc = with_tests(
-        {"name": "neutral money is 0: over refundable",
-         "given": {"request": {"amount": 20, "reason": "damaged"}},
-         "expect": {"outcome": "deny", "rule": "exceeds-refundable"}},
-        {"name": "duplicates wait for a person",
-         "given": {"request": {"amount": 20, "reason": "damaged", "possible_duplicate": True},
-                   "order": {"refundable": 20}},
-         "expect": {"outcome": "review", "rule": "guardrail:possible-duplicate", "tier": 3}},
-        {"name": "unknown facts are reviews",
-         "given": {"customer": {"chargebacks_365d": None}},
-         "expect": {"outcome": "review", "rule": "risk-signal"}},
-        {"name": "yen-free policy: default",
-         "given": {"request": {"amount": 10.5}, "order": {"refundable": 10.5}},
-         "expect": {"outcome": "review", "rule": "default", "tier": 3}},
+        {
+            "name": "neutral money is 0: over refundable",
+            "given": {"request": {"amount": 20, "reason": "damaged"}},
+            "expect": {"outcome": "deny", "rule": "exceeds-refundable"},
+        },
+        {
+            "name": "duplicates wait for a person",
+            "given": {
+                "request": {"amount": 20, "reason": "damaged", "possible_duplicate": True},
+                "order": {"refundable": 20},
+            },
+            "expect": {"outcome": "review", "rule": "guardrail:possible-duplicate", "tier": 3},
+        },
+        {
+            "name": "unknown facts are reviews",
+            "given": {"customer": {"chargebacks_365d": None}},
+            "expect": {"outcome": "review", "rule": "risk-signal"},
+        },
+        {
+            "name": "yen-free policy: default",
+            "given": {"request": {"amount": 10.5}, "order": {"refundable": 10.5}},
+            "expect": {"outcome": "review", "rule": "default", "tier": 3},
+        },
     )
     results = run_policy_tests(doc)
     assert all(r.passed for r in results), [r.message for r in results]

@@ -91,8 +91,8 @@ def _decide(desk: Desk, case: Case, job: ClaimedJob) -> int | None:
     try:
         payment = desk.processor.payment(case.payment_id)
     except ProcessorError as exc:
-        if exc.transient and job.attempt < PROCESSOR_PATIENCE:
-            raise RetryLater(backoff(job.attempt), f"{exc.code}: {exc.message}") from None
+        if exc.transient and job.failures + 1 < PROCESSOR_PATIENCE:
+            raise RetryLater(backoff(job.failures + 1), f"{exc.code}: {exc.message}") from None
         _park(desk, case.id, f"The processor could not be asked about the payment ({exc.code}).")
         return None
     now = desk.now()

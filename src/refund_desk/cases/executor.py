@@ -64,7 +64,7 @@ def execute(desk: Desk, job: ClaimedJob) -> None:
     if case is None or case.status not in (Status.approved, Status.executing):
         return
     if paused:  # the kill switch: nothing executes, not even a reserved refund; work waits
-        raise RetryLater(PAUSED_RECHECK_SECONDS, "paused: the kill switch is on")
+        raise RetryLater(PAUSED_RECHECK_SECONDS, "paused: the kill switch is on", failed=False)
     try:
         if execution is None:
             payment = desk.processor.payment(case.payment_id)
@@ -76,7 +76,7 @@ def execute(desk: Desk, job: ClaimedJob) -> None:
         if not exc.transient:
             _fail(desk, case_id, execution, exc.code, exc.message)
             return
-        if job.attempt >= PROCESSOR_PATIENCE:
+        if job.failures + 1 >= PROCESSOR_PATIENCE:
             _park_waiting(
                 desk,
                 case_id,
@@ -84,10 +84,12 @@ def execute(desk: Desk, job: ClaimedJob) -> None:
                 "the refund was not confirmed. A person must retry or resolve it.",
             )
             return
-        raise RetryLater(backoff(job.attempt), f"{exc.code}: {exc.message}") from None
+        raise RetryLater(backoff(job.failures + 1), f"{exc.code}: {exc.message}") from None
     _record(desk, execution, refund)
     if refund.status not in FINAL_REFUND_STATES:
-        raise RetryLater(PENDING_RECHECK_SECONDS, f"refund {refund.id} is {refund.status}")
+        raise RetryLater(
+            PENDING_RECHECK_SECONDS, f"refund {refund.id} is {refund.status}", failed=False
+        )
 
 
 def _open_execution(session: Session, case_id: str) -> Execution | None:
@@ -119,7 +121,9 @@ def _reserve(
                     f"now {case.revision})."
                 )
             if control(session).paused:
-                raise RetryLater(PAUSED_RECHECK_SECONDS, "paused: the kill switch is on")
+                raise RetryLater(
+                    PAUSED_RECHECK_SECONDS, "paused: the kill switch is on", failed=False
+                )
             automatic = (case.decision or {}).get("automatic", False) and not _human_basis(case)
             _recheck(desk, session, case, payment, automatic=automatic)
             execution = Execution(

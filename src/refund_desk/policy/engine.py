@@ -202,20 +202,24 @@ def _decides_of(doc: PolicyDocument, rule_id: str) -> Decides:
 def apply_guardrails(decision: Decision, ctx: Mapping[str, Any], doc: PolicyDocument) -> Decision:
     """Hard limits after the policy. They only ever make a decision stricter.
 
-    A policy deny stays deny. Otherwise, in order: more than refundable -> deny; currency
+    A possible duplicate always waits for a person. A policy deny stays deny. Otherwise: more than refundable -> deny; currency
     not the payment's (or not the policy's) -> review; and an approve becomes a review when
     its tier needs a person, the request may be a duplicate, the customer is not verified,
     only the model produced the amount, an injection is suspected, the advisor is not
     confident enough, or the amount is unknown. Unknown (null) signals count as risky.
     """
-    if decision.outcome == "deny":
+    # A possible duplicate is never decided automatically, a denial included: the customer
+    # must not hear "more than is left" because their own first request was just paid.
+    duplicate = ctx["request"]["possible_duplicate"] is True and decision.error is None
+    if decision.outcome == "deny" and not duplicate:
         return decision
     req, order = ctx["request"], ctx["order"]
     amount, refundable = req["amount"], order["refundable"]
     req_cur = req["currency"].upper() if req["currency"] else None
     ord_cur = order["currency"].upper() if order["currency"] else None
     same_currency = req_cur is not None and req_cur == ord_cur == doc.currency
-    if same_currency and amount is not None and refundable is not None and amount > refundable:
+    over = amount is not None and refundable is not None and amount > refundable
+    if same_currency and over and not duplicate:
         return replace(
             decision,
             outcome="deny",
@@ -226,6 +230,8 @@ def apply_guardrails(decision: Decision, ctx: Mapping[str, Any], doc: PolicyDocu
             guardrails=("guardrail:exceeds-refundable",),
         )
     fired: list[str] = []
+    if duplicate and decision.outcome == "deny":
+        fired.append("guardrail:possible-duplicate")
     if not same_currency:
         fired.append("guardrail:currency-mismatch")
     if decision.outcome == "approve":

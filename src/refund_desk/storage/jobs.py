@@ -29,17 +29,23 @@ class ClaimedJob:
     id: int
     kind: str
     payload: dict[str, Any]
-    attempt: int
+    attempt: int  # claims so far, this one included: the fence for late writers
+    failures: int  # failed runs before this one; waiting (RetryLater) is not failing
     max_attempts: int
 
 
 class RetryLater(Exception):
-    """Raised by a handler: nothing is wrong, run me again after `delay` seconds."""
+    """Raised by a handler: run me again after `delay` seconds.
 
-    def __init__(self, delay: float, reason: str = "") -> None:
+    `failed` says whether this run counts as a failure (a processor outage does, waiting for
+    the kill switch to be lifted does not); only failures use up `max_attempts`.
+    """
+
+    def __init__(self, delay: float, reason: str = "", *, failed: bool = True) -> None:
         super().__init__(reason)
         self.delay = delay
         self.reason = reason
+        self.failed = failed
 
 
 Handler = Callable[[ClaimedJob], None]
@@ -92,10 +98,15 @@ class JobQueue:
             or_(Job.lease_expires_at.is_(None), Job.lease_expires_at < now),  # type: ignore[union-attr,operator]
         )
 
-    def claim(self, *, now: datetime | None = None, limit: int = 20) -> list[ClaimedJob]:
+    def claim(
+        self, *, now: datetime | None = None, limit: int = 20, skip: frozenset[int] = frozenset()
+    ) -> list[ClaimedJob]:
         now = now or utcnow()
         with self.db.write() as session:
-            ids = select(Job.id).where(self._claimable(now)).order_by(Job.due_at).limit(limit)  # type: ignore[arg-type]
+            where = self._claimable(now)
+            if skip:
+                where = and_(where, Job.id.not_in(skip))  # type: ignore[union-attr]
+            ids = select(Job.id).where(where).order_by(Job.due_at).limit(limit)  # type: ignore[arg-type]
             if not self.db.is_sqlite:
                 ids = ids.with_for_update(skip_locked=True)
             return self._lease(session, Job.id.in_(ids.scalar_subquery()), now)  # type: ignore[union-attr]
@@ -116,9 +127,9 @@ class JobQueue:
                 lease_expires_at=now + self.lease,
                 attempt=Job.attempt + 1,  # type: ignore[operator]
             )
-            .returning(Job.id, Job.kind, Job.payload, Job.attempt, Job.max_attempts)  # type: ignore[arg-type]
+            .returning(Job.id, Job.kind, Job.payload, Job.attempt, Job.failures, Job.max_attempts)  # type: ignore[arg-type]
         ).all()
-        return [ClaimedJob(r[0], r[1], r[2], r[3], r[4]) for r in sorted(rows, key=lambda r: r[0])]
+        return [ClaimedJob(*r) for r in sorted(rows, key=lambda r: r[0])]
 
     # ------------------------------------------------------------ outcomes
 
@@ -141,15 +152,17 @@ class JobQueue:
             log.warning("job %s attempt %s finished after its lease was lost", job.id, job.attempt)
         return bool(done.rowcount)  # type: ignore[attr-defined]
 
-    def retry(self, job: ClaimedJob, *, delay: float, error: str) -> bool:
+    def retry(self, job: ClaimedJob, *, delay: float, error: str, failed: bool = True) -> bool:
         now = utcnow()
-        dead = job.attempt >= job.max_attempts
+        failures = job.failures + (1 if failed else 0)
+        dead = failures >= job.max_attempts
         with self.db.write() as session:
             result = session.execute(
                 update(Job)
                 .where(self._fenced(job))
                 .values(
                     status="dead" if dead else "pending",
+                    failures=failures,
                     due_at=now + timedelta(seconds=delay),
                     lease_owner=None,
                     lease_expires_at=None,
@@ -173,10 +186,12 @@ class JobQueue:
         try:
             handler(job)
         except RetryLater as later:
-            self.retry(job, delay=later.delay, error=later.reason or "retry requested")
+            self.retry(
+                job, delay=later.delay, error=later.reason or "retry requested", failed=later.failed
+            )
         except Exception as exc:
             log.exception("job %s (%s) attempt %s failed", job.id, job.kind, job.attempt)
-            self.retry(job, delay=backoff(job.attempt), error=f"{type(exc).__name__}: {exc}")
+            self.retry(job, delay=backoff(job.failures + 1), error=f"{type(exc).__name__}: {exc}")
         else:
             self.complete(job)
 
@@ -201,13 +216,13 @@ class JobQueue:
         return min(times) if times else None
 
     def sweep(self, *, now: datetime | None = None, limit: int = 20, max_batches: int = 50) -> int:
-        """Run due jobs until none are left (or a bound is hit); returns how many ran."""
-        ran = 0
+        """Run due jobs, each at most once, until none are left; returns how many ran."""
+        seen: set[int] = set()
         for _ in range(max_batches):
-            jobs = self.claim(now=now, limit=limit)
+            jobs = self.claim(now=now, limit=limit, skip=frozenset(seen))
             if not jobs:
                 break
             for job in jobs:
+                seen.add(job.id)
                 self.run(job)
-                ran += 1
-        return ran
+        return len(seen)

@@ -184,7 +184,8 @@ class Job(SQLModel, table=True):
     dedupe_key: str | None = Field(default=None, max_length=200, unique=True)
     status: str = Field(default="pending", max_length=10)  # pending | done | dead
     due_at: datetime = Field(sa_column=Column(UTCDateTime(), nullable=False))
-    attempt: int = 0
+    attempt: int = 0  # claims: fences a late writer whose lease expired
+    failures: int = 0  # failed runs; `max_attempts` of them and the job is dead
     max_attempts: int = 20
     lease_owner: str | None = Field(default=None, max_length=80)
     lease_expires_at: datetime | None = _optional_ts()

@@ -74,6 +74,7 @@ def upgrade() -> None:
         sa.Column("status", sqlmodel.sql.sqltypes.AutoString(length=10), nullable=False),
         sa.Column("due_at", UTCDateTime(), nullable=False),
         sa.Column("attempt", sa.Integer(), nullable=False),
+        sa.Column("failures", sa.Integer(), nullable=False),
         sa.Column("max_attempts", sa.Integer(), nullable=False),
         sa.Column("lease_owner", sqlmodel.sql.sqltypes.AutoString(length=80), nullable=True),
         sa.Column("lease_expires_at", UTCDateTime(), nullable=True),
