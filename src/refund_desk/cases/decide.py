@@ -140,26 +140,11 @@ def evaluate(policy: LoadedPolicy | None, context: dict[str, Any]) -> Decision:
 
 
 def decision_record(decision: Decision) -> dict[str, Any]:
-    return {
-        "outcome": decision.outcome,
-        "rule": decision.rule,
-        "policy_rule": decision.policy_rule,
-        "tier": decision.tier,
-        "approvers": decision.approvers,
-        "say": decision.say,
-        "error": decision.error,
-        "counterfactual": decision.counterfactual,
-        "automatic": decision.automatic,
-        "trace": [_trace_entry(t) for t in decision.trace],
-    }
-
-
-def _trace_entry(entry: Any) -> dict[str, Any]:
-    if isinstance(entry, dict):
-        return entry
-    if hasattr(entry, "__dataclass_fields__"):
-        return asdict(entry)
-    return {"value": str(entry)}
+    """The decision as stored on the case: JSON, with its trace and the guardrails that fired."""
+    record = decision.to_dict()
+    record["trace"] = list(record["trace"])
+    record["guardrails"] = list(record["guardrails"])
+    return record
 
 
 def route(

@@ -126,8 +126,10 @@ def _reserve(
                 )
             automatic = (case.decision or {}).get("automatic", False) and not _human_basis(case)
             _recheck(desk, session, case, payment, automatic=automatic)
+            execution_id = new_id("ex")
             execution = Execution(
-                id=new_id("ex"),
+                id=execution_id,
+                idempotency_key=idempotency_key(execution_id),
                 case_id=case.id,
                 payment_id=case.payment_id,
                 amount=case.amount,
@@ -139,7 +141,6 @@ def _reserve(
                 else "approval",
                 created_at=desk.now(),
             )
-            execution.idempotency_key = idempotency_key(execution.id)
             session.add(execution)
             session.flush()
             move(

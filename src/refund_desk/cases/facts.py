@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import func, select
-from sqlmodel import Session
+from sqlmodel import Session, col
 
 from refund_desk.cases.lifecycle import FINAL, Status
 from refund_desk.cases.ports import PaymentFacts
@@ -37,7 +37,7 @@ def refundable(session: Session, payment: PaymentFacts) -> Refundable:
     A reservation whose refund the processor already holds is counted once, not twice.
     """
     open_rows = session.execute(
-        select(Execution.id, Execution.amount).where(
+        select(col(Execution.id), col(Execution.amount)).where(
             Execution.payment_id == payment.id,  # type: ignore[arg-type]
             Execution.status == OPEN_EXECUTION,  # type: ignore[arg-type]
         )

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import BaseModel, ConfigDict, EmailStr, Field, ValidationError, field_validator
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
-from sqlmodel import Session
+from sqlmodel import Session, col
 
 from refund_desk import money
 from refund_desk.cases import facts as case_facts
@@ -305,7 +305,7 @@ def _upsert_payment(desk: Desk, session: Session, payment: PaymentFacts) -> Paym
 def _find_duplicate(session: Session, payment_id: str, amount: int, now: object) -> str | None:
     """An open case for the payment, or a refund of the same amount within 24 hours."""
     open_case = session.scalar(
-        select(Case.id)
+        select(col(Case.id))
         .where(
             Case.payment_id == payment_id,  # type: ignore[arg-type]
             Case.status.not_in([str(s) for s in FINAL]),  # type: ignore[attr-defined]
@@ -317,7 +317,7 @@ def _find_duplicate(session: Session, payment_id: str, amount: int, now: object)
         return str(open_case)
     since = utcnow() - DUPLICATE_WINDOW
     recent = session.scalar(
-        select(Execution.case_id)
+        select(col(Execution.case_id))
         .where(
             Execution.payment_id == payment_id,  # type: ignore[arg-type]
             Execution.amount == amount,  # type: ignore[arg-type]

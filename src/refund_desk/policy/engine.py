@@ -202,7 +202,8 @@ def _decides_of(doc: PolicyDocument, rule_id: str) -> Decides:
 def apply_guardrails(decision: Decision, ctx: Mapping[str, Any], doc: PolicyDocument) -> Decision:
     """Hard limits after the policy. They only ever make a decision stricter.
 
-    A possible duplicate always waits for a person. A policy deny stays deny. Otherwise: more than refundable -> deny; currency
+    A possible duplicate always waits for a person. A policy deny stays deny. Otherwise,
+    in order: more than refundable -> deny; currency
     not the payment's (or not the policy's) -> review; and an approve becomes a review when
     its tier needs a person, the request may be a duplicate, the customer is not verified,
     only the model produced the amount, an injection is suspected, the advisor is not

@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import and_, or_, select, update
-from sqlmodel import Session
+from sqlmodel import Session, col
 
 from refund_desk.storage.db import Database
 from refund_desk.storage.models import Job
@@ -95,7 +95,7 @@ class JobQueue:
         return and_(
             Job.status == "pending",  # type: ignore[arg-type]
             Job.due_at <= now,  # type: ignore[arg-type]
-            or_(Job.lease_expires_at.is_(None), Job.lease_expires_at < now),  # type: ignore[union-attr,operator]
+            or_(col(Job.lease_expires_at).is_(None), col(Job.lease_expires_at) < now),
         )
 
     def claim(
@@ -106,7 +106,7 @@ class JobQueue:
             where = self._claimable(now)
             if skip:
                 where = and_(where, Job.id.not_in(skip))  # type: ignore[union-attr]
-            ids = select(Job.id).where(where).order_by(Job.due_at).limit(limit)  # type: ignore[arg-type]
+            ids = select(col(Job.id)).where(where).order_by(col(Job.due_at)).limit(limit)
             if not self.db.is_sqlite:
                 ids = ids.with_for_update(skip_locked=True)
             return self._lease(session, Job.id.in_(ids.scalar_subquery()), now)  # type: ignore[union-attr]
@@ -127,7 +127,14 @@ class JobQueue:
                 lease_expires_at=now + self.lease,
                 attempt=Job.attempt + 1,  # type: ignore[operator]
             )
-            .returning(Job.id, Job.kind, Job.payload, Job.attempt, Job.failures, Job.max_attempts)  # type: ignore[arg-type]
+            .returning(
+                col(Job.id),
+                col(Job.kind),
+                col(Job.payload),
+                col(Job.attempt),
+                col(Job.failures),
+                col(Job.max_attempts),
+            )
         ).all()
         return [ClaimedJob(*r) for r in sorted(rows, key=lambda r: r[0])]
 
