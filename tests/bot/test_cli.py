@@ -1,0 +1,121 @@
+"""The admin's command line, in process, against a real SQLite file."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from refund_desk.bot.cli import app
+from refund_desk.settings import load_settings
+from tests.helpers import ACME
+
+runner = CliRunner()
+
+
+@pytest.fixture(autouse=True)
+def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    monkeypatch.setenv("DATABASE_URL", f"sqlite:///{tmp_path / 'cli.db'}")
+    monkeypatch.delenv("REFUND_DESK_SECRET", raising=False)
+    load_settings.cache_clear()
+    yield tmp_path
+    load_settings.cache_clear()
+
+
+def run(*args: str, code: int = 0) -> str:
+    result = runner.invoke(app, list(args))
+    assert result.exit_code == code, result.output
+    return result.output
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        [],
+        ["serve"],
+        ["db", "upgrade"],
+        ["api-key", "create"],
+        ["policy", "validate"],
+        ["policy", "test"],
+        ["policy", "publish"],
+        ["audit", "verify"],
+        ["audit", "export"],
+        ["sandbox", "payment", "create"],
+        ["sandbox", "payment", "show"],
+        ["sandbox", "fault"],
+    ],
+)
+def test_every_command_has_help(command: list[str]) -> None:
+    assert "Usage" in run(*command, "--help")
+
+
+def test_policy_validate_reports_every_problem_with_its_rule(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        ACME.read_text()
+        .replace("request.amount <= 50", "request.amout <= 50")
+        .replace("outcome: review\n    tier: 3", "outcome: maybe\n    tier: 3")
+    )
+    output = run("policy", "validate", str(bad), code=1)
+    assert "damaged-small" in output and "request.amout" in output
+    assert "large" in output and "outcome" in output
+    assert "valid policy 'acme-refunds' with 4 rules" in run("policy", "validate", str(ACME))
+
+
+def test_policy_test_and_publish_refuse_failing_tests(tmp_path: Path) -> None:
+    assert "1 passed, 0 failed" in run("policy", "test", str(ACME))
+    failing = tmp_path / "failing.yaml"
+    failing.write_text(ACME.read_text().replace("request.amount <= 50", "request.amount <= 10"))
+    assert "FAIL" in run("policy", "test", str(failing), code=1)
+    assert "policy test(s) failed" in run("policy", "publish", str(failing), code=1)
+    assert "published acme-refunds v1" in run("policy", "publish", str(ACME))
+    assert "published acme-refunds v2" in run("policy", "publish", str(ACME))
+
+
+def test_sandbox_payment_create_show_and_faults() -> None:
+    payment = run(
+        "sandbox",
+        "payment",
+        "create",
+        "--amount",
+        "25.00",
+        "--currency",
+        "usd",
+        "--email",
+        "ada@example.com",
+    ).strip()
+    shown = json.loads(run("sandbox", "payment", "show", payment))
+    assert shown["amount"] == 2500 and shown["currency"] == "usd" and shown["refunds"] == []
+    assert "No payment" in run("sandbox", "payment", "show", "py_missing", code=1)
+    assert "sandbox fault: down for 2" in run("sandbox", "fault", "down", "--times", "2")
+    assert "unknown fault" in run("sandbox", "fault", "melt", code=2)
+    assert "more decimals than JPY allows" in run(
+        "sandbox",
+        "payment",
+        "create",
+        "--amount",
+        "1.5",
+        "--currency",
+        "jpy",
+        "--email",
+        "a@b.co",
+        code=2,
+    )
+
+
+def test_api_key_is_printed_once(env: Path) -> None:
+    key = run("api-key", "create", "--name", "shop").strip()
+    assert key.startswith("rdk_") and len(key) > 30
+
+
+def test_audit_verify_and_export(env: Path, tmp_path: Path) -> None:
+    run("policy", "publish", str(ACME))
+    assert "ok: 1 records" in run("audit", "verify")
+    out = tmp_path / "audit.jsonl"
+    run("audit", "export", "--output", str(out))
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert lines[0]["action"] == "policy.published"
+    assert lines[-1] == {"head_hash": lines[0]["hash"], "count": 1}
