@@ -222,3 +222,13 @@ def test_second_request_for_same_payment_is_a_possible_duplicate(desk: Harness) 
 
 def test_healthz(desk: Harness) -> None:
     assert desk.client.get("/healthz").json() == {"status": "ok"}
+
+
+def test_metrics_report_cases_executions_and_money(desk: Harness) -> None:
+    payment = desk.payment("30.00")
+    desk.post(desk.request(payment, "20.00"))
+    text = desk.client.get("/metrics").text
+    assert 'refund_desk_cases{status="refunded"} 1.0' in text
+    assert 'refund_desk_executions{status="succeeded"} 1.0' in text
+    assert 'refund_desk_refunded_minor_units{currency="USD"} 2000.0' in text
+    assert 'refund_desk_jobs{kind="execute",status="done"} 1.0' in text

@@ -15,11 +15,12 @@ from typing import Any
 from apscheduler.schedulers.background import BackgroundScheduler
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST
 from sqlalchemy import text
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from refund_desk.bot import api
+from refund_desk.bot import api, metrics
 from refund_desk.bot.runtime import Runtime
 from refund_desk.cases.errors import CaseError
 
@@ -98,6 +99,12 @@ def create_app(runtime: Runtime, *, scheduler: bool = True) -> FastAPI:
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
         return JSONResponse(error_body(code, str(exc.detail)), status_code=exc.status_code)
+
+    registry = metrics.registry_for(runtime.db)
+
+    @app.get("/metrics")
+    def metrics_endpoint() -> Response:
+        return Response(metrics.render(registry), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/healthz")
     def healthz() -> dict[str, str]:
