@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import threading
 from collections.abc import Iterator
@@ -16,6 +17,7 @@ from refund_desk.storage.audit import (
     GENESIS,
     Actor,
     AuditLog,
+    VerifyResult,
     export_jsonl,
     iter_records,
     verify_chain,
@@ -79,7 +81,7 @@ def drop_triggers(db: Database) -> None:
             session.execute(text("DROP TRIGGER audit_records_no_update_delete ON audit_records"))
 
 
-def verify(db: Database, secret: str = TEST_SECRET):  # type: ignore[no-untyped-def]
+def verify(db: Database, secret: str = TEST_SECRET) -> VerifyResult:
     with db.read() as session:
         return verify_chain(secret, session)
 
@@ -93,7 +95,7 @@ def test_appends_form_a_linked_chain_that_verifies(db: Database, audit: AuditLog
 
     assert [r.seq for r in rows] == [1, 2, 3, 4, 5]
     assert rows[0].prev_hash == GENESIS
-    for prev, current in zip(rows, rows[1:], strict=False):
+    for prev, current in itertools.pairwise(rows):
         assert current.prev_hash == prev.hash
     assert len({r.hash for r in rows}) == 5
     result = verify(db)
@@ -118,11 +120,6 @@ def test_stored_payload_matches_what_was_hashed(db: Database, audit: AuditLog) -
     assert row.actor_id == "tester"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: append hashes `at.isoformat()` as given, but the column stores it converted "
-    "to UTC, so a record appended with an aware non-UTC time never verifies",
-)
 def test_append_with_non_utc_time_still_verifies(db: Database, audit: AuditLog) -> None:
     plus_two = timezone(timedelta(hours=2))
     with db.write() as session:
@@ -265,7 +262,9 @@ def test_concurrent_appends_on_postgres_never_fork(pg_db: Database, audit: Audit
             barrier.wait()
             for i in range(per_thread):
                 with pg_db.write() as session:
-                    audit.append(session, action="concurrent", actor=ACTOR, payload={"t": n, "i": i})
+                    audit.append(
+                        session, action="concurrent", actor=ACTOR, payload={"t": n, "i": i}
+                    )
         except BaseException as exc:  # surfaced by the assertion below
             errors.append(exc)
 
@@ -298,7 +297,9 @@ def test_export_writes_each_record_and_the_head(db: Database, audit: AuditLog) -
     lines = [json.loads(line) for line in out.getvalue().splitlines()]
     assert len(lines) == 5
     assert [line["seq"] for line in lines[:4]] == [1, 2, 3, 4]
-    assert all({"hash", "prev_hash", "action", "payload", "at"} <= line.keys() for line in lines[:4])
+    assert all(
+        {"hash", "prev_hash", "action", "payload", "at"} <= line.keys() for line in lines[:4]
+    )
     chain = verify(db)
     assert lines[-1] == {"head_hash": chain.head_hash, "count": 4}
     assert returned == chain.head_hash == lines[3]["hash"]

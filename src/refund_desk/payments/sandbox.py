@@ -111,29 +111,19 @@ class SandboxProcessor:
     # ------------------------------------------------------------ the processor protocol
 
     def payment(self, payment_id: str, *, _faults: bool = True) -> PaymentFacts:
-        if _faults:
-            self._take_fault(("down",))
         with self.db.read() as session:
-            payment = session.get(SandboxPayment, payment_id)
-            if payment is None:
-                raise PaymentNotFound("payment_not_found", f"No payment {payment_id} exists.")
-            refunds = self._refunds(session, payment_id)
-            since = utcnow() - timedelta(days=365)
-            return PaymentFacts(
-                id=payment.id,
-                amount=payment.amount,
-                currency=payment.currency,
-                customer_email=payment.email,
-                customer_name=payment.name,
-                created_at=payment.created_at,
-                refunds=tuple(refunds),
-                chargebacks_365d=payment.chargebacks if payment.created_at >= since else 0,
-            )
+            down = _faults and self._armed(session, ("down",)) is not None
+            if not down:
+                return self._facts(session, payment_id)
+        self._take_fault(("down",))
+        return self.payment(payment_id)
 
     def list_refunds(self, payment_id: str) -> list[ProcessorRefund]:
-        self._take_fault(("down",))
         with self.db.read() as session:
-            return self._refunds(session, payment_id)
+            if self._armed(session, ("down",)) is None:
+                return self._refunds(session, payment_id)
+        self._take_fault(("down",))
+        return self.list_refunds(payment_id)
 
     def create_refund(
         self,
@@ -208,11 +198,31 @@ class SandboxProcessor:
             created_at=row.created_at,
         )
 
+    def _facts(self, session: Session, payment_id: str) -> PaymentFacts:
+        payment = session.get(SandboxPayment, payment_id)
+        if payment is None:
+            raise PaymentNotFound("payment_not_found", f"No payment {payment_id} exists.")
+        since = utcnow() - timedelta(days=365)
+        return PaymentFacts(
+            id=payment.id,
+            amount=payment.amount,
+            currency=payment.currency,
+            customer_email=payment.email,
+            customer_name=payment.name,
+            created_at=payment.created_at,
+            refunds=tuple(self._refunds(session, payment_id)),
+            chargebacks_365d=payment.chargebacks if payment.created_at >= since else 0,
+        )
+
+    @staticmethod
+    def _armed(session: Session, applies_to: tuple[str, ...]) -> str | None:
+        fault = session.get(SandboxFault, 1)
+        return fault.mode if fault is not None and fault.mode in applies_to else None
+
     def _take_fault(self, applies_to: tuple[str, ...]) -> str | None:
         """Consume one use of the current fault if it applies to this call."""
         with self.db.read() as session:
-            current = session.get(SandboxFault, 1)
-            if current is None or current.mode not in applies_to:
+            if self._armed(session, applies_to) is None:
                 return None  # the common case costs a read, not a write lock
         with self.db.write() as session:
             fault = session.get(SandboxFault, 1)

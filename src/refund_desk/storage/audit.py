@@ -12,7 +12,7 @@ import hmac
 import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import IO, Any
 
 from sqlalchemy import select
@@ -88,7 +88,7 @@ class AuditLog:
         stored_payload = json.loads(canonical(payload or {}))
         record = AuditRecord(
             seq=head.seq + 1,
-            at=(at or utcnow()),
+            at=(at or utcnow()).astimezone(UTC),  # hashed as stored: in UTC
             case_id=case_id,
             correlation_id=correlation_id,
             actor_kind=actor.kind,

@@ -11,10 +11,10 @@ import logging
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, or_, select, update
+from sqlalchemy import and_, case, func, or_, select, update
 from sqlmodel import Session, col
 
 from refund_desk.storage.db import Database
@@ -212,15 +212,18 @@ class JobQueue:
 
     def next_due(self) -> datetime | None:
         """When the earliest pending job becomes claimable (due, and any lease expired)."""
+        due, lease = col(Job.due_at), col(Job.lease_expires_at)
+        claimable_at = case((lease > due, lease), else_=due)
         with self.db.read() as session:
-            rows = session.execute(
-                select(Job.due_at, Job.lease_expires_at)  # type: ignore[call-overload]
-                .where(Job.status == "pending")  # type: ignore[arg-type]
-                .order_by(Job.due_at)
-                .limit(200)
-            ).all()
-        times = [max(due, lease) if lease else due for due, lease in rows]
-        return min(times) if times else None
+            value = session.scalar(
+                select(func.min(claimable_at)).where(col(Job.status) == "pending")
+            )
+        if value is None:
+            return None
+        # Aggregates skip the column type on some drivers: normalize to aware UTC here.
+        if isinstance(value, str):
+            value = datetime.fromisoformat(value)
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
     def sweep(self, *, now: datetime | None = None, limit: int = 20, max_batches: int = 50) -> int:
         """Run due jobs, each at most once, until none are left; returns how many ran."""
