@@ -26,14 +26,20 @@ from sqlalchemy import create_engine, text
 
 ROOT = Path(__file__).resolve().parent.parent
 POLICY = ROOT / "tests" / "fixtures" / "acme.yaml"
-PG_ADMIN = os.environ.get("REFUND_DESK_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+PG_ADMIN = os.environ.get(
+    "REFUND_DESK_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+)
 SECRET = "bench-secret-" + "b" * 40
 
 
 def cli(env: dict[str, str], cwd: Path, *args: str) -> str:
     out = subprocess.run(
-        [sys.executable, "-m", "refund_desk", *args], env=env, cwd=cwd,
-        capture_output=True, text=True, check=True,
+        [sys.executable, "-m", "refund_desk", *args],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     return out.stdout.strip()
 
@@ -61,7 +67,10 @@ def start_server(env: dict[str, str], cwd: Path) -> tuple[subprocess.Popen[bytes
         port = sock.getsockname()[1]
     proc = subprocess.Popen(
         [sys.executable, "-m", "refund_desk", "serve", "--port", str(port)],
-        env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env=env,
+        cwd=cwd,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     url = f"http://127.0.0.1:{port}"
     for _ in range(300):
@@ -87,13 +96,17 @@ def run(label: str, database_url: str, requests: int, concurrency: int) -> None:
         latencies: list[float] = []
         statuses: dict[str, int] = {}
         try:
-            with httpx.Client(base_url=url, timeout=60, limits=httpx.Limits(
-                max_connections=concurrency)) as client:
+            with httpx.Client(
+                base_url=url, timeout=60, limits=httpx.Limits(max_connections=concurrency)
+            ) as client:
 
                 def one(i: int) -> None:
                     body = {
-                        "payment": payments[i], "email": f"c{i}@example.com", "currency": "USD",
-                        "amount": "20.00", "message": "It arrived broken.",
+                        "payment": payments[i],
+                        "email": f"c{i}@example.com",
+                        "currency": "USD",
+                        "amount": "20.00",
+                        "message": "It arrived broken.",
                     }
                     start = time.perf_counter()
                     response = client.post("/api/v1/refund-requests", json=body, headers=headers)
@@ -126,8 +139,10 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--only", choices=["sqlite", "postgres"])
     args = parser.parse_args()
-    print(f"intake: {args.requests} requests, {args.concurrency} concurrent clients, "
-          "each decided + refunded + audited (one server process)")
+    print(
+        f"intake: {args.requests} requests, {args.concurrency} concurrent clients, "
+        "each decided + refunded + audited (one server process)"
+    )
     if args.only != "postgres":
         with tempfile.TemporaryDirectory() as tmp:
             run("sqlite", f"sqlite:///{tmp}/bench.db", args.requests, args.concurrency)
