@@ -232,3 +232,11 @@ def test_metrics_report_cases_executions_and_money(desk: Harness) -> None:
     assert 'refund_desk_executions{status="succeeded"} 1.0' in text
     assert 'refund_desk_refunded_minor_units{currency="USD"} 2000.0' in text
     assert 'refund_desk_jobs{kind="execute",status="done"} 1.0' in text
+
+
+def test_unknown_case_is_404_with_an_error_code(desk: Harness) -> None:
+    response = desk.client.get(
+        "/api/v1/cases/case_nope", headers={"Authorization": f"Bearer {desk.key}"}
+    )
+    assert response.status_code == 404
+    assert response.json()["error"]["code"] == "case_not_found"

@@ -176,3 +176,21 @@ def test_recheck_parks_when_refundable_shrank(desk: Harness) -> None:
     assert case["status"] == "parked"
     assert "still refundable" in case["park_reason"]
     assert len(desk.refunds_at_processor(payment)) == 1  # only the outside one
+
+
+def test_one_approval_queues_one_execution(desk: Harness) -> None:
+    from sqlalchemy.exc import IntegrityError
+
+    from refund_desk.cases.executor import enqueue_execution
+    from refund_desk.storage.models import Case
+
+    payment = desk.payment("900.00")
+    body = desk.post(desk.request(payment, "600.00")).json()
+    with desk.runtime.db.write() as session:
+        case = session.get(Case, body["id"])
+        assert case is not None
+        enqueue_execution(session, case)
+    with pytest.raises(IntegrityError), desk.runtime.db.write() as session:
+        case = session.get(Case, body["id"])
+        assert case is not None
+        enqueue_execution(session, case)

@@ -7,13 +7,14 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from refund_desk.cases import facts as case_facts
+from refund_desk.cases.executor import enqueue_execution
 from refund_desk.cases.lifecycle import Status, load_for_update, move
-from refund_desk.cases.policies import LoadedPolicy, control, load_version
+from refund_desk.cases.policies import LoadedPolicy, control, evaluate, load_version
 from refund_desk.cases.ports import AdviceRequest, AdvisorError, ProcessorError, Provenance
 from refund_desk.policy import Decision, sla_deadline
 from refund_desk.storage.audit import MODEL, POLICY, SYSTEM, Actor
 from refund_desk.storage.db import lock_payment
-from refund_desk.storage.jobs import ClaimedJob, RetryLater, backoff, enqueue
+from refund_desk.storage.jobs import ClaimedJob, RetryLater, backoff
 from refund_desk.storage.models import Case
 
 if TYPE_CHECKING:
@@ -22,7 +23,6 @@ if TYPE_CHECKING:
     from refund_desk.cases.desk import Desk
 
 DEFAULT_DENIAL = "We could not approve this refund request."
-DEFAULT_REFUNDED = "Your refund of {amount} has been issued."
 PROCESSOR_PATIENCE = 8  # attempts before a case waiting on a down processor is parked
 
 
@@ -124,21 +124,6 @@ def _decide(desk: Desk, case: Case, job: ClaimedJob) -> int | None:
         return route(desk, session, locked, decision, policy)
 
 
-def evaluate(policy: LoadedPolicy | None, context: dict[str, Any]) -> Decision:
-    if policy is None:
-        return Decision(
-            outcome="review",
-            rule="no-policy",
-            tier=3,
-            approvers=None,
-            say=None,
-            error=None,
-            trace=(),
-            policy_rule="no-policy",
-        )
-    return policy.compiled.evaluate(context)
-
-
 def decision_record(decision: Decision) -> dict[str, Any]:
     """The decision as stored on the case: JSON, with its trace and the guardrails that fired."""
     record = decision.to_dict()
@@ -187,10 +172,7 @@ def route(
                 action="case.approved",
                 payload={"rule": decision.rule, "basis": "policy"},
             )
-            job = enqueue(
-                session, kind="execute", payload={"case_id": case.id, "revision": case.revision}
-            )
-            return job.id
+            return enqueue_execution(session, case)
         note = (
             "Shadow mode: the policy would have refunded this automatically."
             if switches.mode == "shadow"

@@ -18,11 +18,10 @@ from sqlalchemy import select
 
 from refund_desk import money
 from refund_desk.cases import facts as case_facts
-from refund_desk.cases.decide import DEFAULT_REFUNDED, evaluate
 from refund_desk.cases.errors import Conflict
 from refund_desk.cases.intake import new_id
 from refund_desk.cases.lifecycle import Status, load_for_update, move
-from refund_desk.cases.policies import control, load_version
+from refund_desk.cases.policies import control, evaluate, load_version
 from refund_desk.cases.ports import (
     PaymentFacts,
     ProcessorError,
@@ -31,7 +30,7 @@ from refund_desk.cases.ports import (
 )
 from refund_desk.storage.audit import SYSTEM
 from refund_desk.storage.db import lock_payment
-from refund_desk.storage.jobs import ClaimedJob, RetryLater, backoff
+from refund_desk.storage.jobs import ClaimedJob, RetryLater, backoff, enqueue
 from refund_desk.storage.models import Case, Execution
 
 if TYPE_CHECKING:
@@ -51,8 +50,26 @@ class Parked(Exception):
         self.reason = reason
 
 
+DEFAULT_REFUNDED = "Your refund of {amount} has been issued."
+
+
 def idempotency_key(execution_id: str) -> str:
     return f"refund-desk-{execution_id}"
+
+
+def enqueue_execution(session: Session, case: Case) -> int | None:
+    """Queue the refund of an approved case, once per approval (the revision it was approved at).
+
+    The dedupe key makes a second queueing of the same approval fail instead of running two
+    executors side by side for one case.
+    """
+    job = enqueue(
+        session,
+        kind="execute",
+        payload={"case_id": case.id, "revision": case.revision},
+        dedupe_key=f"execute:{case.id}:{case.revision}",
+    )
+    return job.id
 
 
 def execute(desk: Desk, job: ClaimedJob) -> None:

@@ -15,6 +15,7 @@ from sqlmodel import Session
 from refund_desk.cases.errors import CaseError, InvalidRequest
 from refund_desk.policy import (
     CompiledPolicy,
+    Decision,
     PolicyDocument,
     PolicyInvalid,
     parse_policy,
@@ -98,3 +99,18 @@ def publish(session: Session, audit: AuditLog, *, source: str, actor: Actor) -> 
         },
     )
     return row
+
+
+def evaluate(policy: LoadedPolicy | None, context: dict[str, Any]) -> Decision:
+    if policy is None:
+        return Decision(
+            outcome="review",
+            rule="no-policy",
+            tier=3,
+            approvers=None,
+            say=None,
+            error=None,
+            trace=(),
+            policy_rule="no-policy",
+        )
+    return policy.compiled.evaluate(context)
