@@ -44,13 +44,14 @@ def test_crash_after_success_then_restart_ends_with_one_refund(desk: Harness) ->
     with pytest.raises(SimulatedCrash):
         desk.post(desk.request(payment, "20.00"))
     assert len(desk.refunds_at_processor(payment)) == 1
+    [case_id] = {r["metadata"]["case_id"] for r in desk.refunds_at_processor(payment)}
     # The crashed process held the lease; it expires, and the next sweep resumes at phase 2.
-    assert desk.runtime.desk.jobs.sweep() == 0, "a live lease is not taken over"
+    desk.runtime.desk.jobs.sweep()
+    assert desk.get(case_id)["status"] == "executing", "a live lease is not taken over"
     desk.sweep(seconds_ahead=3600)
     with desk.runtime.db.read() as session:
         jobs = session.scalars(select(Job)).all()
         assert {j.status for j in jobs} == {"done"}
-    [case_id] = {r["metadata"]["case_id"] for r in desk.refunds_at_processor(payment)}
     assert desk.get(case_id)["status"] == "refunded"
     assert len(desk.refunds_at_processor(payment)) == 1
 

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from refund_desk.cases.notify import NOTIFY
 from refund_desk.cases.ports import Advisor, Processor
 from refund_desk.storage.audit import AuditLog
 from refund_desk.storage.crypto import Vault
@@ -37,6 +38,8 @@ class Desk:
 
         self.jobs.register("advance", lambda job: decide.advance(self, job))
         self.jobs.register("execute", lambda job: executor.execute(self, job))
+        # Without a chat surface the case itself is the record; Slack replaces this handler.
+        self.jobs.register(NOTIFY, lambda job: None)
 
     def kick(self, job_id: int | None) -> None:
         """Run a job just created, instead of waiting for the next sweep; a crash loses nothing."""

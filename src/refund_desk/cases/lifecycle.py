@@ -10,6 +10,7 @@ from sqlalchemy import select
 from sqlmodel import Session
 
 from refund_desk.cases.errors import Conflict, NotFound
+from refund_desk.cases.notify import NOTIFY_ON, notify
 from refund_desk.storage.audit import Actor, AuditLog
 from refund_desk.storage.models import Case
 from refund_desk.storage.types import utcnow
@@ -94,3 +95,5 @@ def move(
         policy_version=case.policy_version,
         payload={"from": previous, "to": str(to), "revision": case.revision, **(payload or {})},
     )
+    if to in NOTIFY_ON:
+        notify(session, event=f"case.{to}", case_id=case.id)

@@ -1,0 +1,28 @@
+"""Telling people: the core records *that* something must be said; adapters say it.
+
+A notification is a job (kind `notify`) written in the same transaction as the change it
+announces, so a crash or a Slack outage delays the message and never loses it. The Slack
+surface registers the handler that renders and posts it; without Slack the handler records
+nothing more and completes.
+
+Events (payload `event`):
+    case.<status>         a case entered a status people care about (`NOTIFY_ON`): post the
+                          card when it waits for a person, update it and the thread after
+    finance.finding       reconciliation found something (no case; `data` has the finding)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlmodel import Session
+
+from refund_desk.storage.jobs import enqueue
+
+NOTIFY = "notify"
+NOTIFY_ON = frozenset({"awaiting_approval", "approved", "parked", "refunded", "denied"})
+
+
+def notify(session: Session, *, event: str, case_id: str | None = None, **data: Any) -> int | None:
+    job = enqueue(session, kind=NOTIFY, payload={"event": event, "case_id": case_id, "data": data})
+    return job.id
