@@ -26,6 +26,7 @@ REQUIRED = {
     "request.source",
     "request.possible_duplicate",
     "request.amount_source",
+    "request.reason_source",
     "order.amount",
     "order.refunded",
     "order.refundable",
@@ -58,6 +59,7 @@ def test_neutral_context() -> None:
     assert flat["request.amount"] == 0 and flat["order.refundable"] == 0
     assert flat["request.reason"] == "other"
     assert flat["request.amount_source"] == "customer_input"
+    assert flat["request.reason_source"] == "customer_input"
     assert flat["advisor.confidence"] == 1.0
     assert flat["request.currency"] == flat["order.currency"] == "USD"
 

@@ -14,7 +14,9 @@ import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from refund_desk.advisor.intent import cite_rules, is_policy_question
 from refund_desk.advisor.redact import redact
+from refund_desk.advisor.spelling import Speller
 from refund_desk.cases.ports import REASONS, Advice, AdviceRequest
 from refund_desk.money import exponent, format_money, to_minor
 
@@ -33,7 +35,7 @@ __all__ = [
 def _fold(text: str) -> str:
     """Lower-case, straighten quotes and drop accents so one pattern covers 'reçu'/'recu'."""
     text = text.replace("\u2019", "'").replace("\u2018", "'").replace("`", "'")
-    decomposed = unicodedata.normalize("NFKD", text.lower())
+    decomposed = unicodedata.normalize("NFKD", text.lower().replace("ß", "ss"))
     return "".join(ch for ch in decomposed if not unicodedata.combining(ch))
 
 
@@ -69,6 +71,9 @@ _CUES: dict[str, tuple[_Cue, ...]] = {
                   r" | scratched | torn | ripped | leak(?:ed|ing)"),
         (2, True, r"beschadigt | kaputt | zerbrochen | gebrochen | endommagee? | cassee?"
                   r" | abimee? | brisee? | danad[oa] | rot[oa] | estropead[oa]"),
+        (3, False, rf"{_ARRIVED} (?:in pieces|chipped|snapped) | in pieces | shattered"),
+        (2, True, r"chipped | snapped | bent | rott[oa] | quebrad[oa] | danneggiat[oa]"
+                  r" | beschadigd | kapot"),
     ),
     "defective": _cues(
         (3, False, r"stopped working | quit working | dead on arrival | malfunction(?:s|ing|ed)?"),
@@ -80,6 +85,8 @@ _CUES: dict[str, tuple[_Cue, ...]] = {
         (3, False, r"funktioniert (?:nicht|nicht mehr) | geht nicht(?: an)? | defekt"
                    r" | ne (?:fonctionne|marche|s'allume) (?:pas|plus) | defectueux"
                    r" | no funciona | no enciende | defectuos[oa] | dejo de funcionar"),
+        (2, False, r"non funziona | si spegne | nao funciona | werkt niet | (?:has|have) a defect"
+                   r" | came apart | fell apart | (?:jams|crashes|overheats) | no sound"),
     ),
     "not_received": _cues(
         (3, False, rf"(?:has|have|had|did|does|was|were|is)?\s?{_NT} (?:yet )?(?:been )?"
@@ -90,9 +97,15 @@ _CUES: dict[str, tuple[_Cue, ...]] = {
         (2, False, r"where is my (?:order|package|parcel) | (?:package|parcel) (?:was )?"
                    r"(?:lost|stolen|missing) | missing (?:package|parcel|delivery)"),
         (3, False, r"nicht (?:angekommen|erhalten|geliefert) | nie angekommen"
-                   r" | (?:jamais|pas) (?:recu|arrive|livre) | n'est (?:jamais|pas) arrive"
+                   r" | (?:jamais|pas) (?:recue?s?|arrivee?s?|livree?s?)"
+                   r" | n'est (?:jamais|pas) arrivee?s?"
                    r" | no (?:ha )?llega(?:do|o) | nunca llego | no (?:he )?recib(?:i|ido)"
                    r" | no me ha llegado"),
+        (3, False, r"(?:lost|misplaced) (?:my|the) (?:package|parcel|order|delivery)"
+                   r" | (?:arrived|came) empty | (?:box|parcel|package) (?:was |is )?empty"
+                   r" | nothing (?:was )?inside | (?:order|package|parcel|items?) (?:is |are )?"
+                   r"missing | (?:is|are|was|were) missing | nooit aangekomen | niet ontvangen"
+                   r" | nunca chegou | non (?:e )?(?:mai )?arrivat[oa]"),
     ),
     "wrong_item": _cues(
         (3, False, r"wrong (?:size|colou?r|item|product|model|one|thing|version|book|shoes?"
@@ -105,6 +118,10 @@ _CUES: dict[str, tuple[_Cue, ...]] = {
         (3, False, r"falsche[rns]? (?:grosse|farbe|artikel|produkt)"
                    r" | mauvaise? (?:taille|couleur|article|produit)"
                    r" | (?:talla|color|articulo|producto) (?:equivocad[oa]|incorrect[oa])"),
+        (2, False, r"instead of | different (?:edition|version|model|size|colou?r|item|product)"
+                   r" | ordered (?:\S+ ){1,8}(?:and|but) (?:got|received|was sent|they sent)"
+                   r" | (?:tamanho|cor|produto|taglia) (?:errad[oa]|sbagliat[oa])"
+                   r" | verkeerde (?:maat|kleur)"),
     ),
     "late": _cues(
         (3, True, r"(?:too|very|way) late | (?:arrived|came|delivered) (?:late|after)"
@@ -115,6 +132,9 @@ _CUES: dict[str, tuple[_Cue, ...]] = {
         (1, True, r"delayed | delay | late"),
         (3, False, r"zu spat | verspatet | trop tard | en retard | demasiado tarde"
                    r" | llego tarde | con retraso"),
+        (2, False, r"(?:took|takes|taken) (?:a week|weeks|\d+ days|(?:two|three|ten) days)"
+                   r" | only (?:came|arrived) | (?:overnight|next[- ]day|express) (?:delivery"
+                   r"|shipping)"),
     ),
     "changed_mind": _cues(
         (3, False, rf"changed my mind | (?:do|did)\s?{_NT} (?:want|need|like) (?:it|this|them"
@@ -126,6 +146,8 @@ _CUES: dict[str, tuple[_Cue, ...]] = {
         (3, False, r"anders uberlegt | brauche (?:es |ihn |sie )?nicht mehr"
                    r" | gefallt mir nicht | change d'avis | plus besoin"
                    r" | cambie de (?:opinion|idea) | ya no lo (?:necesito|quiero)"),
+        (2, False, r"decided to keep | take (?:it|this|them) back | (?:regret|impulse)"
+                   r" | don't want (?:it|this|them)"),
     ),
     "duplicate_charge": _cues(
         (3, False, r"charged (?:me )?(?:twice|two times|2 times|2x|double) | paid twice"
@@ -139,6 +161,11 @@ _CUES: dict[str, tuple[_Cue, ...]] = {
                    r" | (?:debite|facture|preleve) deux fois | double prelevement"
                    r" | cobrad[oa] dos veces | (?:cobro|cargo) (?:doble|duplicado)"
                    r" | doble cargo | me cobraron dos veces"),
+        (3, False, r"(?:went through|charged|billed|debited|taken|paid|took) twice"
+                   r" | (?:two|2) identical | identical (?:charges|transactions|payments)"
+                   r" | (?:two|2) times on | (?:two|2) payments for | again (?:on|for) (?:the"
+                   r" same|one)"),
+        (2, False, r"twice | (?:for|only) (?:one|a single) (?:order|purchase)"),
     ),
     "subscription_cancel": _cues(
         (3, False, r"cancel(?:led|ed|ling)? (?:my |the |this )?(?:subscription|membership"
@@ -161,13 +188,23 @@ _CUES: dict[str, tuple[_Cue, ...]] = {
                    r" | card (?:was |has been |got )?(?:stolen|compromised|hacked)"
                    r" | identity theft | someone (?:else )?used my (?:card|account)"
                    r" | not me who"),
-        (2, False, r"fraud(?:ulent)? | hacked | scam"),
+        (2, False, r"fraud(?:ulent)? | hacked | scam | without (?:my )?permission"),
         (3, False, r"nicht autorisiert | betrug | karte (?:wurde )?gestohlen | fraude"
                    r" | non autorise | carte volee | no autorice | no autorizad[oa]"
                    r" | tarjeta robada"),
     ),
 }
 # fmt: on
+
+# The words the cues spell out, plus a few everyday ones: what the speller corrects towards.
+_SPELLER = Speller(
+    re.findall(r"[a-z]{5,}", " ".join(c.pattern.pattern for cs in _CUES.values() for c in cs))
+    + re.findall(
+        r"\w+",
+        "received arrived delivered package parcel colour charged subscription opened broken"
+        " ordered cancel working refund return damaged",
+    )
+)
 
 # Break ties by how specific a reason is: a fraud or billing claim outranks product complaints.
 _PRIORITY = (
@@ -220,7 +257,7 @@ def classify(text: str) -> tuple[str, float]:
     One reason alone scores >= 0.8 when its evidence is strong, competing reasons land in
     the middle, and no evidence (or no text) gives `other` below 0.5.
     """
-    folded = _fold(text)
+    folded = _SPELLER.correct(_fold(text))
     if not folded.strip():
         return "other", 0.1
     scores = _scores(folded)
@@ -284,7 +321,7 @@ def _without_injection(text: str) -> str:
 
 _PAYMENT_ID = re.compile(r"(?<![A-Za-z0-9_])(?:pi|ch|py)_[A-Za-z0-9]{6,}(?![A-Za-z0-9_])")
 _ORDER_ID = re.compile(
-    r"(?i)\b(?:order|bestellung|bestellnummer|commande|pedido|invoice|rechnung)"
+    r"(?i)\b(?:order|ordr|bestellung|bestellnummer|commande|pedido|invoice|rechnung)"
     r"(?:\s*(?:number|no\.?|nr\.?|num\.?|n[°º]|id|#|:))*\s*#?\s*"
     r"(?P<id>[A-Z]{0,4}-?\d[\dA-Z-]{2,24})(?![\w-])"
     r"|(?<![\w#])#(?P<hash>\d{3,20})\b"
@@ -509,14 +546,32 @@ class OfflineAdvisor:
         order_ref = extract_order_ref(red.text)
         amount = extract_amount(request.message, request.currency)
         currency = amount[1] if amount else (request.currency or "").upper() or None
+        folded = _SPELLER.correct(_fold(red.text))
+        cited: tuple[str, ...] = ()
+        question = is_policy_question(
+            folded, has_amount=amount is not None, has_reference=order_ref is not None
+        )
+        if question:
+            # A question has no refund reason; its topic only helps find the rules to cite.
+            cited = cite_rules(folded, reason if reason != "other" else None, request.policy)
+            reason, confidence = "other", 0.8
+        summary = _summary(reason, amount, order_ref, red.text, injection)
+        if question:
+            summary = (
+                "Customer asks about the refund policy"
+                + (f" (rules {', '.join(cited)})." if cited else "; no published rule answers it.")
+                + summary.partition(".")[2]
+            )
         return Advice(
             reason=reason,
             confidence=confidence,
             order_ref=order_ref,
             amount_minor=amount[0] if amount else None,
             currency=currency,
-            summary=_summary(reason, amount, order_ref, red.text, injection),
+            summary=summary,
             injection_suspected=injection,
             provider=self.name,
             tokens_used=0,
+            intent="policy_question" if question else "refund",
+            cited_rules=cited,
         )

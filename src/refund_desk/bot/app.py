@@ -1,4 +1,4 @@
-"""The one FastAPI app: intake API, health, metrics; Slack and webhooks join it later.
+"""The one FastAPI app: intake API, Slack, webhooks, health, metrics.
 
 The lifespan starts APScheduler, whose only work is to fire the job sweeps; everything that
 must happen is a row in the jobs table, so nothing is lost when the process goes away.
@@ -20,8 +20,9 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from sqlalchemy import text
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from refund_desk.bot import api, metrics
+from refund_desk.bot import api, metrics, stripe_routes
 from refund_desk.bot.runtime import Runtime
+from refund_desk.bot.slack.surface import build_surface, start_socket_mode
 from refund_desk.cases.errors import CaseError
 
 log = logging.getLogger(__name__)
@@ -66,22 +67,40 @@ def start_scheduler(runtime: Runtime) -> BackgroundScheduler:
         next_run_time=datetime.now(UTC),
     )
     scheduler.start()
+
+    def wake() -> None:
+        """New work was just committed: sweep now instead of at the next period."""
+        scheduler.add_job(
+            sweep, "date", id="sweep-now", replace_existing=True, misfire_grace_time=None
+        )
+
+    runtime.desk.wake = wake
     return scheduler
 
 
 def create_app(runtime: Runtime, *, scheduler: bool = True) -> FastAPI:
+    surface = build_surface(runtime.desk, runtime.settings)
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         sched = start_scheduler(runtime) if scheduler else None
+        socket_mode = await start_socket_mode(surface, runtime.settings) if surface else None
         try:
             yield
         finally:
+            if socket_mode is not None:
+                await socket_mode.close_async()
             if sched is not None:
+                runtime.desk.wake = None
                 sched.shutdown(wait=True)
 
     app = FastAPI(title="Refund Desk", version="0.1.0", lifespan=lifespan)
     app.state.runtime = runtime
     app.include_router(api.router)
+    app.include_router(stripe_routes.router)
+    if surface is not None:
+        app.include_router(surface.router())
+        app.state.slack = surface
 
     @app.exception_handler(CaseError)
     async def _case_error(request: Request, exc: CaseError) -> JSONResponse:

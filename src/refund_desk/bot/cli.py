@@ -30,6 +30,10 @@ app.add_typer(policy_app, name="policy")
 app.add_typer(audit_app, name="audit")
 app.add_typer(sandbox_app, name="sandbox")
 sandbox_app.add_typer(payment_app, name="payment")
+advisor_app = typer.Typer(
+    help="The AI advisor: accuracy and format adherence.", no_args_is_help=True
+)
+app.add_typer(advisor_app, name="advisor")
 
 
 def _settings() -> Settings:
@@ -186,6 +190,59 @@ def audit_export(
             typer.echo(f"wrote {output}; head {head}", err=True)
 
 
+@app.command()
+def reconcile(
+    since: Annotated[
+        str, typer.Option(help="Start of the window: a duration back (7d, 24h) or an ISO date.")
+    ] = "7d",
+    csv_file: Annotated[
+        Path | None, typer.Option("--csv", help="Also write the findings to this CSV file.")
+    ] = None,
+) -> None:
+    """Compare every refund the processor holds since --since with our executions."""
+    from refund_desk.cases.ports import ProcessorError
+    from refund_desk.payments.reconcile import reconcile as run
+
+    runtime = _runtime()
+    try:
+        start = _since(since, runtime.desk.now())
+    except ValueError as exc:
+        _fail(str(exc), 2)
+    try:
+        report = run(runtime.desk, since=start, actor=_cli_actor())
+    except ProcessorError as exc:
+        _fail(f"the processor could not be listed: {exc.message} ({exc.code})")
+    for f in report.findings:
+        mark = "new " if f.key in report.new_keys else "seen"
+        typer.echo(f"{mark}  {f.kind:<20}  {f.refund_id or f.execution_id or '-':<28}  {f.detail}")
+    typer.echo(
+        f"{report.refunds_seen} refunds at the processor, {report.executions_seen} executions; "
+        f"{len(report.findings)} findings ({len(report.new_keys)} new) since {start.isoformat()}"
+    )
+    if csv_file is not None:
+        with csv_file.open("w", newline="") as out:
+            report.write_csv(out)
+        typer.echo(f"wrote {csv_file}", err=True)
+
+
+def _since(text: str, now):  # type: ignore[no-untyped-def]
+    from datetime import UTC, datetime
+
+    from refund_desk.policy.durations import parse_duration
+
+    try:
+        return now - parse_duration(text)
+    except ValueError:
+        pass
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError(
+            f"--since {text!r} is neither a duration like 7d nor an ISO date"
+        ) from None
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value
+
+
 @payment_app.command("create")
 def sandbox_payment_create(
     amount: Annotated[str, typer.Option(help="Major units, e.g. 25.00")],
@@ -243,6 +300,49 @@ def sandbox_fault(
     except ValueError as exc:
         _fail(str(exc), 2)
     typer.echo(f"sandbox fault: {mode}" + (f" for {times} call(s)" if times else ""))
+
+
+@advisor_app.command("eval")
+def advisor_eval(
+    files: Annotated[
+        list[Path] | None,
+        typer.Argument(help="JSON Lines labelled sets (default: the shipped one)"),
+    ] = None,
+    offline: Annotated[bool, typer.Option(help="Use the offline advisor even with a key.")] = False,
+    misses: Annotated[bool, typer.Option(help="List every line it got wrong.")] = False,
+) -> None:
+    """Score the advisor on labelled requests: one line per field, then a confusion table."""
+    from refund_desk.advisor.eval import BUNDLED, EvalError, evaluate, load, render
+    from refund_desk.advisor.offline import OfflineAdvisor
+    from refund_desk.bot.runtime import make_advisor
+
+    try:
+        items = load(files or BUNDLED)
+    except EvalError as exc:
+        _fail(str(exc), 2)
+    advisor = OfflineAdvisor() if offline else make_advisor(Settings())
+    report = evaluate(advisor, items)
+    typer.echo(render(report, model=advisor.name != "offline"))
+    if misses:
+        typer.echo("\n".join(["", "misses:", *report.failures]))
+
+
+@advisor_app.command("stats")
+def advisor_stats() -> None:
+    """Advisor calls per day: format adherence (answers that parsed) and tokens spent."""
+    from refund_desk.cases.advisory import format_by_day
+
+    runtime = _runtime()
+    with runtime.db.read() as session:
+        days = format_by_day(session)
+    if not days:
+        typer.echo("no advisor calls yet")
+    for d in days:
+        share = "n/a" if d.format_adherence is None else f"{100 * d.format_adherence:.1f}%"
+        typer.echo(
+            f"{d.day}  {d.provider:<8} calls {d.calls:>5}  format {share:>6} "
+            f"({d.parsed}/{d.answers} parsed)  tokens {d.tokens}"
+        )
 
 
 def _sandbox():  # type: ignore[no-untyped-def]

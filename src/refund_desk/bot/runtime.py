@@ -34,11 +34,26 @@ def replica_id() -> str:
 def make_processor(settings: Settings, db: Database) -> Processor:
     if settings.processor == "sandbox":
         return SandboxProcessor(db)
-    raise ConfigError("REFUND_DESK_PROCESSOR=stripe is not available in this build yet")
+    if settings.stripe_api_key is None:
+        raise ConfigError("REFUND_DESK_PROCESSOR=stripe needs STRIPE_API_KEY")
+    from refund_desk.payments.stripe_api import StripeProcessor
+
+    return StripeProcessor.connect(
+        settings.stripe_api_key.get_secret_value(), api_base=settings.stripe_api_base
+    )
 
 
 def make_advisor(settings: Settings) -> Advisor:
-    return OfflineAdvisor()
+    """The OpenAI-compatible advisor when a key is set; otherwise offline (no network)."""
+    if settings.openai_api_key is None or not settings.openai_api_key.get_secret_value():
+        return OfflineAdvisor()
+    from refund_desk.advisor.openai_api import OpenAIAdvisor
+
+    return OpenAIAdvisor(
+        api_key=settings.openai_api_key.get_secret_value(),
+        base_url=settings.openai_base_url,
+        model=settings.model,
+    )
 
 
 def build(
@@ -52,8 +67,12 @@ def build(
     if migrate:
         upgrade(db.engine)
     processor = processor or make_processor(settings, db)
-    # A lease must outlive the processor's timeout, or a slow call could be run twice.
-    lease = settings.lease_seconds or max(10.0, processor.timeout_seconds * 2)
+    advisor = make_advisor(settings)
+    # A lease must outlive the processor's (and the model's) timeout, or a slow call could be
+    # run twice.
+    lease = settings.lease_seconds or max(
+        10.0, processor.timeout_seconds * 2, getattr(advisor, "budget_seconds", 0.0) * 1.5
+    )
     jobs = JobQueue(db, owner=replica_id(), lease_seconds=lease)
     secret = settings.secret_value()
     desk = Desk(
@@ -61,8 +80,20 @@ def build(
         audit=AuditLog(secret),
         vault=Vault(secret),
         processor=processor,
-        advisor=make_advisor(settings),
+        advisor=advisor,
         jobs=jobs,
+        secret=secret,
     )
+    _payments(desk, schedule=migrate and settings.processor == "stripe")
     sandbox = processor if isinstance(processor, SandboxProcessor) else None
     return Runtime(settings=settings, db=db, desk=desk, sandbox=sandbox)
+
+
+def _payments(desk: Desk, *, schedule: bool) -> None:
+    """Processor webhooks and reconciliation; a server on Stripe reconciles every hour."""
+    from refund_desk.payments import reconcile, webhooks
+
+    webhooks.register(desk)
+    reconcile.register(desk)
+    if schedule:
+        reconcile.ensure_scheduled(desk)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
+from refund_desk.cases import advisory
 from refund_desk.cases import facts as case_facts
 from refund_desk.cases.executor import enqueue_execution
 from refund_desk.cases.lifecycle import Status, load_for_update, move
@@ -43,21 +44,28 @@ def advance(desk: Desk, job: ClaimedJob) -> None:
 
 
 def _advise(desk: Desk, case: Case) -> None:
+    with desk.db.read() as session:  # the pinned policy's rule texts, for tier-1 questions
+        pinned = load_version(session, case.policy_version) if case.policy_version else None
     request = AdviceRequest(
         message=desk.vault.decrypt(case.message_enc) or "",
         currency=case.currency,
         known_names=tuple(n for n in [desk.vault.decrypt(case.name_enc)] if n),
         known_emails=tuple(e for e in [desk.vault.decrypt(case.email_enc)] if e),
+        policy=advisory.policy_texts(pinned.doc if pinned else None),
     )
-    try:
+    error: AdvisorError | None = None
+    try:  # outside any transaction: the advisor may call a model over the network
         advice: dict[str, Any] | None = asdict(desk.advisor.advise(request))
         failure = None
     except AdvisorError as exc:
-        advice, failure = None, f"{exc.code}: {exc.message}"
+        advice, failure, error = None, f"{exc.code}: {exc.message}", exc
     with desk.db.write() as session:
+        advisory.record_call(session, now=desk.now(), case_id=case.id, advisor=desk.advisor,
+                             advice=advice, error=error)  # fmt: skip
         locked = load_for_update(session, case.id)
         if locked.status != Status.received:
             return  # someone else advised it meanwhile
+        locked.provenance = advisory.provenance(locked)
         if advice is None:
             locked.park_reason = f"The advisor failed ({failure}); a person must look."
             move(
@@ -67,12 +75,13 @@ def _advise(desk: Desk, case: Case) -> None:
                 Status.parked,
                 actor=MODEL,
                 action="advisor.failed",
-                payload={"error": failure},
+                payload={"error": failure, "tokens_used": error.tokens_used if error else 0},
             )
             return
         locked.advice = advice
         if locked.reason is None:
             locked.reason, locked.reason_source = advice["reason"], Provenance.model_inference
+        locked.provenance = advisory.provenance(locked)
         move(
             session,
             desk.audit,
@@ -82,7 +91,10 @@ def _advise(desk: Desk, case: Case) -> None:
             action="advisor.advised",
             payload={
                 k: advice[k]
-                for k in ("reason", "confidence", "injection_suspected", "provider", "tokens_used")
+                for k in (
+                    *("reason", "confidence", "injection_suspected", "intent", "cited_rules"),
+                    *("provider", "model", "tokens_used", "prompt_tokens", "completion_tokens"),
+                )
             },
         )
 
@@ -110,8 +122,20 @@ def _decide(desk: Desk, case: Case, job: ClaimedJob) -> int | None:
         )
         policy = load_version(session, locked.policy_version) if locked.policy_version else None
         decision = evaluate(policy, context)
+        question = advisory.policy_question(locked, policy)
+        if question is not None and question.answer is None:
+            decision = advisory.unanswered(decision, policy)
+        answered = question is not None and question.answer is not None
         locked.facts = context
-        locked.decision = decision_record(decision)
+        locked.decision = (
+            advisory.answered_record(question)
+            if question is not None and answered
+            else decision_record(decision)
+        )
+        locked.advice = {
+            **(locked.advice or {}),
+            "explanation": advisory.explanation(locked, context, locked.decision, policy),
+        }
         move(
             session,
             desk.audit,
@@ -121,6 +145,18 @@ def _decide(desk: Desk, case: Case, job: ClaimedJob) -> int | None:
             action="policy.decided",
             payload={"decision": {k: v for k, v in locked.decision.items() if k != "trace"}},
         )
+        if answered:  # tier 1: the policy's own words answer; no money moves
+            locked.customer_message = locked.decision["say"]
+            move(
+                session,
+                desk.audit,
+                locked,
+                Status.denied,
+                actor=POLICY,
+                action="case.answered",
+                payload={"tier": 1, "cited_rules": locked.decision["cited_rules"]},
+            )
+            return None
         return route(desk, session, locked, decision, policy)
 
 

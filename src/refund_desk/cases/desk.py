@@ -27,8 +27,10 @@ class Desk:
     processor: Processor
     advisor: Advisor
     jobs: JobQueue
+    secret: str  # signs action tokens
     clock: Callable[[], datetime] = field(default=utcnow)
     run_inline: bool = True  # run follow-up jobs at once in the process that created them
+    wake: Callable[[], None] | None = None  # set by the scheduler: sweep soon, work is waiting
 
     def now(self) -> datetime:
         return self.clock()
@@ -45,3 +47,5 @@ class Desk:
         """Run a job just created, instead of waiting for the next sweep; a crash loses nothing."""
         if job_id is not None and self.run_inline:
             self.jobs.run_now(job_id)
+        if self.wake is not None:
+            self.wake()  # what that job queued (messages, the refund) runs without waiting

@@ -57,7 +57,7 @@ def idempotency_key(execution_id: str) -> str:
     return f"refund-desk-{execution_id}"
 
 
-def enqueue_execution(session: Session, case: Case) -> int | None:
+def enqueue_execution(session: Session, case: Case) -> int:
     """Queue the refund of an approved case, once per approval (the revision it was approved at).
 
     The dedupe key makes a second queueing of the same approval fail instead of running two
@@ -69,6 +69,7 @@ def enqueue_execution(session: Session, case: Case) -> int | None:
         payload={"case_id": case.id, "revision": case.revision},
         dedupe_key=f"execute:{case.id}:{case.revision}",
     )
+    assert job.id is not None  # flushed by enqueue
     return job.id
 
 
@@ -142,6 +143,8 @@ def _reserve(
                     PAUSED_RECHECK_SECONDS, "paused: the kill switch is on", failed=False
                 )
             automatic = (case.decision or {}).get("automatic", False) and not _human_basis(case)
+            if not automatic:
+                _check_approvals(session, case)
             _recheck(desk, session, case, payment, automatic=automatic)
             execution_id = new_id("ex")
             execution = Execution(
@@ -179,6 +182,15 @@ def _reserve(
     except Parked as parked:
         _park_waiting(desk, case_id, parked.reason)
         return None
+
+
+def _check_approvals(session: Session, case: Case) -> None:
+    """Defence in depth: a case a person must approve pays only with those approvals on record."""
+    from refund_desk.cases.approvals import approval_count, approvals_needed
+
+    have, needed = approval_count(session, case), approvals_needed(case)
+    if have < needed:
+        raise Parked(f"Only {have} of {needed} required approvals are on record.")
 
 
 def _human_basis(case: Case) -> bool:
@@ -229,6 +241,8 @@ def _recheck(
 
 def _pay(desk: Desk, execution: Execution) -> ProcessorRefund:
     """Lookup before create: after an unknown outcome the refund may already exist."""
+    if execution.processor_refund_id:  # the refund is known (pending): ask for it by id
+        return desk.processor.retrieve_refund(execution.processor_refund_id)
     for refund in desk.processor.list_refunds(execution.payment_id):
         if refund.metadata.get("execution_id") == execution.id:
             return refund
@@ -246,11 +260,13 @@ def _pay(desk: Desk, execution: Execution) -> ProcessorRefund:
 
 def _record(desk: Desk, execution: Execution, refund: ProcessorRefund) -> None:
     with desk.db.write() as session:
+        # The case row first: a webhook and the execute job may record the same refund at once.
+        case = load_for_update(session, execution.case_id)
         row = session.get(Execution, execution.id)
         if row is None or row.status != case_facts.OPEN_EXECUTION:
             return
+        changed = (row.processor_refund_id, row.processor_status) != (refund.id, refund.status)
         row.processor_refund_id, row.processor_status = refund.id, refund.status
-        case = load_for_update(session, execution.case_id)
         if refund.status == "succeeded":
             row.status, row.finished_at = "succeeded", desk.now()
             case.customer_message = DEFAULT_REFUNDED.format(
@@ -283,7 +299,7 @@ def _record(desk: Desk, execution: Execution, refund: ProcessorRefund) -> None:
                 f"refund_{refund.status}",
                 f"The processor reports the refund {refund.status}.",
             )
-        else:
+        elif changed:  # pending / requires_action: on the record once per status, not per poll
             session.add(row)
             desk.audit.append(
                 session,
@@ -346,3 +362,75 @@ def _park_waiting(desk: Desk, case_id: str, reason: str) -> None:
             move(session, desk.audit, case, Status.parked, actor=SYSTEM, payload={"reason": reason})
         except Conflict:
             return
+
+
+# ---------------------------------------------------------------- later news from the processor
+
+
+def settle(desk: Desk, refund: ProcessorRefund) -> str:
+    """Apply what the processor now says about one of our refunds (a webhook, reconciliation).
+
+    An open execution is recorded as the executor would; a refund that had succeeded and is
+    now failed or canceled reopens its case for a person (the compensation: nothing is re-sent
+    automatically). A final state never moves back. Returns `recorded`, `reversed`,
+    `unchanged` or `not_ours`.
+    """
+    execution_id = refund.metadata.get("execution_id")
+    with desk.db.read() as session:
+        row = session.get(Execution, execution_id) if execution_id else None
+        if row is None:
+            row = session.scalars(
+                select(Execution).where(Execution.processor_refund_id == refund.id)  # type: ignore[arg-type]
+            ).first()
+    if row is None:
+        return "not_ours"
+    if row.status == case_facts.OPEN_EXECUTION:
+        _record(desk, row, refund)
+        return "recorded"
+    if row.status == "succeeded" and refund.status in ("failed", "canceled"):
+        return "reversed" if _reverse(desk, row.id, refund) else "unchanged"
+    return "unchanged"
+
+
+def _reverse(desk: Desk, execution_id: str, refund: ProcessorRefund) -> bool:
+    with desk.db.write() as session:
+        row = session.get(Execution, execution_id)
+        if row is None:
+            return False
+        case = load_for_update(session, row.case_id)
+        session.refresh(row)
+        if row.status != "succeeded":
+            return False
+        code = f"refund_{refund.status}"
+        row.status, row.processor_status = "failed", refund.status
+        row.error_code = code
+        row.error_message = f"The processor reported the refund {refund.status} after it succeeded."
+        session.add(row)
+        payload = {"execution_id": row.id, "refund_id": refund.id, "status": refund.status}
+        if case.status != Status.refunded:
+            desk.audit.append(
+                session,
+                action="execution.reversed",
+                actor=SYSTEM,
+                case_id=case.id,
+                correlation_id=case.correlation_id,
+                policy_version=case.policy_version,
+                payload=payload,
+            )
+            return True
+        case.park_reason = (
+            f"The processor reports refund {refund.id} of "
+            f"{money.format_money(row.amount, row.currency)} {refund.status} after it had "
+            "succeeded: the customer did not get the money. Nothing is re-sent automatically; "
+            "a person must decide what next."
+        )
+        move(
+            session,
+            desk.audit,
+            case,
+            Status.parked,
+            actor=SYSTEM,
+            action="execution.reversed",
+            payload={**payload, "code": code},
+        )
+        return True

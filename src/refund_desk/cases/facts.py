@@ -94,6 +94,7 @@ def policy_context(
             "source": case.source,
             "possible_duplicate": case.possible_duplicate,
             "amount_source": case.amount_source,
+            "reason_source": case.reason_source,
         },
         "order": {
             "amount": money.captured,

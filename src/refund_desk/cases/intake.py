@@ -124,7 +124,9 @@ def submit(
     actor: Actor,
     api_key_id: int | None = None,
     idempotency_key: str | None = None,
+    requested_by: str | None = None,
 ) -> Submitted:
+    """Capture a request as a case; `requested_by` is the person who filed it, if one did."""
     fingerprint = request.fingerprint()
     if idempotency_key and api_key_id is not None:
         with desk.db.read() as session:
@@ -141,7 +143,16 @@ def submit(
         )
     for attempt in range(3):
         try:
-            return _capture(desk, request, payment, actor, api_key_id, idempotency_key, fingerprint)
+            return _capture(
+                desk,
+                request,
+                payment,
+                actor,
+                api_key_id,
+                idempotency_key,
+                fingerprint,
+                requested_by,
+            )
         except IntegrityError:
             # A concurrent request won a unique key (payment row or Idempotency-Key); look again.
             if attempt == 2:
@@ -184,6 +195,7 @@ def _capture(
     api_key_id: int | None,
     idempotency_key: str | None,
     fingerprint: str,
+    requested_by: str | None,
 ) -> Submitted:
     now = desk.now()
     with desk.db.write() as session:
@@ -227,6 +239,7 @@ def _capture(
             duplicate_of=duplicate_of,
             policy_version=control(session).active_version,
             callback_url=request.callback_url,
+            requested_by=requested_by,
             created_at=now,
             updated_at=now,
         )

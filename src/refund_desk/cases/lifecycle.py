@@ -49,7 +49,8 @@ _ALLOWED: dict[Status, frozenset[Status]] = {
 def can_move(src: str, dst: str) -> bool:
     source, target = Status(src), Status(dst)
     if target is Status.parked:
-        return source not in FINAL and source is not Status.parked
+        # A refunded case reopens when the processor later fails the refund (compensation).
+        return source is Status.refunded or (source not in FINAL and source is not Status.parked)
     return target in _ALLOWED[source]
 
 
@@ -83,6 +84,8 @@ def move(
         raise Conflict("invalid_transition", f"A {case.status} case cannot become {to}.")
     previous = case.status
     case.status = to
+    if to in (Status.awaiting_approval, Status.parked):
+        case.approval_round += 1  # a new round: earlier approvals do not count towards it
     case.revision += 1
     case.updated_at = utcnow()
     session.add(case)

@@ -23,6 +23,7 @@ NOTIFY = "notify"
 NOTIFY_ON = frozenset({"awaiting_approval", "approved", "parked", "refunded", "denied"})
 
 
-def notify(session: Session, *, event: str, case_id: str | None = None, **data: Any) -> int | None:
+def notify(session: Session, *, event: str, case_id: str | None = None, **data: Any) -> int:
     job = enqueue(session, kind=NOTIFY, payload={"event": event, "case_id": case_id, "data": data})
+    assert job.id is not None  # flushed by enqueue
     return job.id

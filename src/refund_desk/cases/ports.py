@@ -8,7 +8,8 @@ advisor (offline, OpenAI-compatible) plug in here; their errors are translated i
     ├── ProcessorUnavailable    transient: nothing happened, try again later
     ├── ProcessorTimeout        transient, outcome unknown: look up before trying again
     ├── RefundDeclined          permanent: the processor said no
-    └── PaymentNotFound         permanent: no such payment at the processor
+    ├── PaymentNotFound         permanent: no such payment at the processor
+    └── RefundNotFound          permanent: no such refund at the processor
 """
 
 from __future__ import annotations
@@ -92,6 +93,10 @@ class PaymentNotFound(ProcessorError):
     pass
 
 
+class RefundNotFound(ProcessorError):
+    pass
+
+
 class Processor(Protocol):
     name: str
     timeout_seconds: float
@@ -110,6 +115,14 @@ class Processor(Protocol):
         metadata: dict[str, str],
     ) -> ProcessorRefund: ...
 
+    def retrieve_refund(self, refund_id: str) -> ProcessorRefund: ...
+
+    def list_refunds_since(
+        self, since: datetime, until: datetime | None = None
+    ) -> list[ProcessorRefund]:
+        """Every refund the processor holds created in [since, until), for any payment."""
+        ...
+
 
 # ---------------------------------------------------------------- advisor
 
@@ -127,6 +140,19 @@ REASONS = (
 )
 
 
+INTENTS = ("refund", "policy_question")
+"""`refund`: the customer asks for money; `policy_question`: they ask about the policy (tier 1)."""
+
+
+@dataclass(frozen=True)
+class PolicyText:
+    """A published rule as an advisor may see it: the merchant's own words, no customer data."""
+
+    rule: str
+    say: str
+    when: str = ""
+
+
 @dataclass(frozen=True)
 class AdviceRequest:
     """What the advisor may see. Text is redacted by the advisor before it leaves the process."""
@@ -135,6 +161,7 @@ class AdviceRequest:
     currency: str | None = None
     known_names: tuple[str, ...] = ()  # names known from the payment: masked before any model
     known_emails: tuple[str, ...] = ()
+    policy: tuple[PolicyText, ...] = ()  # the pinned policy's rules that have a `say`
 
 
 @dataclass(frozen=True)
@@ -150,13 +177,24 @@ class Advice:
     injection_suspected: bool = False
     provider: str = "offline"
     tokens_used: int = 0
+    intent: str = "refund"  # one of INTENTS
+    cited_rules: tuple[str, ...] = ()  # for a policy question: the rule ids that answer it
+    model: str | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
 
 
 class AdvisorError(Exception):
-    def __init__(self, code: str, message: str) -> None:
+    """The advisor gave no usable advice; `format_error` says an answer came but did not parse."""
+
+    def __init__(
+        self, code: str, message: str, *, format_error: bool = False, tokens_used: int = 0
+    ) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
+        self.format_error = format_error
+        self.tokens_used = tokens_used
 
 
 class Advisor(Protocol):

@@ -29,6 +29,7 @@ from refund_desk.cases.ports import (
     ProcessorTimeout,
     ProcessorUnavailable,
     RefundDeclined,
+    RefundNotFound,
 )
 from refund_desk.storage.db import Database
 from refund_desk.storage.models import SandboxFault, SandboxPayment, SandboxRefund
@@ -170,6 +171,29 @@ class SandboxProcessor:
         if fault == "timeout-after-success":
             raise ProcessorTimeout("processor_timeout", "The processor did not answer in time.")
         return self._to_refund(refund)
+
+    def retrieve_refund(self, refund_id: str) -> ProcessorRefund:
+        with self.db.read() as session:
+            if self._armed(session, ("down",)) is None:
+                row = session.get(SandboxRefund, refund_id)
+                if row is None:
+                    raise RefundNotFound("refund_not_found", f"No refund {refund_id} exists.")
+                return self._to_refund(row)
+        self._take_fault(("down",))
+        return self.retrieve_refund(refund_id)
+
+    def list_refunds_since(
+        self, since: datetime, until: datetime | None = None
+    ) -> list[ProcessorRefund]:
+        with self.db.read() as session:
+            if self._armed(session, ("down",)) is None:
+                stmt = select(SandboxRefund).where(SandboxRefund.created_at >= since)  # type: ignore[arg-type,operator]
+                if until is not None:
+                    stmt = stmt.where(SandboxRefund.created_at < until)  # type: ignore[arg-type,operator]
+                rows = session.scalars(stmt.order_by(SandboxRefund.created_at)).all()  # type: ignore[arg-type]
+                return [self._to_refund(r) for r in rows]
+        self._take_fault(("down",))
+        return self.list_refunds_since(since, until)
 
     # ------------------------------------------------------------ internals
 

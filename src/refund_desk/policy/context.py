@@ -50,6 +50,17 @@ AMOUNT_SOURCES: tuple[str, ...] = (
 )
 """Known provenances of ``request.amount``; ``model_inference`` never executes by itself."""
 
+PROVENANCES: tuple[str, ...] = (
+    "customer_input",
+    "system_of_record",
+    "verified_document",
+    "third_party",
+    "model_inference",
+    "human_entry",
+)
+"""Where a fact came from (``request.*_source``): a rule may trust a reason the customer gave
+more than one the AI advisor inferred (``request.reason_source == "customer_input"``)."""
+
 FACTS: dict[str, tuple[FactType, str]] = {
     "request.amount": ("money", "amount asked for, major units in rules (minor int in context)"),
     "request.currency": ("currency", "ISO 4217 code of the requested amount"),
@@ -57,6 +68,7 @@ FACTS: dict[str, tuple[FactType, str]] = {
     "request.source": ("string", "channel of the request: api, web_form, slack, email, ..."),
     "request.possible_duplicate": ("bool", "an open case or same refund within 24h exists"),
     "request.amount_source": ("string", "who produced the amount: one of AMOUNT_SOURCES"),
+    "request.reason_source": ("string", "who produced the reason: one of PROVENANCES"),
     "order.amount": ("money", "amount captured on the payment"),
     "order.refunded": ("money", "already refunded plus refunds still executing"),
     "order.refundable": ("money", "what is left to refund: amount - refunded"),
@@ -82,6 +94,7 @@ _NEUTRAL: dict[str, Any] = {
     "request.source": "api",
     "request.possible_duplicate": False,
     "request.amount_source": "customer_input",
+    "request.reason_source": "customer_input",
     "order.amount": 0,
     "order.refunded": 0,
     "order.refundable": 0,

@@ -109,10 +109,13 @@ class Case(SQLModel, table=True):
     facts: dict[str, Any] | None = _json()  # the frozen policy context the case was decided on
     advice: dict[str, Any] | None = _json()
     decision: dict[str, Any] | None = _json()  # outcome, rule, tier, approvers, reason, trace
+    provenance: dict[str, Any] | None = _json()  # consequential field -> where it came from
     callback_url: str | None = Field(default=None, sa_column=Column(Text))
     customer_message: str | None = Field(default=None, sa_column=Column(Text))
     park_reason: str | None = Field(default=None, sa_column=Column(Text))
     escalation_level: int = 0
+    approval_round: int = 0  # bumped each time the case goes (back) to a person
+    requested_by: str | None = Field(default=None, max_length=100)  # a Slack user who filed it
     sla_due_at: datetime | None = _optional_ts()
     created_at: datetime = Field(
         default_factory=utcnow, sa_column=Column(UTCDateTime(), nullable=False)
@@ -159,15 +162,32 @@ class Execution(SQLModel, table=True):
 
 
 class Approval(SQLModel, table=True):
+    """A person's decision on a case, in one approval round; its token's nonce is consumed here."""
+
     __tablename__ = "approvals"
-    __table_args__ = (UniqueConstraint("case_id", "approver", "decision"),)
+    __table_args__ = (UniqueConstraint("case_id", "round", "approver", "decision"),)
     id: int | None = Field(default=None, primary_key=True)
     case_id: str = Field(foreign_key="cases.id", max_length=40, index=True)
+    round: int = 0
     approver: str = Field(max_length=100)
-    decision: str = Field(max_length=20)  # approve | deny
+    decision: str = Field(max_length=20)  # approve | deny | escalate
     amount: int | None = Field(default=None, sa_column=Column(BigInteger))
     reason: str | None = Field(default=None, sa_column=Column(Text))
-    token_nonce: str | None = Field(default=None, max_length=64, unique=True)
+    token_nonce: str = Field(max_length=64, unique=True)
+    created_at: datetime = Field(
+        default_factory=utcnow, sa_column=Column(UTCDateTime(), nullable=False)
+    )
+
+
+class SlackMessage(SQLModel, table=True):
+    """Every Slack message that carries a case's buttons (card, manager DMs) or its thread."""
+
+    __tablename__ = "slack_messages"
+    id: int | None = Field(default=None, primary_key=True)
+    case_id: str | None = Field(default=None, max_length=40, index=True)
+    kind: str = Field(max_length=20)  # card | dm
+    channel: str = Field(max_length=40)
+    ts: str = Field(max_length=40)
     created_at: datetime = Field(
         default_factory=utcnow, sa_column=Column(UTCDateTime(), nullable=False)
     )
@@ -259,3 +279,60 @@ class SandboxFault(SQLModel, table=True):
     id: int = Field(default=1, primary_key=True)
     mode: str = Field(default="none", max_length=30)
     remaining: int | None = None  # None: until changed
+
+
+# ---------------------------------------------------------------- processor news
+
+
+class ProcessorEvent(SQLModel, table=True):
+    """A processor webhook event we accepted; its id makes a second delivery a no-op."""
+
+    __tablename__ = "processor_events"
+    id: str = Field(primary_key=True, max_length=100)
+    processor: str = Field(max_length=20)
+    type: str = Field(max_length=80)
+    object_id: str | None = Field(default=None, max_length=100)
+    received_at: datetime = Field(
+        default_factory=utcnow, sa_column=Column(UTCDateTime(), nullable=False)
+    )
+
+
+class ProcessorFinding(SQLModel, table=True):
+    """Something reconciliation found; the key makes each finding reported once."""
+
+    __tablename__ = "processor_findings"
+    key: str = Field(primary_key=True, max_length=200)
+    kind: str = Field(max_length=40)  # unknown_refund | missing_at_processor | *_mismatch
+    case_id: str | None = Field(default=None, max_length=40, index=True)
+    execution_id: str | None = Field(default=None, max_length=40)
+    refund_id: str | None = Field(default=None, max_length=100)
+    payment_id: str | None = Field(default=None, max_length=100)
+    currency: str | None = Field(default=None, max_length=3)
+    processor_amount: int | None = Field(default=None, sa_column=Column(BigInteger))
+    our_amount: int | None = Field(default=None, sa_column=Column(BigInteger))
+    processor_status: str | None = Field(default=None, max_length=30)
+    our_status: str | None = Field(default=None, max_length=30)
+    detail: str = Field(sa_column=Column(Text, nullable=False))
+    found_at: datetime = Field(
+        default_factory=utcnow, sa_column=Column(UTCDateTime(), nullable=False)
+    )
+
+
+# ---------------------------------------------------------------- the AI advisor
+
+
+class AdvisorCall(SQLModel, table=True):
+    """One advisor call: whether its answer parsed and the tokens it spent (format, cost)."""
+
+    __tablename__ = "advisor_calls"
+    __table_args__ = (Index("ix_advisor_calls_day", "day", "provider"),)
+    id: int | None = Field(default=None, primary_key=True)
+    at: datetime = Field(default_factory=utcnow, sa_column=Column(UTCDateTime(), nullable=False))
+    day: str = Field(max_length=10)  # UTC date, ISO: the unit of the format-adherence figure
+    case_id: str | None = Field(default=None, max_length=40, index=True)
+    provider: str = Field(max_length=30)
+    model: str | None = Field(default=None, max_length=100)
+    outcome: str = Field(max_length=20)  # parsed | unparsed (answered, bad format) | failed
+    error_code: str | None = Field(default=None, max_length=60)
+    prompt_tokens: int = 0
+    completion_tokens: int = 0

@@ -160,6 +160,8 @@ def upgrade() -> None:
         sa.Column("customer_message", sa.Text(), nullable=True),
         sa.Column("park_reason", sa.Text(), nullable=True),
         sa.Column("escalation_level", sa.Integer(), nullable=False),
+        sa.Column("approval_round", sa.Integer(), nullable=False),
+        sa.Column("requested_by", sa.String(length=100), nullable=True),
         sa.Column("sla_due_at", UTCDateTime(), nullable=True),
         sa.Column("created_at", UTCDateTime(), nullable=False),
         sa.Column("updated_at", UTCDateTime(), nullable=False),
@@ -199,18 +201,19 @@ def upgrade() -> None:
         "approvals",
         sa.Column("id", sa.Integer(), nullable=False),
         sa.Column("case_id", sa.String(length=40), nullable=False),
+        sa.Column("round", sa.Integer(), nullable=False),
         sa.Column("approver", sa.String(length=100), nullable=False),
         sa.Column("decision", sa.String(length=20), nullable=False),
         sa.Column("amount", sa.BigInteger(), nullable=True),
         sa.Column("reason", sa.Text(), nullable=True),
-        sa.Column("token_nonce", sa.String(length=64), nullable=True),
+        sa.Column("token_nonce", sa.String(length=64), nullable=False),
         sa.Column("created_at", UTCDateTime(), nullable=False),
         sa.ForeignKeyConstraint(
             ["case_id"],
             ["cases.id"],
         ),
         sa.PrimaryKeyConstraint("id"),
-        sa.UniqueConstraint("case_id", "approver", "decision"),
+        sa.UniqueConstraint("case_id", "round", "approver", "decision"),
         sa.UniqueConstraint("token_nonce"),
     )
     with op.batch_alter_table("approvals", schema=None) as batch_op:
@@ -266,12 +269,26 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("api_key_id", "key"),
     )
 
+    op.create_table(
+        "slack_messages",
+        sa.Column("id", sa.Integer(), nullable=False),
+        sa.Column("case_id", sa.String(length=40), nullable=True),
+        sa.Column("kind", sa.String(length=20), nullable=False),
+        sa.Column("channel", sa.String(length=40), nullable=False),
+        sa.Column("ts", sa.String(length=40), nullable=False),
+        sa.Column("created_at", UTCDateTime(), nullable=False),
+        sa.PrimaryKeyConstraint("id"),
+    )
+    with op.batch_alter_table("slack_messages", schema=None) as batch_op:
+        batch_op.create_index(batch_op.f("ix_slack_messages_case_id"), ["case_id"], unique=False)
+
     _seed_rows()
     _protect_audit_records()
 
 
 def downgrade() -> None:
     _unprotect_audit_records()
+    op.drop_table("slack_messages")
     op.drop_table("intake_keys")
     with op.batch_alter_table("executions", schema=None) as batch_op:
         batch_op.drop_index(batch_op.f("ix_executions_payment_id"))

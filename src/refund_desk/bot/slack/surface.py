@@ -1,0 +1,132 @@
+"""The Bolt app: one workspace, listeners per surface, the outbox, and the FastAPI route.
+
+Blocking work (the database, job runs) never runs on the event loop: listeners hand it to a
+thread. After `ack()`, the jobs a click created are started at once in the background; if the
+process dies first, the sweeps run them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from fastapi import APIRouter, Request
+from slack_bolt.adapter.fastapi.async_handler import AsyncSlackRequestHandler
+from slack_bolt.async_app import AsyncApp
+from slack_sdk import WebClient
+from slack_sdk.web.async_client import AsyncWebClient
+from starlette.responses import Response
+
+from refund_desk.bot.slack.outbox import Outbox
+from refund_desk.cases.desk import Desk
+from refund_desk.settings import Settings
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+@dataclass
+class Surface:
+    app: AsyncApp
+    desk: Desk
+    outbox: Outbox
+    settings: Settings
+    pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(8, "slack"))
+    _background: set[Future[None]] = field(default_factory=set)
+
+    async def blocking(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run database work off the event loop."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.pool, lambda: fn(*args, **kwargs))
+
+    def start_jobs(self, job_ids: Iterable[int]) -> None:
+        """After ack(): run the jobs a click created, then whatever else became due."""
+        ids = list(job_ids)
+
+        def run() -> None:
+            for job_id in ids:
+                self.desk.jobs.run_now(job_id)
+            self.desk.jobs.sweep(max_batches=5)
+
+        future = self.pool.submit(run)
+        self._background.add(future)
+        future.add_done_callback(self._done)
+
+    def _done(self, future: Future[None]) -> None:
+        self._background.discard(future)
+        if not future.cancelled() and future.exception() is not None:
+            log.error("background jobs failed; the sweeps will retry", exc_info=future.exception())
+
+    def router(self) -> APIRouter:
+        handler = AsyncSlackRequestHandler(self.app)
+        router = APIRouter()
+
+        @router.post("/slack/events")
+        async def slack_events(request: Request) -> Response:
+            return await handler.handle(request)
+
+        return router
+
+
+async def start_socket_mode(surface: Surface, settings: Settings) -> Any | None:
+    """Socket Mode instead of HTTP when an app-level token is set."""
+    if settings.slack_app_token is None:
+        return None
+    from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
+
+    handler = AsyncSocketModeHandler(surface.app, settings.slack_app_token.get_secret_value())
+    await handler.connect_async()
+    return handler
+
+
+def slack_configured(settings: Settings) -> bool:
+    return settings.slack_bot_token is not None and (
+        settings.slack_signing_secret is not None or settings.slack_app_token is not None
+    )
+
+
+def build_surface(desk: Desk, settings: Settings) -> Surface | None:
+    """The Slack surface, or None when no workspace is configured."""
+    if not slack_configured(settings):
+        return None
+    from refund_desk.bot.slack import actions, commands, events, home, views
+
+    assert settings.slack_bot_token is not None
+    token = settings.slack_bot_token.get_secret_value()
+    signing = settings.slack_signing_secret
+    app = AsyncApp(
+        client=AsyncWebClient(token=token, base_url=settings.slack_api_url),
+        signing_secret=signing.get_secret_value() if signing else None,
+        # Socket Mode requests are authenticated by the app-level token over the socket.
+        request_verification_enabled=signing is not None,
+        raise_error_for_unhandled_request=False,
+        # Our listeners finish right after ack() (the rest runs as jobs), so answering after
+        # the listener costs nothing and no listener work is left running unseen.
+        process_before_response=True,
+    )
+    outbox = Outbox(
+        desk=desk,
+        client=WebClient(token=token, base_url=settings.slack_api_url),
+        default_channel=settings.channel,
+    )
+    outbox.register()
+    surface = Surface(app=app, desk=desk, outbox=outbox, settings=settings)
+    for module in (actions, views, commands, events, home):
+        module.register(surface)
+
+    @app.error
+    async def on_error(error: Exception, body: dict[str, Any], respond: Any) -> None:
+        """One place that tells the user something went wrong, instead of silence."""
+        log.error("Slack listener failed", exc_info=error)
+        if body.get("response_url"):
+            await respond(
+                text=f"Sorry, that did not work: {error}",
+                response_type="ephemeral",
+                replace_original=False,
+            )
+
+    return surface

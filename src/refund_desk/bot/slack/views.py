@@ -1,0 +1,49 @@
+"""Modal submissions: the reason for a denial, the amount of a partial approval, a new case."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from refund_desk.bot.slack import cards
+from refund_desk.bot.slack.actions import decide
+
+if TYPE_CHECKING:
+    from refund_desk.bot.slack.surface import Surface
+
+
+def _metadata(view: dict[str, Any]) -> tuple[str | None, str]:
+    channel, _, token = str(view.get("private_metadata", "")).partition("|")
+    return channel or None, token
+
+
+def register(surface: Surface) -> None:
+    app = surface.app
+
+    @app.view("deny_modal")
+    async def on_deny(ack: Any, body: dict[str, Any], view: dict[str, Any]) -> None:
+        channel, token = _metadata(view)
+        values = cards.modal_values(view)
+        await decide(
+            surface,
+            ack,
+            user=body["user"]["id"],
+            channel=channel,
+            token=token,
+            reason=values.get("reason"),
+            modal=True,
+        )
+
+    @app.view("partial_modal")
+    async def on_partial(ack: Any, body: dict[str, Any], view: dict[str, Any]) -> None:
+        channel, token = _metadata(view)
+        values = cards.modal_values(view)
+        await decide(
+            surface,
+            ack,
+            user=body["user"]["id"],
+            channel=channel,
+            token=token,
+            reason=values.get("reason"),
+            amount=values.get("amount"),
+            modal=True,
+        )

@@ -1,0 +1,43 @@
+"""`POST /webhooks/stripe`: the signature is verified before anything else happens."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
+
+from refund_desk.payments import webhooks
+from refund_desk.payments.stripe_api import WebhookRejected
+
+router = APIRouter()
+
+
+def _error(code: str, message: str, status: int) -> JSONResponse:
+    body: dict[str, Any] = {"error": {"code": code, "message": message, "fields": {}}}
+    return JSONResponse(body, status_code=status)
+
+
+@router.post("/webhooks/stripe")
+async def stripe_webhook(request: Request) -> JSONResponse:
+    runtime = request.app.state.runtime
+    secret = runtime.settings.stripe_webhook_secret
+    if secret is None:
+        return _error(
+            "webhook_not_configured", "STRIPE_WEBHOOK_SECRET is not set on this server.", 503
+        )
+    payload = await request.body()
+    signature = request.headers.get("stripe-signature")
+    desk = runtime.desk
+    try:
+        receipt = await run_in_threadpool(
+            webhooks.receive, desk, payload, signature, secret.get_secret_value()
+        )
+    except WebhookRejected as exc:
+        return _error(exc.code, exc.message, 400)
+    if receipt.job_id is not None:
+        await run_in_threadpool(desk.kick, receipt.job_id)  # a failure stays queued, retried
+    return JSONResponse(
+        {"received": True, "event": receipt.event_id, "duplicate": receipt.duplicate}
+    )

@@ -1,0 +1,255 @@
+"""What the workflow does with advice: provenance, the approver's explanation, tier-1 answers,
+and the log of advisor calls (format adherence per day, tokens per case).
+
+Advice is data with provenance `model_inference` (DESIGN invariant 1). Here it is only ever
+*shown* (the explanation, labelled advisory), used to *answer* a question from the policy's
+own words (tier 1, no money), or counted. Pure functions plus two small queries.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlmodel import Session, col
+
+from refund_desk import money
+from refund_desk.cases.policies import LoadedPolicy
+from refund_desk.cases.ports import Advisor, AdvisorError, PolicyText, Provenance
+from refund_desk.policy import Decision, PolicyDocument
+from refund_desk.storage.models import AdvisorCall, Case
+
+ANSWER_RULE = "policy-question"
+ADVISORY = "Advisory (AI-generated, not a decision)"
+
+# ---------------------------------------------------------------- provenance
+
+
+def provenance(case: Case) -> dict[str, str | None]:
+    """Where each consequential field of the case came from."""
+    return {
+        "payment": Provenance.customer_input,  # the id the requester gave; checked at intake
+        "currency": Provenance.system_of_record,  # intake refuses one unlike the payment's
+        "amount": case.amount_source,
+        "reason": case.reason_source,
+        "customer.verified": Provenance.system_of_record,  # email matched to the payment's
+        "order": Provenance.system_of_record,
+        "customer.history": Provenance.system_of_record,
+        "possible_duplicate": Provenance.system_of_record,
+        "advice": Provenance.model_inference,  # confidence, flags, summary, read ids/amounts
+    }
+
+
+# ---------------------------------------------------------------- tier 1: policy questions
+
+
+def policy_texts(doc: PolicyDocument | None) -> tuple[PolicyText, ...]:
+    """The rules an advisor may cite: those with a `say` (the merchant's published words)."""
+    if doc is None:
+        return ()
+    return tuple(PolicyText(rule=r.id, say=r.say, when=r.when) for r in doc.rules if r.say)
+
+
+@dataclass(frozen=True)
+class Question:
+    """A question about the policy; `answer` is None when no published rule answers it."""
+
+    cited: tuple[str, ...]
+    answer: str | None
+
+
+def policy_question(case: Case, policy: LoadedPolicy | None) -> Question | None:
+    """The case is a tier-1 question, not a request for money.
+
+    Only when the advisor says so *and* the requester typed no amount and no reason: anyone
+    who asked for money in the request's own fields gets a decision, not an answer.
+    """
+    advice = case.advice or {}
+    if advice.get("intent") != "policy_question":
+        return None
+    if case.requested_amount is not None or case.reason_source == Provenance.customer_input:
+        return None
+    if policy is None:
+        return Question((), None)
+    floor = policy.doc.advisor.min_confidence
+    if floor is not None and float(advice.get("confidence") or 0) < floor:
+        return Question((), None)
+    says = {p.rule: p.say for p in policy_texts(policy.doc)}
+    cited = tuple(r for r in advice.get("cited_rules") or () if r in says)
+    if not cited:
+        return Question((), None)
+    text = " ".join(says[r].strip() for r in cited)
+    ref = ", ".join(cited)
+    return Question(cited, f"{text} (Refund policy v{policy.version}, rule {ref}.)")
+
+
+def answered_record(question: Question) -> dict[str, Any]:
+    """The decision record of a tier-1 answer: outcome `inform`, no money, rules cited."""
+    return {
+        "outcome": "inform",
+        "rule": ANSWER_RULE,
+        "tier": 1,
+        "approvers": None,
+        "say": question.answer,
+        "error": None,
+        "trace": [],
+        "policy_rule": ANSWER_RULE,
+        "counterfactual": None,
+        "guardrails": [],
+        "automatic": False,
+        "cited_rules": list(question.cited),
+    }
+
+
+def unanswered(decision: Decision, policy: LoadedPolicy | None) -> Decision:
+    """A question no rule answers goes to a person; it never pays or denies by itself."""
+    approvers = decision.approvers
+    if approvers is None and policy is not None:
+        approvers = policy.doc.approvers_for(policy.doc.default)
+    name = f"guardrail:{ANSWER_RULE}"
+    return replace(
+        decision,
+        outcome="review",
+        rule=name,
+        tier=max(3, decision.tier),
+        approvers=approvers,
+        say=None,
+        counterfactual=None,
+        guardrails=(name, *decision.guardrails),
+    )
+
+
+# ---------------------------------------------------------------- explanation for approvers
+
+_GUARDRAILS = {
+    "possible-duplicate": "another open case or a recent refund of this amount exists",
+    "unverified-customer": "the requester's email is not the payer's",
+    "model-amount": "only the model produced the amount",
+    "suspected-injection": "the message tries to instruct the system",
+    "low-confidence": "the advisor is not confident enough of its reading",
+    "unknown-amount": "the amount or what is refundable is unknown",
+    "currency-mismatch": "the currency is not the payment's or the policy's",
+    "exceeds-refundable": "more than is left to refund",
+    ANSWER_RULE: "the customer asks about the policy and no published rule answers it",
+}
+
+
+def _why(rule: str, policy: LoadedPolicy | None) -> str:
+    if rule.startswith("guardrail:"):
+        return _GUARDRAILS.get(rule.removeprefix("guardrail:"), "a hard limit")
+    if policy is None:
+        return "no policy is published"
+    if rule == "default":
+        return "no rule matched"
+    try:
+        return policy.doc.rule(rule).when
+    except KeyError:
+        return rule
+
+
+def explanation(
+    case: Case, context: dict[str, Any], record: dict[str, Any], policy: LoadedPolicy | None
+) -> str:
+    """What the customer asked, what the record shows, which rule fired and why."""
+    advice = case.advice or {}
+    order, customer = context["order"], context["customer"]
+    cur = case.currency
+
+    def fmt(minor: int | None) -> str:
+        return "unknown" if minor is None else money.format_money(minor, cur)
+
+    asked = advice.get("summary") or "no message"
+    ask = f"{fmt(case.amount)} ({case.amount_source})"
+    reason = f"{case.reason or 'unknown'} ({case.reason_source or 'unknown'}"
+    if case.reason_source == Provenance.model_inference and advice.get("confidence") is not None:
+        reason += f", confidence {float(advice['confidence']):.2f}"
+    verified = "verified" if customer.get("verified") else "NOT verified"
+    lines = [
+        f"{ADVISORY}.",
+        f"Asked: {asked} Amount {ask}; reason {reason}).",
+        f"Record: paid {fmt(order.get('amount'))} {order.get('age_days')} days ago, "
+        f"refundable {fmt(order.get('refundable'))}; customer {verified}, "
+        f"{customer.get('refunds_90d')} refunds in 90 days, "
+        f"{customer.get('chargebacks_365d')} chargebacks in 365 days.",
+        f"Rule: {record.get('rule')} -> {record.get('outcome')} (tier {record.get('tier')}): "
+        f"{_why(str(record.get('rule')), policy)}.",
+    ]
+    if record.get("error"):
+        lines.append(f"Error: {record['error']}.")
+    if advice.get("injection_suspected"):
+        lines.append("Flag: the message tries to instruct the system; it was treated as data.")
+    return " ".join(lines)
+
+
+# ---------------------------------------------------------------- the advisor-call log
+
+
+def record_call(
+    session: Session,
+    *,
+    now: datetime,
+    case_id: str | None,
+    advisor: Advisor,
+    advice: dict[str, Any] | None,
+    error: AdvisorError | None,
+) -> None:
+    """One row per advisor call: `parsed`, `unparsed` (answered, bad format) or `failed`."""
+    if advice is not None:
+        outcome, prompt, completion = "parsed", advice["prompt_tokens"], advice["completion_tokens"]
+    else:
+        outcome = "unparsed" if error is not None and error.format_error else "failed"
+        prompt, completion = (error.tokens_used if error else 0), 0
+    session.add(
+        AdvisorCall(
+            at=now,
+            day=now.date().isoformat(),
+            case_id=case_id,
+            provider=advisor.name,
+            model=advice["model"] if advice else getattr(advisor, "model", None),
+            outcome=outcome,
+            error_code=error.code if error else None,
+            prompt_tokens=prompt,
+            completion_tokens=completion,
+        )
+    )
+
+
+@dataclass(frozen=True)
+class DayFigures:
+    day: str
+    provider: str
+    calls: int
+    answers: int  # parsed + unparsed: the model said something
+    parsed: int
+    tokens: int
+
+    @property
+    def format_adherence(self) -> float | None:
+        """Share of answers that parsed; None on a day without answers."""
+        return self.parsed / self.answers if self.answers else None
+
+
+def format_by_day(session: Session) -> list[DayFigures]:
+    rows = session.execute(
+        select(
+            col(AdvisorCall.day),
+            col(AdvisorCall.provider),
+            col(AdvisorCall.outcome),
+            func.count(),
+            func.sum(col(AdvisorCall.prompt_tokens) + col(AdvisorCall.completion_tokens)),
+        )
+        .group_by(col(AdvisorCall.day), col(AdvisorCall.provider), col(AdvisorCall.outcome))
+        .order_by(col(AdvisorCall.day), col(AdvisorCall.provider))
+    ).all()
+    merged: dict[tuple[str, str], list[int]] = {}
+    for day, provider, outcome, n, tokens in rows:
+        calls, answers, parsed, spent = merged.setdefault((day, provider), [0, 0, 0, 0])
+        merged[(day, provider)] = [
+            calls + n,
+            answers + (n if outcome in ("parsed", "unparsed") else 0),
+            parsed + (n if outcome == "parsed" else 0),
+            spent + int(tokens or 0),
+        ]
+    return [DayFigures(d, p, *v) for (d, p), v in merged.items()]

@@ -1,0 +1,383 @@
+"""People deciding cases: approve, approve partially, deny, escalate.
+
+One call is one short transaction: verify the token, lock the case, check the revision, the
+authority and segregation of duties, consume the token's nonce by recording the decision, move
+the case and queue what follows. A refusal moves nothing and is recorded in its own
+transaction, so every refused click leaves an audit record.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from sqlalchemy import func, select
+from sqlalchemy.exc import IntegrityError
+from sqlmodel import Session, col
+
+from refund_desk import money
+from refund_desk.cases import tokens
+from refund_desk.cases.errors import CaseError
+from refund_desk.cases.executor import enqueue_execution
+from refund_desk.cases.lifecycle import Status, load_for_update, move
+from refund_desk.cases.notify import notify
+from refund_desk.cases.policies import LoadedPolicy, control, load_version
+from refund_desk.cases.ports import Provenance
+from refund_desk.policy import approver_limit
+from refund_desk.storage.audit import Actor
+from refund_desk.storage.models import Approval, Case
+from refund_desk.storage.types import utcnow
+
+if TYPE_CHECKING:
+    from refund_desk.cases.desk import Desk
+
+DECIDABLE = (Status.awaiting_approval, Status.parked)
+DEFAULT_DENIAL = "We could not approve this refund request."
+
+
+class Refused(CaseError):
+    status = 403
+
+
+@dataclass(frozen=True)
+class Outcome:
+    case_id: str
+    message: str  # what the person who clicked is told
+    jobs: list[int] = field(default_factory=list)
+
+
+def act(
+    desk: Desk,
+    *,
+    token_value: str,
+    user: str,
+    reason: str | None = None,
+    amount: str | None = None,
+) -> Outcome:
+    """Carry out a button's action for `user`, or raise `Refused` after recording why."""
+    now = desk.now()
+    case_id: str | None = None
+    try:
+        token = tokens.verify(desk.secret, token_value, now=now)
+        case_id = token.case_id
+        with desk.db.write() as session:
+            return _act(desk, session, token, user, reason, amount)
+    except IntegrityError:
+        # Another click consumed this token, or decided this round, a moment earlier.
+        refusal = Refused("already_decided", _already_decided(desk, case_id))
+    except CaseError as exc:
+        refusal = exc if isinstance(exc, Refused) else Refused(exc.code, exc.message)
+    _record_refusal(desk, case_id, user, refusal, claimed=_claimed_case(token_value))
+    raise refusal
+
+
+def _act(
+    desk: Desk,
+    session: Session,
+    token: tokens.ActionToken,
+    user: str,
+    reason: str | None,
+    amount: str | None,
+) -> Outcome:
+    case = load_for_update(session, token.case_id)
+    used = session.scalar(select(Approval).where(col(Approval.token_nonce) == token.nonce))
+    if used is not None:
+        if case.status in DECIDABLE:
+            raise Refused(
+                "already_decided",
+                f"This button was already used by <@{used.approver}>; use the latest card.",
+            )
+        raise Refused("already_decided", f"Already decided by <@{used.approver}>.")
+    if case.revision != token.revision or case.status not in DECIDABLE:
+        raise Refused("stale", _stale_message(session, case))
+    if token.policy_version != case.policy_version or token.currency != case.currency:
+        raise Refused("token_mismatch", "This button does not match the case any more.")
+    if case.requested_by and case.requested_by == user:
+        raise Refused("own_request", "You filed this case, so someone else must decide it.")
+    policy = _authority_policy(session, case)
+    if token.action == "escalate":
+        return _escalate(desk, session, case, token, user, policy)
+    if token.action == "deny":
+        _check_member(case, policy, user)
+        return _deny(desk, session, case, token, user, reason)
+    pay = case.amount
+    if token.action == "approve_partial":
+        pay = _partial_amount(amount, token, case)
+    elif token.amount != case.amount:
+        raise Refused("token_mismatch", "This button was made for another amount.")
+    _check_authority(case, policy, user, pay)
+    return _approve(desk, session, case, token, user, pay, reason)
+
+
+# ---------------------------------------------------------------- authority
+
+
+def _authority_policy(session: Session, case: Case) -> LoadedPolicy:
+    """Who may decide comes from the policy the case was decided under (else the active one)."""
+    version = case.policy_version or control(session).active_version
+    if version is None:
+        raise Refused("no_policy", "No policy is published, so nobody may approve yet.")
+    return load_version(session, version)
+
+
+def _group(case: Case, policy: LoadedPolicy) -> str:
+    decided = (case.decision or {}).get("approvers")
+    return str(decided or policy.doc.approvers_for(policy.doc.default))
+
+
+def _check_member(case: Case, policy: LoadedPolicy, user: str) -> None:
+    group = _group(case, policy)
+    managers = policy.doc.managers
+    in_group = group in policy.doc.approvers and user in policy.doc.approvers[group].members
+    is_manager = managers is not None and user in managers.members and case.escalation_level > 0
+    if not (in_group or is_manager):
+        raise Refused("not_an_approver", f"Only the {group} group may decide this case.")
+
+
+def _check_authority(case: Case, policy: LoadedPolicy, user: str, amount: int) -> None:
+    _check_member(case, policy, user)
+    group = _group(case, policy)
+    limits = []
+    if group in policy.doc.approvers and user in policy.doc.approvers[group].members:
+        limits.append(approver_limit(policy.doc, group))
+    managers = policy.doc.managers
+    if managers is not None and user in managers.members and case.escalation_level > 0:
+        limits.append(money.to_minor(managers.limit, policy.doc.currency))
+    limit = max(limits)
+    if amount > limit:
+        raise Refused(
+            "over_limit",
+            f"Your approval limit is {money.format_money(limit, case.currency)}; this case is "
+            f"{money.format_money(amount, case.currency)}. Escalate it instead.",
+        )
+
+
+def approvals_needed(case: Case) -> int:
+    return 2 if int((case.decision or {}).get("tier") or 3) >= 4 else 1
+
+
+def _partial_amount(amount: str | None, token: tokens.ActionToken, case: Case) -> int:
+    if amount is None:
+        raise Refused("invalid_amount", "Enter the amount to refund.")
+    try:
+        minor = money.to_minor(amount, case.currency)
+    except ValueError as exc:
+        raise Refused("invalid_amount", str(exc)) from None
+    if minor <= 0:
+        raise Refused("invalid_amount", "The amount must be more than zero.")
+    if minor > token.amount:
+        raise Refused(
+            "invalid_amount",
+            f"At most {money.format_money(token.amount, case.currency)} can be refunded.",
+        )
+    return minor
+
+
+# ---------------------------------------------------------------- decisions
+
+
+def _record(
+    session: Session,
+    case: Case,
+    token: tokens.ActionToken,
+    user: str,
+    decision: str,
+    amount: int | None,
+    reason: str | None,
+) -> None:
+    session.add(
+        Approval(
+            case_id=case.id,
+            round=case.approval_round,
+            approver=user,
+            decision=decision,
+            amount=amount,
+            reason=reason,
+            token_nonce=token.nonce,
+            created_at=utcnow(),
+        )
+    )
+    session.flush()  # the nonce is consumed here: a concurrent click fails on the unique key
+
+
+def _approve(
+    desk: Desk,
+    session: Session,
+    case: Case,
+    token: tokens.ActionToken,
+    user: str,
+    amount: int,
+    reason: str | None,
+) -> Outcome:
+    actor = Actor("human", user)
+    approvers = set(
+        session.scalars(
+            select(col(Approval.approver)).where(
+                col(Approval.case_id) == case.id,
+                col(Approval.round) == case.approval_round,
+                col(Approval.decision) == "approve",
+            )
+        ).all()
+    )
+    if user in approvers:
+        raise Refused("already_approved", "You already approved this case; another approver must.")
+    _record(session, case, token, user, "approve", amount, reason)
+    if amount != case.amount:
+        desk.audit.append(
+            session,
+            action="case.amount_changed",
+            actor=actor,
+            case_id=case.id,
+            correlation_id=case.correlation_id,
+            policy_version=case.policy_version,
+            payload={"from": case.amount, "to": amount, "source": Provenance.human_entry},
+        )
+        case.amount, case.amount_source = amount, Provenance.human_entry
+    needed = approvals_needed(case)
+    if len(approvers) + 1 < needed:
+        case.revision += 1  # the old card's tokens are now stale; a fresh card is posted
+        case.updated_at = utcnow()
+        session.add(case)
+        desk.audit.append(
+            session,
+            action="approval.recorded",
+            actor=actor,
+            case_id=case.id,
+            correlation_id=case.correlation_id,
+            policy_version=case.policy_version,
+            payload={"approvals": len(approvers) + 1, "needed": needed, "amount": amount},
+        )
+        job = notify(session, event="case.approval_recorded", case_id=case.id, user=user)
+        return Outcome(case.id, f"Approval recorded ({len(approvers) + 1} of {needed}).", [job])
+    move(
+        session,
+        desk.audit,
+        case,
+        Status.approved,
+        actor=actor,
+        action="case.approved",
+        payload={"basis": "approval", "approvers": sorted(approvers | {user}), "amount": amount},
+    )
+    job = enqueue_execution(session, case)
+    return Outcome(case.id, "Approved: the refund is on its way.", [job])
+
+
+def _deny(
+    desk: Desk,
+    session: Session,
+    case: Case,
+    token: tokens.ActionToken,
+    user: str,
+    reason: str | None,
+) -> Outcome:
+    _record(session, case, token, user, "deny", None, reason)
+    case.customer_message = (reason or "").strip() or DEFAULT_DENIAL
+    move(
+        session,
+        desk.audit,
+        case,
+        Status.denied,
+        actor=Actor("human", user),
+        action="case.denied",
+        payload={"basis": "approval", "has_reason": bool(reason)},
+    )
+    return Outcome(case.id, "Denied; the customer will be told.")
+
+
+def _escalate(
+    desk: Desk,
+    session: Session,
+    case: Case,
+    token: tokens.ActionToken,
+    user: str,
+    policy: LoadedPolicy,
+) -> Outcome:
+    _check_member(case, policy, user)
+    if policy.doc.managers is None:
+        raise Refused("no_managers", "The policy names no managers to escalate to.")
+    _record(session, case, token, user, "escalate", None, None)
+    case.escalation_level += 1
+    case.revision += 1
+    case.updated_at = utcnow()
+    session.add(case)
+    desk.audit.append(
+        session,
+        action="case.escalated",
+        actor=Actor("human", user),
+        case_id=case.id,
+        correlation_id=case.correlation_id,
+        policy_version=case.policy_version,
+        payload={"level": case.escalation_level},
+    )
+    job = notify(session, event="case.escalated", case_id=case.id, level=case.escalation_level)
+    return Outcome(case.id, "Escalated to the managers.", [job])
+
+
+# ---------------------------------------------------------------- refusals
+
+
+def _stale_message(session: Session, case: Case) -> str:
+    last = session.scalars(
+        select(Approval)
+        .where(col(Approval.case_id) == case.id)
+        .order_by(col(Approval.created_at).desc())
+        .limit(1)
+    ).first()
+    if case.status not in DECIDABLE and last is not None:
+        return f"Already decided by <@{last.approver}>."
+    return "This card is out of date; use the latest card in the thread."
+
+
+def _already_decided(desk: Desk, case_id: str | None) -> str:
+    if case_id is None:
+        return "Already decided."
+    with desk.db.read() as session:
+        case = session.get(Case, case_id)
+        return _stale_message(session, case) if case else "Already decided."
+
+
+def _claimed_case(token_value: str) -> str | None:
+    """The case an unverifiable token names: kept on the refusal record, never trusted."""
+    body = token_value.partition(".")[0]
+    try:
+        value = json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
+        return str(value.get("case_id"))[:40] if isinstance(value, dict) else None
+    except ValueError:
+        return None
+
+
+def _record_refusal(
+    desk: Desk, case_id: str | None, user: str, refusal: CaseError, *, claimed: str | None
+) -> None:
+    with desk.db.write() as session:
+        case = session.get(Case, case_id) if case_id else None
+        desk.audit.append(
+            session,
+            action="approval.refused",
+            actor=Actor("human", user),
+            case_id=case.id if case else None,
+            correlation_id=case.correlation_id if case else None,
+            policy_version=case.policy_version if case else None,
+            payload={
+                "code": refusal.code,
+                "reason": refusal.message,
+                **({} if case else {"claimed_case_id": claimed}),
+            },
+        )
+
+
+def approval_count(session: Session, case: Case) -> int:
+    return int(
+        session.scalar(
+            select(func.count())
+            .select_from(Approval)
+            .where(
+                col(Approval.case_id) == case.id,
+                col(Approval.round) == case.approval_round,
+                col(Approval.decision) == "approve",
+            )
+        )
+        or 0
+    )

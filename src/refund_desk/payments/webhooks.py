@@ -1,0 +1,170 @@
+"""Stripe webhooks: verify, remember the event id, queue the work, answer 200.
+
+The signature is checked before anything else; an event id seen before changes nothing. The
+event body is only a hint of *what* changed: the job re-fetches the refund from Stripe and
+applies its current state, so late or out-of-order events never move a refund backwards, and
+a Stripe outage delays the work (the job retries) instead of losing it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+
+from refund_desk import money
+from refund_desk.cases.executor import settle
+from refund_desk.cases.notify import notify
+from refund_desk.cases.ports import ProcessorError
+from refund_desk.payments.stripe_api import verify_event
+from refund_desk.payments.stripe_currency import from_stripe
+from refund_desk.storage.audit import SYSTEM
+from refund_desk.storage.jobs import ClaimedJob, RetryLater, backoff, enqueue
+from refund_desk.storage.models import Case, ProcessorEvent
+
+if TYPE_CHECKING:
+    from refund_desk.cases.desk import Desk
+
+log = logging.getLogger(__name__)
+
+EVENT_JOB = "processor.event"
+
+
+@dataclass(frozen=True)
+class Receipt:
+    event_id: str
+    type: str
+    duplicate: bool = False
+    handled: bool = False
+    job_id: int | None = None
+
+
+def receive(desk: Desk, payload: bytes, signature: str | None, secret: str) -> Receipt:
+    """Accept one delivery; raises `WebhookRejected` (nothing written) if it is not Stripe's."""
+    event = verify_event(payload, signature, secret)
+    event_id, kind = event["id"], str(event.get("type") or "")
+    hint = _hint(event)
+    handled = kind in HANDLERS
+    try:
+        with desk.db.write() as session:
+            if session.get(ProcessorEvent, event_id) is not None:
+                return Receipt(event_id, kind, duplicate=True, handled=handled)
+            session.add(
+                ProcessorEvent(
+                    id=event_id,
+                    processor="stripe",
+                    type=kind[:80],
+                    object_id=hint.get("id"),
+                    received_at=desk.now(),
+                )
+            )
+            session.flush()
+            if not handled:
+                log.info("stripe event %s (%s) acknowledged; nothing to do", event_id, kind)
+                return Receipt(event_id, kind)
+            job = enqueue(
+                session,
+                kind=EVENT_JOB,
+                payload={"event_id": event_id, "type": kind, "object": hint},
+                dedupe_key=f"stripe-event:{event_id}",
+            )
+    except IntegrityError:  # the same event delivered twice at once: the other one won
+        return Receipt(event_id, kind, duplicate=True, handled=handled)
+    return Receipt(event_id, kind, handled=True, job_id=job.id)
+
+
+def handle(desk: Desk, job: ClaimedJob) -> None:
+    """The `processor.event` job: run the table's handler for the event type."""
+    handler = HANDLERS.get(job.payload.get("type", ""))
+    if handler is None:
+        return
+    try:
+        handler(desk, job.payload.get("object") or {})
+    except ProcessorError as exc:
+        if exc.transient:
+            raise RetryLater(backoff(job.failures + 1), f"{exc.code}: {exc.message}") from None
+        log.warning("stripe event %s: %s (%s)", job.payload.get("event_id"), exc.message, exc.code)
+
+
+def register(desk: Desk) -> None:
+    desk.jobs.register(EVENT_JOB, lambda job: handle(desk, job))
+
+
+# ---------------------------------------------------------------- the table
+
+
+def _refund_news(desk: Desk, hint: dict[str, Any]) -> None:
+    refund = desk.processor.retrieve_refund(hint["id"])  # the truth, not the event body
+    outcome = settle(desk, refund)
+    if outcome == "not_ours":
+        log.info("refund %s was not made by Refund Desk; reconciliation reports it", refund.id)
+
+
+def _charge_refunded(desk: Desk, hint: dict[str, Any]) -> None:
+    for refund in desk.processor.list_refunds(hint.get("payment_intent") or hint["id"]):
+        settle(desk, refund)
+
+
+def _dispute_opened(desk: Desk, hint: dict[str, Any]) -> None:
+    """A note on every case for the disputed payment: no money moves because of it."""
+    payments = [p for p in (hint.get("payment_intent"), hint.get("charge")) if p]
+    if not payments:
+        return
+    amount, currency = hint.get("amount"), hint.get("currency")
+    shown = (
+        money.format_money(from_stripe(int(amount), currency), currency)
+        if isinstance(amount, int) and isinstance(currency, str)
+        else "an unknown amount"
+    )
+    with desk.db.write() as session:
+        cases = session.scalars(select(Case).where(Case.payment_id.in_(payments))).all()  # type: ignore[attr-defined]
+        for case in cases:
+            payload = {
+                "dispute_id": hint.get("id"),
+                "reason": hint.get("reason"),
+                "amount": shown,
+            }
+            desk.audit.append(
+                session,
+                action="processor.dispute_opened",
+                actor=SYSTEM,
+                case_id=case.id,
+                correlation_id=case.correlation_id,
+                policy_version=case.policy_version,
+                payload=payload,
+            )
+            notify(
+                session,
+                event="case.note",
+                case_id=case.id,
+                text=f"The customer opened a dispute (chargeback) for {shown} on this payment "
+                f"({hint.get('reason') or 'no reason given'}).",
+                **payload,
+            )
+
+
+HANDLERS: dict[str, Callable[[Desk, dict[str, Any]], None]] = {
+    "refund.created": _refund_news,
+    "refund.updated": _refund_news,
+    "refund.failed": _refund_news,
+    "charge.refunded": _charge_refunded,
+    "charge.dispute.created": _dispute_opened,
+}
+
+
+def _hint(event: dict[str, Any]) -> dict[str, Any]:
+    """The few ids and figures a handler needs; never the customer's data."""
+    obj = (event.get("data") or {}).get("object") or {}
+    if not isinstance(obj, dict):
+        return {}
+    keep = ("id", "object", "charge", "payment_intent", "amount", "currency", "reason", "status")
+    hint = {k: obj.get(k) for k in keep if obj.get(k) is not None}
+    for key in ("charge", "payment_intent"):
+        value = hint.get(key)
+        if isinstance(value, dict):
+            hint[key] = value.get("id")
+    return hint

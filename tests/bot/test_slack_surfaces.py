@@ -1,0 +1,153 @@
+"""Slash commands, App Home, escalation DMs and the outbox's patience with Slack."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from slack_sdk import WebClient
+from slack_sdk.errors import SlackApiError
+
+from tests.fakes.slack_fake import TOKEN, FakeSlack
+from tests.helpers import ACME
+from tests.slack_helpers import SlackHarness, fixture
+
+
+@pytest.fixture()
+def desk(sqlite_url: str, slack_desk: Callable[[str, str], SlackHarness]) -> SlackHarness:
+    return slack_desk(sqlite_url, ACME.read_text())
+
+
+def test_refund_command_files_a_case_with_the_operator_as_requester(desk: SlackHarness) -> None:
+    payment = desk.payment("900.00")
+    assert desk.slash("U0FIN1", "/refund").status_code == 200
+    [view] = desk.fake.views
+    assert view["callback_id"] == "file_case_modal"
+    bad = desk.submit(
+        "U0FIN1",
+        "file_case_modal",
+        view["private_metadata"],
+        {
+            "payment": payment,
+            "email": "not-an-email",
+            "currency": "USD",
+            "amount": "600.00",
+            "reason": "damaged",
+            "message": None,
+        },
+    )
+    assert bad.json()["response_action"] == "errors" and "email" in bad.json()["errors"]
+    desk.submit(
+        "U0FIN1",
+        "file_case_modal",
+        view["private_metadata"],
+        {
+            "payment": payment,
+            "email": "ada@example.com",
+            "currency": "USD",
+            "amount": "600.00",
+            "reason": "damaged",
+            "message": "Box crushed.",
+        },
+    )
+    desk.settle()
+    told = [m for m in desk.fake.ephemeral if m.user == "U0FIN1"]
+    assert told and "Filed case" in told[-1].text
+    case_id = told[-1].text.split("`")[1]
+    case = desk.get(case_id)
+    assert case["status"] == "awaiting_approval" and case["source"] == "slack"
+    # Segregation of duties: the operator who filed it may not approve it.
+    desk.click("U0FIN1", "approve", desk.buttons()["approve"])
+    desk.settle()
+    assert [r["payload"]["code"] for r in desk.refusals(case_id)] == ["own_request"]
+    desk.click("U0FIN2", "approve", desk.buttons()["approve"])
+    desk.settle()
+    assert desk.get(case_id)["status"] == "refunded"
+
+
+def test_refund_command_reports_an_unknown_payment(desk: SlackHarness) -> None:
+    desk.slash("U0FIN1", "/refund")
+    [view] = desk.fake.views
+    desk.submit(
+        "U0FIN1",
+        "file_case_modal",
+        view["private_metadata"],
+        {
+            "payment": "py_nope",
+            "email": "ada@example.com",
+            "currency": "USD",
+            "amount": None,
+            "reason": "other",
+            "message": None,
+        },
+    )
+    desk.settle()
+    assert "not filed" in desk.fake.ephemeral[-1].text
+    assert desk.counts()[0] == 0
+
+
+def test_refund_policy_command_reads_the_policy(desk: SlackHarness) -> None:
+    response = desk.slash("U0LEAD2", "/refund-policy", "history")
+    assert "v1" in response.text  # Slack shows an acknowledgement's text to the user alone
+    shown = desk.slash("U0LEAD2", "/refund-policy", "show v1").text
+    assert "acme-refunds v1" in shown and "damaged-small" in shown
+    assert "show [vN]" in desk.slash("U0LEAD2", "/refund-policy", "").text
+
+
+def test_app_home_shows_the_viewers_queue(desk: SlackHarness) -> None:
+    payment = desk.payment("900.00")
+    case_id = desk.post(desk.request(payment, "600.00")).json()["id"]
+    desk.settle()
+    assert desk.event(fixture("app_home_opened.json")).status_code == 200
+    desk.settle()
+    home = desk.fake.home["U0FIN1"]
+    text = str(home["blocks"])
+    assert case_id in text and "Waiting for you" in text and "Rules fired this week" in text
+    other = fixture("app_home_opened.json")
+    other["event"]["user"] = "U0LEAD1"  # not in finance: the case is not in their queue
+    desk.event(other)
+    desk.settle()
+    assert case_id not in str(desk.fake.home["U0LEAD1"]["blocks"]).split("Recent decisions")[0]
+
+
+def test_escalation_sends_the_card_to_managers_who_may_approve(desk: SlackHarness) -> None:
+    payment = desk.payment("900.00")
+    case_id = desk.post(desk.request(payment, "600.00")).json()["id"]
+    desk.settle()
+    desk.click("U0MGR1", "approve", desk.buttons()["approve"])  # not yet escalated
+    desk.click("U0FIN1", "escalate", desk.buttons()["escalate"])
+    desk.settle()
+    [dm] = [m for m in desk.fake.messages if m.channel == "D0MGR1"]
+    assert "approve" in desk.fake.buttons(dm)
+    desk.click("U0MGR1", "approve", desk.fake.buttons(dm)["approve"], channel="D0MGR1")
+    desk.settle()
+    assert desk.get(case_id)["status"] == "refunded"
+    assert desk.fake.buttons(dm) == {} and desk.fake.buttons(desk.card()) == {}
+    assert [r["payload"]["code"] for r in desk.refusals(case_id)] == ["not_an_approver"]
+
+
+def test_outbox_waits_out_a_rate_limit_and_loses_nothing(desk: SlackHarness) -> None:
+    desk.fake.rate_limits["chat.postMessage"] = 2
+    payment = desk.payment("900.00")
+    desk.post(desk.request(payment, "600.00"))
+    desk.settle()
+    assert desk.fake.in_channel("C0FINANCE") == []  # rate limited: waiting, not failed
+    desk.sweep(seconds_ahead=5)
+    desk.sweep(seconds_ahead=10)
+    assert len(desk.fake.in_channel("C0FINANCE")) == 1
+
+
+def test_the_fake_refuses_what_slack_refuses(fake: FakeSlack) -> None:
+    client = WebClient(token=TOKEN, base_url=fake.url)  # type: ignore[attr-defined]
+    with pytest.raises(SlackApiError, match="invalid_blocks"):
+        client.chat_postMessage(channel="C0REFUNDS", text="x", blocks=[{"type": "divider"}] * 51)
+    with pytest.raises(SlackApiError, match="invalid_blocks"):
+        client.chat_postMessage(
+            channel="C0REFUNDS",
+            text="x",
+            blocks=[{"type": "section", "text": {"type": "mrkdwn", "text": "a" * 3001}}],
+        )
+    with pytest.raises(SlackApiError, match="unknown_method"):
+        client.api_call("chat.teleport")
+    with pytest.raises(SlackApiError, match="invalid_auth"):
+        WebClient(token="xoxb-wrong", base_url=fake.url).auth_test()  # type: ignore[attr-defined]
