@@ -244,5 +244,6 @@ def test_partial_approval_never_above_the_card_amount(desk: SlackHarness) -> Non
     case = desk.get(case_id)
     assert case["status"] == "refunded" and case["amount"] == "250.00"
     assert case["amount_source"] == "human_entry"
+    assert case["provenance"]["amount"] == "human_entry"
     [refund] = desk.refunds_at_processor(case["payment"])
     assert refund["amount"] == 25000

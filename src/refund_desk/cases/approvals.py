@@ -235,6 +235,7 @@ def _approve(
             payload={"from": case.amount, "to": amount, "source": Provenance.human_entry},
         )
         case.amount, case.amount_source = amount, Provenance.human_entry
+        case.provenance = {**(case.provenance or {}), "amount": Provenance.human_entry}
     needed = approvals_needed(case)
     if len(approvers) + 1 < needed:
         case.revision += 1  # the old card's tokens are now stale; a fresh card is posted

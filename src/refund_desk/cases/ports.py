@@ -19,6 +19,8 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Protocol
 
+from refund_desk.policy.context import REASONS as POLICY_REASONS
+
 
 class Provenance(StrEnum):
     """Where a consequential fact came from."""
@@ -126,18 +128,7 @@ class Processor(Protocol):
 
 # ---------------------------------------------------------------- advisor
 
-REASONS = (
-    "damaged",
-    "defective",
-    "not_received",
-    "wrong_item",
-    "late",
-    "changed_mind",
-    "duplicate_charge",
-    "subscription_cancel",
-    "fraud_claim",
-    "other",
-)
+REASONS = POLICY_REASONS  # one list: the reasons the policy can speak of
 
 
 INTENTS = ("refund", "policy_question")

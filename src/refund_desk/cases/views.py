@@ -69,6 +69,7 @@ def case_view(session: Session, case_id: str, *, with_audit: bool) -> dict[str, 
         view["decision"]["counterfactual"] = decision.get("counterfactual")
         view["facts"] = case.facts
         view["advice"] = case.advice
+        view["provenance"] = case.provenance
         records = session.scalars(
             select(AuditRecord).where(AuditRecord.case_id == case_id).order_by(AuditRecord.seq)  # type: ignore[arg-type]
         ).all()

@@ -109,20 +109,14 @@ def case_blocks(ctx: CardContext, *, secret: str) -> list[Block]:
         notes.append(f"Escalated (level {case.escalation_level})")
     if notes:
         blocks.append(SectionBlock(text=MarkdownTextObject(text=_clip("\n".join(notes)))))
-    if advice.get("summary"):
+    advisory = advice.get("explanation") or advice.get("summary")
+    if advisory:
+        label = (
+            f"*Advisory (AI, {advice.get('provider', 'offline')}, "
+            f"confidence {float(advice.get('confidence') or 0):.0%}; not a decision):*"
+        )
         blocks.append(
-            ContextBlock(
-                elements=[
-                    MarkdownTextObject(
-                        text=_clip(
-                            f"*Advisory (AI, {advice.get('provider', 'offline')}, "
-                            f"confidence {float(advice.get('confidence') or 0):.0%}):* "
-                            f"{advice['summary']}",
-                            1900,
-                        )
-                    )
-                ]
-            )
+            ContextBlock(elements=[MarkdownTextObject(text=_clip(f"{label} {advisory}", 1900))])
         )
     if case.status in DECIDABLE:
         blocks.append(DividerBlock())
