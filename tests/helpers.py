@@ -31,9 +31,9 @@ class Harness:
 
     @property
     def sandbox(self) -> SandboxProcessor:
-        processor = self.runtime.desk.processor
-        assert isinstance(processor, SandboxProcessor)
-        return processor
+        sandbox = self.runtime.sandbox
+        assert isinstance(sandbox, SandboxProcessor)
+        return sandbox
 
     def publish(self, source: str | None = None) -> int:
         with self.runtime.db.write() as session:

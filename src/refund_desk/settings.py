@@ -51,6 +51,17 @@ class Settings(BaseSettings):
     mail_from: str | None = Field(None, validation_alias="REFUND_DESK_FROM")
     webhook_secret: SecretStr | None = Field(None, validation_alias="REFUND_DESK_WEBHOOK_SECRET")
     email_secret: SecretStr | None = Field(None, validation_alias="REFUND_DESK_EMAIL_SECRET")
+    # Customer channels: where evidence files live (default: `evidence` beside the SQLite
+    # file), the public base of links we send (appeals, evidence), the integrator's outcome
+    # endpoint, platform webhook secrets, and helpdesk API URLs (credentials in the URL).
+    evidence_dir: Path | None = Field(None, validation_alias="REFUND_DESK_EVIDENCE_DIR")
+    public_url: str = Field("http://127.0.0.1:8000", validation_alias="REFUND_DESK_PUBLIC_URL")
+    webhook_url: str | None = Field(None, validation_alias="REFUND_DESK_WEBHOOK_URL")
+    shopify_secret: SecretStr | None = Field(None, validation_alias="SHOPIFY_WEBHOOK_SECRET")
+    zendesk_secret: SecretStr | None = Field(None, validation_alias="ZENDESK_WEBHOOK_SECRET")
+    gorgias_secret: SecretStr | None = Field(None, validation_alias="GORGIAS_WEBHOOK_SECRET")
+    zendesk_api_url: SecretStr | None = Field(None, validation_alias="ZENDESK_API_URL")
+    gorgias_api_url: SecretStr | None = Field(None, validation_alias="GORGIAS_API_URL")
     # Not in the public contract: a lease must outlive the processor's timeout.
     lease_seconds: float | None = Field(None, gt=0, validation_alias="REFUND_DESK_LEASE_SECONDS")
 
@@ -64,6 +75,13 @@ class Settings(BaseSettings):
             return None
         raw = self.database_url.split("///", 1)[1] if "///" in self.database_url else ""
         return Path(raw).expanduser().resolve() if raw and raw != ":memory:" else None
+
+    def evidence_path(self) -> Path:
+        """Evidence files: the configured folder, else `evidence` beside the database file."""
+        if self.evidence_dir is not None:
+            return self.evidence_dir.expanduser().resolve()
+        db = self.sqlite_path()
+        return (db.parent if db else Path.cwd()) / "evidence"
 
     def secret_value(self) -> str:
         """The deployment secret; `load_settings` guarantees it is set."""

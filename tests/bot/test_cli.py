@@ -46,6 +46,8 @@ def run(*args: str, code: int = 0) -> str:
         ["sandbox", "payment", "create"],
         ["sandbox", "payment", "show"],
         ["sandbox", "fault"],
+        ["reconcile"],
+        ["advisor", "eval"],
     ],
 )
 def test_every_command_has_help(command: list[str]) -> None:

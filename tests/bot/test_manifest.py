@@ -21,6 +21,9 @@ SCOPES = {
     "chat.update": "chat:write",
     "chat.postEphemeral": "chat:write",
     "conversations.open": "im:write",
+    "files.getUploadURLExternal": "files:write",  # files_upload_v2, step 1
+    "files.completeUploadExternal": "files:write",  # files_upload_v2, step 3
+    "files.info": "files:read",  # a policy draft uploaded in the modal
 }
 
 

@@ -41,6 +41,7 @@ class FakeSlack:
     views: list[dict[str, Any]] = field(default_factory=list)
     home: dict[str, dict[str, Any]] = field(default_factory=dict)
     rate_limits: dict[str, int] = field(default_factory=dict)
+    files: dict[str, dict[str, Any]] = field(default_factory=dict)  # id -> name, content, shares
     lock: threading.Lock = field(default_factory=threading.Lock)
     _ts: itertools.count = field(default_factory=lambda: itertools.count(1))  # type: ignore[type-arg]
     server: ThreadingHTTPServer | None = None
@@ -51,8 +52,22 @@ class FakeSlack:
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # a file's url_private, read with the bot token
+                status, data = fake.download(self.path, self.headers.get("Authorization", ""))
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
+                if self.path.startswith("/upload/"):  # files_upload_v2's step 2: raw bytes
+                    status, data = fake.upload(self.path, self.rfile.read(length))
+                    self.send_response(status)
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                    return
                 raw = self.rfile.read(length).decode() if length else ""
                 status, body, headers = fake.handle(
                     self.path,
@@ -231,6 +246,89 @@ class FakeSlack:
         if not users.startswith("U"):
             raise SlackError("user_not_found")
         return {"channel": {"id": "D" + users[1:]}}
+
+    # ------------------------------------------------------------ files
+
+    def _base(self) -> str:
+        assert self.server is not None
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def add_file(self, name: str, content: str) -> str:
+        """A file a user uploaded (e.g. into a modal's file input); returns its id."""
+        file_id = f"F{len(self.files) + 1:04d}"
+        self.files[file_id] = {"name": name, "content": content.encode(), "shares": []}
+        return file_id
+
+    def uploads(self, channel: str) -> list[dict[str, Any]]:
+        """Files the app shared into ``channel`` (content decoded)."""
+        return [
+            {**f, "content": f["content"].decode()}
+            for f in self.files.values()
+            if any(share["channel"] == channel for share in f["shares"])
+        ]
+
+    def download(self, path: str, authorization: str) -> tuple[int, bytes]:
+        if authorization.removeprefix("Bearer ").strip() != TOKEN:
+            return 403, b"not authorized"
+        parts = path.split("/")
+        file = self.files.get(parts[2]) if len(parts) > 2 and parts[1] == "files" else None
+        return (200, file["content"]) if file else (404, b"no such file")
+
+    def upload(self, path: str, data: bytes) -> tuple[int, bytes]:
+        with self.lock:
+            file = self.files.get(path.rsplit("/", 1)[-1])
+            if file is None or file.get("uploaded"):
+                return 404, b"unknown upload url"
+            if len(data) != file["length"]:
+                return 400, b"length does not match"
+            file.update(content=data, uploaded=True)
+        return 200, f"OK - {len(data)}".encode()
+
+    def api_files_getUploadURLExternal(self, params: dict[str, Any]) -> dict[str, Any]:
+        if not params.get("filename") or not str(params.get("length", "")).isdigit():
+            raise SlackError("invalid_arguments")
+        file_id = f"F{len(self.files) + 1:04d}"
+        self.files[file_id] = {
+            "name": params["filename"],
+            "length": int(params["length"]),
+            "content": b"",
+            "shares": [],
+        }
+        return {"upload_url": f"{self._base()}/upload/{file_id}", "file_id": file_id}
+
+    def api_files_completeUploadExternal(self, params: dict[str, Any]) -> dict[str, Any]:
+        items = params.get("files")
+        items = json.loads(items) if isinstance(items, str) else items
+        channel = params.get("channel_id")
+        if channel and channel not in self.channels:
+            raise SlackError("channel_not_found")
+        out = []
+        for item in items or []:
+            file = self.files.get(item.get("id"))
+            if file is None or not file.get("uploaded"):
+                raise SlackError("file_not_found")
+            file["title"] = item.get("title")
+            if channel:
+                file["shares"].append(
+                    {"channel": channel, "thread_ts": params.get("thread_ts"),
+                     "comment": params.get("initial_comment")}  # fmt: skip
+                )
+            out.append({"id": item["id"], "title": item.get("title"), "name": file["name"]})
+        return {"files": out}
+
+    def api_files_info(self, params: dict[str, Any]) -> dict[str, Any]:
+        file_id = str(params.get("file") or "")
+        file = self.files.get(file_id)
+        if file is None:
+            raise SlackError("file_not_found")
+        return {
+            "file": {
+                "id": file_id,
+                "name": file["name"],
+                "size": len(file["content"]),
+                "url_private": f"{self._base()}/files/{file_id}/{file['name']}",
+            }
+        }
 
     def api_users_info(self, params: dict[str, Any]) -> dict[str, Any]:
         user = str(params.get("user") or "")

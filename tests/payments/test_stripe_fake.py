@@ -161,14 +161,17 @@ def test_pending_refund_is_tracked_until_final(
     assert on_fake.get(body["id"])["status"] == "refunded"
 
 
-def test_kwd_amount_stripe_would_refuse_parks_the_case_without_a_refund_call(
+def test_kwd_amount_stripe_would_refuse_is_refused_at_intake_before_any_call(
     on_fake: StripeHarness, fake_stripe: FakeStripeServer
 ) -> None:
     on_fake.publish(ACME.read_text().replace("currency: USD", "currency: KWD"))
     payment = fake_stripe.fake.pay(12_340, "kwd")
-    body = on_fake.post(on_fake.request(payment, "5.125", currency="KWD")).json()
-    case = on_fake.get(body["id"])
-    assert case["status"] == "parked"
-    assert "5.125 KWD is not accepted" in case["park_reason"]
+    before = on_fake.counts()
+    response = on_fake.post(on_fake.request(payment, "5.125", currency="KWD"))
+    assert response.status_code == 422
+    error = response.json()["error"]
+    assert error["code"] == "amount_not_accepted"
+    assert "5.125 KWD is not accepted" in error["fields"]["amount"]
+    assert on_fake.counts() == before
     assert ("POST", "/v1/refunds") not in fake_stripe.fake.requests
     assert fake_stripe.fake.refunds == {}

@@ -11,6 +11,7 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import select
 
+from refund_desk.bot.metrics import TimedProcessor
 from refund_desk.cases.ports import ProcessorRefund, ProcessorTimeout
 from refund_desk.payments.stripe_api import StripeProcessor
 from refund_desk.payments.stripe_currency import AmountRefused
@@ -27,7 +28,8 @@ from tests.payments.conftest import (
 def test_auto_approved_case_makes_exactly_one_refund_at_localstripe(
     on_localstripe: StripeHarness, localstripe: LocalStripe
 ) -> None:
-    assert isinstance(on_localstripe.runtime.desk.processor, StripeProcessor)
+    processor = on_localstripe.runtime.desk.processor
+    assert isinstance(processor, TimedProcessor) and isinstance(processor.inner, StripeProcessor)
     payment = localstripe.pay(3000)
     body = on_localstripe.post(on_localstripe.request(payment, "20.00")).json()
     assert body["status"] == "refunded", body

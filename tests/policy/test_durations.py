@@ -35,7 +35,8 @@ def test_not_a_string() -> None:
 
 
 def test_sla_deadline(acme: PolicyDocument) -> None:
+    # acme counts in business hours (Mon-Fri 09-17 Berlin): Friday 17:00 Berlin is closed.
     start = datetime(2024, 3, 1, 16, 0, tzinfo=UTC)
-    assert sla_deadline(acme, 3, start) == start + timedelta(hours=4)
-    assert sla_deadline(acme, 4, start) == start + timedelta(hours=24)
+    assert sla_deadline(acme, 3, start) == datetime(2024, 3, 4, 12, 0, tzinfo=UTC)
+    assert sla_deadline(acme, 4, start) == datetime(2024, 3, 6, 16, 0, tzinfo=UTC)
     assert sla_deadline(acme, 2, start) is None

@@ -20,7 +20,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from sqlalchemy import text
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from refund_desk.bot import api, metrics, stripe_routes
+from refund_desk.bot import api, channels, metrics, stripe_routes
 from refund_desk.bot.runtime import Runtime
 from refund_desk.bot.slack.surface import build_surface, start_socket_mode
 from refund_desk.cases.errors import CaseError
@@ -101,6 +101,7 @@ def create_app(runtime: Runtime, *, scheduler: bool = True) -> FastAPI:
     if surface is not None:
         app.include_router(surface.router())
         app.state.slack = surface
+    channels.install(app, runtime, surface)  # web form, email, platform webhooks, appeals
 
     @app.exception_handler(CaseError)
     async def _case_error(request: Request, exc: CaseError) -> JSONResponse:

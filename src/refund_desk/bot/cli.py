@@ -11,6 +11,7 @@ from typing import Annotated
 
 import typer
 
+from refund_desk.bot import policy_cli as _policy_cli
 from refund_desk.settings import ConfigError, Settings, load_settings
 
 app = typer.Typer(
@@ -20,7 +21,10 @@ app = typer.Typer(
 )
 db_app = typer.Typer(help="Database schema.", no_args_is_help=True)
 key_app = typer.Typer(help="API keys for integrators.", no_args_is_help=True)
-policy_app = typer.Typer(help="Policy documents: validate, test, publish.", no_args_is_help=True)
+policy_app = typer.Typer(
+    help="Policy documents: validate, test, backtest, diff, publish, roll back, pause.",
+    no_args_is_help=True,
+)
 audit_app = typer.Typer(help="The tamper-evident audit trail.", no_args_is_help=True)
 sandbox_app = typer.Typer(help="The embedded sandbox processor.", no_args_is_help=True)
 payment_app = typer.Typer(help="Sandbox payments.", no_args_is_help=True)
@@ -144,16 +148,24 @@ def policy_test(file: Path) -> None:
 
 @policy_app.command("publish")
 def policy_publish(file: Path) -> None:
-    """Publish a policy as the next version (refused if invalid or its tests fail)."""
+    """Publish a policy as the next version: the same gate as in Slack (valid, tests pass,
+    backtested over the last 30 days; this command runs that backtest and shows it)."""
+    from refund_desk.bot.policy_cli import backtest_and_record
     from refund_desk.cases.errors import CaseError
-    from refund_desk.cases.policies import publish
+    from refund_desk.cases.policies import BACKTEST_DAYS, check_publishable, publish
 
     runtime = _runtime()
+    source = _read(file)
     try:
+        check_publishable(source)  # valid and tested before the (longer) backtest
+        run = backtest_and_record(runtime, file.name, source, BACKTEST_DAYS, None)
         with runtime.db.write() as session:
-            row = publish(session, runtime.desk.audit, source=_read(file), actor=_cli_actor())
+            row = publish(
+                session, runtime.desk.audit, source=source, actor=_cli_actor(), backtest="require"
+            )
     except CaseError as exc:
         _fail(exc.message)
+    typer.echo(run.text.replace("`", ""))
     typer.echo(f"published {row.policy_name} v{row.version} ({row.content_hash[:12]})")
 
 
@@ -358,6 +370,9 @@ def _read(file: Path) -> str:
     except OSError as exc:
         _fail(f"cannot read {file}: {exc.strerror}")
         raise
+
+
+_policy_cli.register(policy_app)  # backtest, diff, history, rollback, mode, pause, resume
 
 
 def main() -> None:

@@ -1,21 +1,64 @@
-"""`/metrics`: Prometheus figures read from the database at scrape time.
+"""`/metrics`: Prometheus figures.
 
-Reading the tables (not counting in process memory) makes every replica report the same truth
-about cases, executions and pending work, and a restart loses nothing.
+Business figures are read from the database at scrape time, so every replica reports the same
+truth and a restart loses nothing: cases by status and by decision, SLA breaches, escalations,
+executions, money refunded, model tokens, outbox depth, and input drift (each reason's share
+this week against the four weeks before). Latencies (the processor, Slack acknowledgements)
+are this process's own histograms.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
+from datetime import datetime, timedelta
+from typing import Any
 
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 from sqlalchemy import func, select
-from sqlmodel import col
+from sqlmodel import Session, col
 
+from refund_desk.cases.ports import PaymentFacts, Processor, ProcessorRefund
 from refund_desk.storage.db import Database
-from refund_desk.storage.models import AuditHead, Case, Execution, Job
+from refund_desk.storage.models import AdvisorCall, Approval, AuditHead, Case, Execution, Job
+from refund_desk.storage.types import utcnow
+
+LATENCY = CollectorRegistry(auto_describe=True)
+PROCESSOR_SECONDS = Histogram(
+    "refund_desk_processor_seconds",
+    "Payment processor call latency.",
+    ["call", "result"],
+    registry=LATENCY,
+)
+SLACK_ACK_SECONDS = Histogram(
+    "refund_desk_slack_ack_seconds",
+    "Time from a Slack request to its acknowledgement.",
+    ["kind"],
+    registry=LATENCY,
+    buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 3, 5),
+)
+OUTBOX_KINDS = ("notify", "slack.call", "slack.home", "customer.tell")
+WAITING = ("awaiting_approval", "parked")
+DRIFT_ALERT = 0.10  # a reason's weekly share moving this much is shown in App Home
+
+
+def reason_drift(session: Session, now: datetime) -> dict[str, tuple[float, float]]:
+    """reason -> (share this week, share in the four weeks before)."""
+    week, month = now - timedelta(days=7), now - timedelta(days=35)
+
+    def shares(start: datetime, end: datetime) -> dict[str, float]:
+        rows = session.execute(
+            select(col(Case.reason), func.count())
+            .where(col(Case.created_at) >= start, col(Case.created_at) < end)
+            .group_by(col(Case.reason))
+        ).all()
+        total = sum(n for _, n in rows) or 1
+        return {str(reason): n / total for reason, n in rows}
+
+    now_shares, before = shares(week, now + timedelta(seconds=1)), shares(month, week)
+    return {r: (now_shares.get(r, 0.0), before.get(r, 0.0)) for r in set(now_shares) | set(before)}
 
 
 class StateCollector(Collector):
@@ -23,24 +66,82 @@ class StateCollector(Collector):
         self.db = db
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        cases = GaugeMetricFamily("refund_desk_cases", "Cases by status.", labels=["status"])
-        executions = GaugeMetricFamily(
-            "refund_desk_executions", "Refund executions by status.", labels=["status"]
+        g = GaugeMetricFamily
+        cases = g("refund_desk_cases", "Cases by status.", labels=["status"])
+        decisions = g(
+            "refund_desk_decisions",
+            "Cases by decision outcome and rule.",
+            labels=["outcome", "rule"],
         )
-        refunded = GaugeMetricFamily(
+        breached = g("refund_desk_sla_breached_cases", "Waiting cases past their SLA deadline.")
+        escalated = g(
+            "refund_desk_escalated_cases", "Waiting cases by escalation level.", labels=["level"]
+        )
+        waits = g(
+            "refund_desk_approval_wait_seconds",
+            "Time from a case's creation to a person's decision (last 500 decisions).",
+            labels=["quantile"],
+        )
+        executions = g("refund_desk_executions", "Refund executions by status.", labels=["status"])
+        refunded = g(
             "refund_desk_refunded_minor_units",
             "Money refunded, in minor units, by currency.",
             labels=["currency"],
         )
-        jobs = GaugeMetricFamily(
-            "refund_desk_jobs", "Jobs by kind and status.", labels=["kind", "status"]
+        tokens = g(
+            "refund_desk_model_tokens",
+            "Tokens spent by the AI advisor, by provider.",
+            labels=["provider"],
         )
-        audit = GaugeMetricFamily("refund_desk_audit_records", "Records in the audit chain.")
+        jobs = g("refund_desk_jobs", "Jobs by kind and status.", labels=["kind", "status"])
+        outbox = g("refund_desk_outbox_depth", "Messages waiting to be sent.")
+        drift = g(
+            "refund_desk_reason_share",
+            "Each reason's share of new cases.",
+            labels=["reason", "window"],
+        )
+        audit = g("refund_desk_audit_records", "Records in the audit chain.")
+        now = utcnow()
         with self.db.read() as session:
             for status, n in session.execute(
                 select(col(Case.status), func.count()).group_by(col(Case.status))
             ):
                 cases.add_metric([status], n)
+            outcome = col(Case.decision)["outcome"].as_string()
+            rule = col(Case.decision)["rule"].as_string()
+            for o, r, n in session.execute(
+                select(outcome, rule, func.count())
+                .where(col(Case.decision).is_not(None))
+                .group_by(outcome, rule)
+            ):
+                decisions.add_metric([str(o), str(r)], n)
+            breached.add_metric(
+                [],
+                session.scalar(
+                    select(func.count())
+                    .select_from(Case)
+                    .where(col(Case.status).in_(WAITING), col(Case.sla_due_at) < now)
+                )
+                or 0,
+            )
+            for level, n in session.execute(
+                select(col(Case.escalation_level), func.count())
+                .where(col(Case.status).in_(WAITING), col(Case.escalation_level) > 0)
+                .group_by(col(Case.escalation_level))
+            ):
+                escalated.add_metric([str(level)], n)
+            spans = sorted(
+                (decided - created).total_seconds()
+                for decided, created in session.execute(
+                    select(col(Approval.created_at), col(Case.created_at))
+                    .join(Case, col(Case.id) == col(Approval.case_id))
+                    .order_by(col(Approval.id).desc())
+                    .limit(500)
+                )
+            )
+            for q in (0.5, 0.9, 1.0):
+                if spans:
+                    waits.add_metric([str(q)], spans[min(len(spans) - 1, int(q * len(spans)))])
             for status, n in session.execute(
                 select(col(Execution.status), func.count()).group_by(col(Execution.status))
             ):
@@ -51,15 +152,80 @@ class StateCollector(Collector):
                 .group_by(col(Execution.currency))
             ):
                 refunded.add_metric([currency], float(total or 0))
+            for provider, total in session.execute(
+                select(
+                    col(AdvisorCall.provider),
+                    func.sum(col(AdvisorCall.prompt_tokens) + col(AdvisorCall.completion_tokens)),
+                ).group_by(col(AdvisorCall.provider))
+            ):
+                tokens.add_metric([provider], float(total or 0))
+            depth = 0
             for kind, status, n in session.execute(
                 select(col(Job.kind), col(Job.status), func.count()).group_by(
                     col(Job.kind), col(Job.status)
                 )
             ):
                 jobs.add_metric([kind, status], n)
+                if kind in OUTBOX_KINDS and status == "pending":
+                    depth += n
+            outbox.add_metric([], depth)
+            for reason, (this_week, before) in reason_drift(session, now).items():
+                drift.add_metric([reason, "week"], this_week)
+                drift.add_metric([reason, "trailing_4w"], before)
             head = session.get(AuditHead, 1)
             audit.add_metric([], head.seq if head else 0)
-        yield from (cases, executions, refunded, jobs, audit)
+        yield from (
+            cases,
+            decisions,
+            breached,
+            escalated,
+            waits,
+            executions,
+            refunded,
+            tokens,
+            jobs,
+            outbox,
+            drift,
+            audit,
+        )
+
+
+class TimedProcessor:
+    """The processor port with every call timed by call and result."""
+
+    def __init__(self, inner: Processor) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.timeout_seconds = inner.timeout_seconds
+
+    def _timed(self, call: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        start, result = time.perf_counter(), "error"
+        try:
+            value = fn(*args, **kwargs)
+            result = "ok"
+            return value
+        finally:
+            PROCESSOR_SECONDS.labels(call, result).observe(time.perf_counter() - start)
+
+    def payment(self, payment_id: str) -> PaymentFacts:
+        return self._timed("payment", self.inner.payment, payment_id)  # type: ignore[no-any-return]
+
+    def list_refunds(self, payment_id: str) -> list[ProcessorRefund]:
+        return self._timed("list_refunds", self.inner.list_refunds, payment_id)  # type: ignore[no-any-return]
+
+    def create_refund(self, **kwargs: Any) -> ProcessorRefund:
+        return self._timed("create_refund", self.inner.create_refund, **kwargs)  # type: ignore[no-any-return]
+
+    def retrieve_refund(self, refund_id: str) -> ProcessorRefund:
+        return self._timed("retrieve_refund", self.inner.retrieve_refund, refund_id)  # type: ignore[no-any-return]
+
+    def list_refunds_since(
+        self, since: datetime, until: datetime | None = None
+    ) -> list[ProcessorRefund]:
+        return self._timed("list_refunds_since", self.inner.list_refunds_since, since, until)  # type: ignore[no-any-return]
+
+    def refusal(self, amount: int, currency: str) -> str | None:
+        return self.inner.refusal(amount, currency)
 
 
 def registry_for(db: Database) -> CollectorRegistry:
@@ -69,4 +235,4 @@ def registry_for(db: Database) -> CollectorRegistry:
 
 
 def render(registry: CollectorRegistry) -> bytes:
-    return generate_latest(registry)
+    return generate_latest(registry) + generate_latest(LATENCY)

@@ -8,6 +8,7 @@ import uuid
 from dataclasses import dataclass
 
 from refund_desk.advisor.offline import OfflineAdvisor
+from refund_desk.bot.metrics import TimedProcessor
 from refund_desk.cases.desk import Desk
 from refund_desk.cases.ports import Advisor, Processor
 from refund_desk.payments.sandbox import SandboxProcessor
@@ -67,6 +68,7 @@ def build(
     if migrate:
         upgrade(db.engine)
     processor = processor or make_processor(settings, db)
+    sandbox = processor if isinstance(processor, SandboxProcessor) else None
     advisor = make_advisor(settings)
     # A lease must outlive the processor's (and the model's) timeout, or a slow call could be
     # run twice.
@@ -79,13 +81,12 @@ def build(
         db=db,
         audit=AuditLog(secret),
         vault=Vault(secret),
-        processor=processor,
+        processor=TimedProcessor(processor),
         advisor=advisor,
         jobs=jobs,
         secret=secret,
     )
     _payments(desk, schedule=migrate and settings.processor == "stripe")
-    sandbox = processor if isinstance(processor, SandboxProcessor) else None
     return Runtime(settings=settings, db=db, desk=desk, sandbox=sandbox)
 
 

@@ -96,6 +96,8 @@ def _act(
         raise Refused("token_mismatch", "This button does not match the case any more.")
     if case.requested_by and case.requested_by == user:
         raise Refused("own_request", "You filed this case, so someone else must decide it.")
+    if case.appeal_of and user in first_deciders(session, case.appeal_of):
+        raise Refused("first_decider", "You decided the appealed case; someone else must review.")
     policy = _authority_policy(session, case)
     if token.action == "escalate":
         return _escalate(desk, session, case, token, user, policy)
@@ -152,6 +154,32 @@ def _check_authority(case: Case, policy: LoadedPolicy, user: str, amount: int) -
             f"Your approval limit is {money.format_money(limit, case.currency)}; this case is "
             f"{money.format_money(amount, case.currency)}. Escalate it instead.",
         )
+
+
+def first_deciders(session: Session, case_id: str) -> set[str]:
+    """People who approved or denied a case: none of them may decide its appeal."""
+    return set(
+        session.scalars(
+            select(col(Approval.approver)).where(
+                col(Approval.case_id) == case_id,
+                col(Approval.decision).in_(["approve", "deny"]),
+            )
+        ).all()
+    )
+
+
+def may_vouch(session: Session, case: Case, user: str) -> bool:
+    """Whether `user` may mark the case's evidence checked: an approver or a manager."""
+    if case.requested_by == user:
+        return False
+    try:
+        policy = _authority_policy(session, case)
+    except Refused:
+        return False
+    managers = policy.doc.managers
+    return user in {m for g in policy.doc.approvers.values() for m in g.members} or (
+        managers is not None and user in managers.members
+    )
 
 
 def approvals_needed(case: Case) -> int:

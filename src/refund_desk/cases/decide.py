@@ -6,13 +6,13 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
-from refund_desk.cases import advisory
+from refund_desk.cases import advisory, shadow
 from refund_desk.cases import facts as case_facts
 from refund_desk.cases.executor import enqueue_execution
 from refund_desk.cases.lifecycle import Status, load_for_update, move
 from refund_desk.cases.policies import LoadedPolicy, control, evaluate, load_version
 from refund_desk.cases.ports import AdviceRequest, AdvisorError, ProcessorError, Provenance
-from refund_desk.policy import Decision, sla_deadline
+from refund_desk.policy import Decision
 from refund_desk.storage.audit import MODEL, POLICY, SYSTEM, Actor
 from refund_desk.storage.db import lock_payment
 from refund_desk.storage.jobs import ClaimedJob, RetryLater, backoff
@@ -122,6 +122,7 @@ def _decide(desk: Desk, case: Case, job: ClaimedJob) -> int | None:
         )
         policy = load_version(session, locked.policy_version) if locked.policy_version else None
         decision = evaluate(policy, context)
+        shadow.record(session, locked, context, decision)  # a shadow draft's view; no effect
         question = advisory.policy_question(locked, policy)
         if question is not None and question.answer is None:
             decision = advisory.unanswered(decision, policy)
@@ -223,7 +224,6 @@ def route(
             action="case.awaiting_approval",
             payload={"rule": decision.rule, "note": note},
         )
-        _set_deadline(case, decision, policy, desk)
         return None
     move(
         session,
@@ -234,13 +234,7 @@ def route(
         action="case.awaiting_approval",
         payload={"rule": decision.rule, "tier": decision.tier, "approvers": decision.approvers},
     )
-    _set_deadline(case, decision, policy, desk)
     return None
-
-
-def _set_deadline(case: Case, decision: Decision, policy: LoadedPolicy | None, desk: Desk) -> None:
-    if policy is not None:
-        case.sla_due_at = sla_deadline(policy.doc, decision.tier, desk.now())
 
 
 def _park(desk: Desk, case_id: str, reason: str, *, actor: Actor = SYSTEM) -> None:

@@ -36,10 +36,11 @@ class Desk:
         return self.clock()
 
     def __post_init__(self) -> None:
-        from refund_desk.cases import decide, executor
+        from refund_desk.cases import decide, executor, sla
 
         self.jobs.register("advance", lambda job: decide.advance(self, job))
         self.jobs.register("execute", lambda job: executor.execute(self, job))
+        sla.register(self)
         # Without a chat surface the case itself is the record; Slack replaces this handler.
         self.jobs.register(NOTIFY, lambda job: None)
 

@@ -17,7 +17,9 @@ from typing import TYPE_CHECKING
 from sqlalchemy import select
 
 from refund_desk import money
+from refund_desk.cases import breaker
 from refund_desk.cases import facts as case_facts
+from refund_desk.cases import review
 from refund_desk.cases.errors import Conflict
 from refund_desk.cases.intake import new_id
 from refund_desk.cases.lifecycle import Status, load_for_update, move
@@ -42,6 +44,14 @@ PROCESSOR_PATIENCE = 8  # transient failures in a row before the case is parked 
 PAUSED_RECHECK_SECONDS = 30.0
 PENDING_RECHECK_SECONDS = 60.0
 FINAL_REFUND_STATES = ("succeeded", "failed", "canceled")
+
+
+class BackToPerson(Exception):
+    """Automatic execution stopped (mode or breaker): the case waits for a person instead."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 class Parked(Exception):
@@ -91,6 +101,7 @@ def execute(desk: Desk, job: ClaimedJob) -> None:
                 return
         refund = _pay(desk, execution)
     except ProcessorError as exc:
+        breaker.record_failure(desk, exc.code)
         if not exc.transient:
             _fail(desk, case_id, execution, exc.code, exc.message)
             return
@@ -145,7 +156,20 @@ def _reserve(
             automatic = (case.decision or {}).get("automatic", False) and not _human_basis(case)
             if not automatic:
                 _check_approvals(session, case)
-            _recheck(desk, session, case, payment, automatic=automatic)
+            try:
+                _recheck(desk, session, case, payment, automatic=automatic)
+            except BackToPerson as back:
+                # In this transaction: a breaker that tripped stays tripped with its record.
+                move(
+                    session,
+                    desk.audit,
+                    case,
+                    Status.awaiting_approval,
+                    actor=SYSTEM,
+                    action="case.awaiting_approval",
+                    payload={"note": back.reason},
+                )
+                return None
             execution_id = new_id("ex")
             execution = Execution(
                 id=execution_id,
@@ -214,7 +238,7 @@ def _recheck(
     if not automatic:
         return
     if control(session).mode != "supervised":
-        raise Parked("Automatic execution is off (mode changed); a person must approve.")
+        raise BackToPerson("Automatic execution is off (mode changed); a person must approve.")
     if case.possible_duplicate:
         raise Parked("Possible duplicate: never executed automatically.")
     history = case_facts.customer_history(
@@ -234,6 +258,10 @@ def _recheck(
         if decision.error:
             detail += f"; {decision.error}"
         raise Parked(f"On fresh facts the policy no longer approves automatically ({detail}).")
+    limit = breaker.over_limit(session, policy, case.amount, case.currency)
+    if limit:
+        breaker.trip(desk, session, limit)
+        raise BackToPerson(f"Automatic refunds stopped: {limit}.")
 
 
 # ---------------------------------------------------------------- phase 2: pay
@@ -269,6 +297,7 @@ def _record(desk: Desk, execution: Execution, refund: ProcessorRefund) -> None:
         row.processor_refund_id, row.processor_status = refund.id, refund.status
         if refund.status == "succeeded":
             row.status, row.finished_at = "succeeded", desk.now()
+            breaker.record_success(session)
             case.customer_message = DEFAULT_REFUNDED.format(
                 amount=money.format_money(row.amount, row.currency)
             )
@@ -290,6 +319,8 @@ def _record(desk: Desk, execution: Execution, refund: ProcessorRefund) -> None:
                     "currency": row.currency,
                 },
             )
+            if row.automatic:  # a share of automatic refunds goes to a person afterwards
+                review.maybe_sample(desk, session, case)
         elif refund.status in ("failed", "canceled"):
             _mark_failed(
                 desk,

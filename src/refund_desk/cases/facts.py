@@ -113,5 +113,10 @@ def policy_context(
             "confidence": advice.get("confidence"),
             "injection_suspected": bool(advice.get("injection_suspected", False)),
         },
-        "evidence": {"count": 0, "checked": 0},
+        "evidence": {  # on the case row: files and links, checked once a person vouched
+            "count": len(case.evidence or []),
+            "checked": sum(
+                1 for i in case.evidence or [] if i.get("provenance") == "verified_document"
+            ),
+        },
     }

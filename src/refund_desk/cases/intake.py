@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from decimal import Decimal
@@ -125,8 +126,13 @@ def submit(
     api_key_id: int | None = None,
     idempotency_key: str | None = None,
     requested_by: str | None = None,
+    prepare: Callable[[Session, Case], None] | None = None,
 ) -> Submitted:
-    """Capture a request as a case; `requested_by` is the person who filed it, if one did."""
+    """Capture a request as a case; `requested_by` is the person who filed it, if one did.
+
+    `prepare` runs in the capture's transaction once the case exists (evidence, the channel to
+    answer on, an appeal's link), so the case and its channel details commit together.
+    """
     fingerprint = request.fingerprint()
     if idempotency_key and api_key_id is not None:
         with desk.db.read() as session:
@@ -141,6 +147,12 @@ def submit(
             "The currency does not match the payment.",
             {"currency": f"the payment is in {payment.currency.upper()}"},
         )
+    amount = request.amount_minor()
+    refused = desk.processor.refusal(amount, request.currency) if amount is not None else None
+    if refused:
+        raise InvalidRequest(
+            "amount_not_accepted", "The processor cannot refund this amount.", {"amount": refused}
+        )
     for attempt in range(3):
         try:
             return _capture(
@@ -152,6 +164,7 @@ def submit(
                 idempotency_key,
                 fingerprint,
                 requested_by,
+                prepare,
             )
         except IntegrityError:
             # A concurrent request won a unique key (payment row or Idempotency-Key); look again.
@@ -196,6 +209,7 @@ def _capture(
     idempotency_key: str | None,
     fingerprint: str,
     requested_by: str | None,
+    prepare: Callable[[Session, Case], None] | None = None,
 ) -> Submitted:
     now = desk.now()
     with desk.db.write() as session:
@@ -273,6 +287,8 @@ def _capture(
                 policy_version=case.policy_version,
                 payload={"duplicate_of": duplicate_of},
             )
+        if prepare is not None:
+            prepare(session, case)
         if idempotency_key and api_key_id is not None:
             session.add(
                 IntakeKey(

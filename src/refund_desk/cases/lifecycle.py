@@ -10,6 +10,7 @@ from sqlalchemy import select
 from sqlmodel import Session
 
 from refund_desk.cases.errors import Conflict, NotFound
+from refund_desk.cases.customer import TELL_ON, tell
 from refund_desk.cases.notify import NOTIFY_ON, notify
 from refund_desk.storage.audit import Actor, AuditLog
 from refund_desk.storage.models import Case
@@ -98,5 +99,11 @@ def move(
         policy_version=case.policy_version,
         payload={"from": previous, "to": str(to), "revision": case.revision, **(payload or {})},
     )
+    if to in (Status.awaiting_approval, Status.parked):
+        from refund_desk.cases.sla import start_clock  # sla reads policies, which import us
+
+        start_clock(session, case)
     if to in NOTIFY_ON:
         notify(session, event=f"case.{to}", case_id=case.id)
+    if to in TELL_ON:  # the customer hears every outcome, queued with the change itself
+        tell(session, case)

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import Any, Literal
 
 from sqlalchemy import func, select
-from sqlmodel import Session
+from sqlmodel import Session, col
 
 from refund_desk.cases.errors import CaseError, InvalidRequest
 from refund_desk.policy import (
@@ -23,10 +23,11 @@ from refund_desk.policy import (
     run_policy_tests,
 )
 from refund_desk.storage.audit import Actor, AuditLog
-from refund_desk.storage.models import Control, PolicyVersion
+from refund_desk.storage.models import Control, PolicyBacktest, PolicyVersion
 from refund_desk.storage.types import utcnow
 
 MODES = ("shadow", "approve-all", "supervised")
+BACKTEST_DAYS = 30  # the publishing gate wants a backtest over at least this many days
 
 
 @dataclass(frozen=True)
@@ -56,8 +57,11 @@ def control(session: Session) -> Control:
     return row
 
 
-def check_publishable(source: str) -> tuple[PolicyDocument, list[Any]]:
-    """The publishing gate shared by every surface: valid, and its embedded tests pass."""
+def check_publishable(
+    source: str, session: Session | None = None
+) -> tuple[PolicyDocument, list[Any]]:
+    """The publishing gate shared by every surface: valid, its embedded tests pass, and (with
+    a session to look in) a backtest over the last 30 days has run on exactly this content."""
     try:
         doc = parse_policy(source)
     except PolicyInvalid as exc:
@@ -67,12 +71,52 @@ def check_publishable(source: str) -> tuple[PolicyDocument, list[Any]]:
     if failed:
         lines = "; ".join(f"{r.name}: {r.message}" for r in failed)
         raise InvalidRequest("policy_tests_failed", f"{len(failed)} policy test(s) failed: {lines}")
+    if session is not None:
+        require_backtest(session, policy_hash(doc))
     return doc, results
 
 
-def publish(session: Session, audit: AuditLog, *, source: str, actor: Actor) -> PolicyVersion:
-    """Freeze the next version and make it active, with an audit record, in one transaction."""
-    doc, results = check_publishable(source)
+def require_backtest(session: Session, content_hash: str) -> PolicyBacktest:
+    """The latest backtest over at least the last 30 days on exactly ``content_hash``."""
+    row = session.scalars(
+        select(PolicyBacktest)
+        .where(
+            col(PolicyBacktest.content_hash) == content_hash,
+            col(PolicyBacktest.days) >= BACKTEST_DAYS,
+        )
+        .order_by(col(PolicyBacktest.id).desc())
+        .limit(1)
+    ).first()
+    if row is None:
+        raise InvalidRequest(
+            "policy_not_backtested",
+            f"No backtest over the last {BACKTEST_DAYS} days has run on this exact policy "
+            f"(hash {content_hash[:12]}); run one first "
+            "(`/refund-policy backtest DRAFT` or `refund-desk policy backtest FILE`).",
+        )
+    return row
+
+
+def publish(
+    session: Session,
+    audit: AuditLog,
+    *,
+    source: str,
+    actor: Actor,
+    backtest: Literal["require", "run"] = "run",
+) -> PolicyVersion:
+    """Freeze the next version and make it active, with an audit record, in one transaction.
+
+    Slack and the CLI pass ``backtest="require"``: a lead or admin has run and seen the
+    backtest before. ``"run"`` (scripts, tests) runs the 30-day backtest here first when none
+    is on record for this content, so the gate below still finds one.
+    """
+    if backtest == "run":
+        from refund_desk.cases.backtest import ensure_backtest
+
+        ensure_backtest(session, audit, source=source, actor=actor)
+    doc, results = check_publishable(source, session)
+    ran = require_backtest(session, policy_hash(doc))
     latest = session.scalar(select(func.max(PolicyVersion.version))) or 0
     row = PolicyVersion(
         version=latest + 1,
@@ -96,6 +140,13 @@ def publish(session: Session, audit: AuditLog, *, source: str, actor: Actor) -> 
             "policy": doc.policy,
             "content_hash": row.content_hash,
             "tests_passed": len(results),
+            "backtest": {
+                "id": ran.id,
+                "cases": ran.cases,
+                "changed": ran.summary.get("changed", 0),
+                "days": ran.days,
+                "ran_by": ran.ran_by,
+            },
         },
     )
     return row

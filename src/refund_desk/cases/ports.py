@@ -119,6 +119,10 @@ class Processor(Protocol):
 
     def retrieve_refund(self, refund_id: str) -> ProcessorRefund: ...
 
+    def refusal(self, amount: int, currency: str) -> str | None:
+        """Why the processor would refuse a refund of this amount, before asking it; or None."""
+        ...
+
     def list_refunds_since(
         self, since: datetime, until: datetime | None = None
     ) -> list[ProcessorRefund]:

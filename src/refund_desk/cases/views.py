@@ -40,6 +40,10 @@ def case_view(session: Session, case_id: str, *, with_audit: bool) -> dict[str, 
         "customer_verified": case.customer_verified,
         "possible_duplicate": case.possible_duplicate,
         "duplicate_of": case.duplicate_of,
+        "appeal_of": case.appeal_of,
+        "evidence": [
+            {k: v for k, v in item.items() if k != "view_url"} for item in case.evidence or []
+        ],
         "decision": {
             "outcome": decision.get("outcome"),
             "rule": decision.get("rule"),

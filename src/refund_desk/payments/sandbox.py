@@ -119,6 +119,9 @@ class SandboxProcessor:
         self._take_fault(("down",))
         return self.payment(payment_id)
 
+    def refusal(self, amount: int, currency: str) -> str | None:
+        return None if amount > 0 else "A refund amount must be positive."
+
     def list_refunds(self, payment_id: str) -> list[ProcessorRefund]:
         with self.db.read() as session:
             if self._armed(session, ("down",)) is None:

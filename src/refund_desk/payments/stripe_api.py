@@ -175,6 +175,13 @@ class StripeProcessor:
             payment_id=payment_id,
         )
 
+    def refusal(self, amount: int, currency: str) -> str | None:
+        try:
+            to_stripe(amount, currency)
+        except RefundDeclined as exc:
+            return exc.message
+        return None
+
     def retrieve_refund(self, refund_id: str) -> ProcessorRefund:
         return _sdk(
             lambda: _refund(self.client.v1.refunds.retrieve(refund_id)), refund_id=refund_id

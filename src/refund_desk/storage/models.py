@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import JSON, BigInteger, Column, Index, Text, UniqueConstraint
+from sqlalchemy.sql import false
 from sqlmodel import Field, SQLModel
 
 from refund_desk.storage.types import UTCDateTime, utcnow
@@ -58,6 +59,17 @@ class Control(SQLModel, table=True):
     active_version: int | None = None
     mode: str = Field(default="supervised", max_length=20)  # shadow|approve-all|supervised
     paused: bool = False
+    # Policy lifecycle: a draft evaluated beside every new case, and after-the-fact review.
+    shadow_draft: int | None = None
+    shadow_started_at: datetime | None = _optional_ts()
+    review_sample_rate: float | None = None  # None: the active policy's review_sample_rate
+    publish_needs_second_lead: bool = Field(
+        default=False, sa_column_kwargs={"server_default": false()}
+    )
+    # The circuit breaker: processor failures in a row, and why automatic execution stopped.
+    consecutive_failures: int = Field(default=0, sa_column_kwargs={"server_default": "0"})
+    breaker_tripped_at: datetime | None = _optional_ts()
+    breaker_reason: str | None = Field(default=None, sa_column=Column(Text))
     updated_at: datetime = Field(
         default_factory=utcnow, sa_column=Column(UTCDateTime(), nullable=False)
     )
@@ -116,6 +128,10 @@ class Case(SQLModel, table=True):
     escalation_level: int = 0
     approval_round: int = 0  # bumped each time the case goes (back) to a person
     requested_by: str | None = Field(default=None, max_length=100)  # a Slack user who filed it
+    # Customer channels: evidence (hashes, never the bytes), the appealed case, where to answer.
+    evidence: list[dict[str, Any]] | None = _json()
+    appeal_of: str | None = Field(default=None, max_length=40, unique=True, index=True)
+    reply_enc: str | None = Field(default=None, sa_column=Column(Text))  # encrypted JSON
     sla_due_at: datetime | None = _optional_ts()
     created_at: datetime = Field(
         default_factory=utcnow, sa_column=Column(UTCDateTime(), nullable=False)
@@ -336,3 +352,115 @@ class AdvisorCall(SQLModel, table=True):
     error_code: str | None = Field(default=None, max_length=60)
     prompt_tokens: int = 0
     completion_tokens: int = 0
+
+
+# ---------------------------------------------------------------- policy lifecycle
+
+
+class PolicyDraft(SQLModel, table=True):
+    """A policy being worked on: editable by id until published; the gate reads its records."""
+
+    __tablename__ = "policy_drafts"
+    id: int | None = Field(default=None, primary_key=True)
+    source: str = Field(sa_column=Column(Text, nullable=False))
+    content_hash: str | None = Field(default=None, max_length=64)  # None while invalid
+    author: str = Field(max_length=100)
+    created_at: datetime = Field(
+        default_factory=utcnow, sa_column=Column(UTCDateTime(), nullable=False)
+    )
+    updated_at: datetime = Field(
+        default_factory=utcnow, sa_column=Column(UTCDateTime(), nullable=False)
+    )
+    last_test_ok: bool | None = None
+    last_test_summary: str | None = Field(default=None, sa_column=Column(Text))
+    last_backtest_hash: str | None = Field(default=None, max_length=64)
+    last_backtest_at: datetime | None = _optional_ts()
+    last_backtest_summary: dict[str, Any] | None = _json()
+    publish_requested_by: str | None = Field(default=None, max_length=100)  # second-lead gate
+    publish_requested_hash: str | None = Field(default=None, max_length=64)
+    published_version: int | None = None
+
+
+class PolicyBacktest(SQLModel, table=True):
+    """A backtest that ran on exactly ``content_hash``: the publishing gate looks for one."""
+
+    __tablename__ = "policy_backtests"
+    id: int | None = Field(default=None, primary_key=True)
+    content_hash: str = Field(max_length=64, index=True)
+    label: str = Field(max_length=40)  # d3, v2 or a file name
+    days: int
+    cases: int
+    ran_by: str = Field(max_length=100)
+    ran_at: datetime = Field(
+        default_factory=utcnow, sa_column=Column(UTCDateTime(), nullable=False)
+    )
+    summary: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+
+
+class ShadowDecision(SQLModel, table=True):
+    """What the shadow draft would have decided for a new case; it has no effect."""
+
+    __tablename__ = "shadow_decisions"
+    case_id: str = Field(primary_key=True, max_length=40)
+    draft_id: int = Field(index=True)
+    content_hash: str = Field(max_length=64)
+    live_outcome: str = Field(max_length=20)
+    live_rule: str = Field(max_length=100)
+    outcome: str = Field(max_length=20)
+    rule: str = Field(max_length=100)
+    agree: bool
+    amount: int = Field(sa_column=Column(BigInteger, nullable=False))
+    currency: str = Field(max_length=3)
+    created_at: datetime = Field(
+        default_factory=utcnow, sa_column=Column(UTCDateTime(), nullable=False)
+    )
+
+
+class ReviewSample(SQLModel, table=True):
+    """An automatic refund picked for a person to confirm afterwards; the answer names the rule."""
+
+    __tablename__ = "review_samples"
+    case_id: str = Field(primary_key=True, max_length=40)
+    policy_version: int | None = None
+    rule: str = Field(max_length=100)
+    amount: int = Field(sa_column=Column(BigInteger, nullable=False))
+    currency: str = Field(max_length=3)
+    sampled_at: datetime = Field(
+        default_factory=utcnow, sa_column=Column(UTCDateTime(), nullable=False)
+    )
+    answer: str | None = Field(default=None, max_length=20)  # right | wrong
+    answered_by: str | None = Field(default=None, max_length=100)
+    answered_at: datetime | None = _optional_ts()
+
+
+# ---------------------------------------------------------------- customer channels
+
+
+class CustomerMessage(SQLModel, table=True):
+    """What we told the customer (out) or they wrote back (in); one outcome, one row."""
+
+    __tablename__ = "customer_messages"
+    id: int | None = Field(default=None, primary_key=True)
+    case_id: str = Field(foreign_key="cases.id", max_length=40, index=True)
+    direction: str = Field(max_length=3)  # out | in
+    kind: str = Field(max_length=30)  # refunded | partially_refunded | denied | in_review | reply
+    case_status: str | None = Field(default=None, max_length=20)
+    case_revision: int | None = None
+    body: str = Field(sa_column=Column(Text, nullable=False))  # out: as told; in: encrypted
+    expected_by: datetime | None = _optional_ts()
+    channel: str | None = Field(default=None, max_length=20)  # email | webhook | zendesk | ...
+    status: str = Field(default="queued", max_length=20)  # queued | sent | recorded | received
+    external_ref: str | None = Field(default=None, max_length=300)  # Message-ID, delivery id
+    created_at: datetime = Field(
+        default_factory=utcnow, sa_column=Column(UTCDateTime(), nullable=False)
+    )
+    sent_at: datetime | None = _optional_ts()
+
+
+class RateLimit(SQLModel, table=True):
+    """Attempts per key (a keyed hash of an email or an IP) per fixed window."""
+
+    __tablename__ = "rate_limits"
+    key: str = Field(primary_key=True, max_length=100)
+    window: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
+    count: int = 0

@@ -30,6 +30,7 @@ from slack_sdk.models.blocks import (
 from slack_sdk.models.views import View
 
 from refund_desk import money
+from refund_desk.bot.slack.evidence_blocks import evidence_blocks
 from refund_desk.cases import tokens
 from refund_desk.cases.ports import REASONS
 from refund_desk.storage.models import Case
@@ -109,6 +110,7 @@ def case_blocks(ctx: CardContext, *, secret: str) -> list[Block]:
         notes.append(f"Escalated (level {case.escalation_level})")
     if notes:
         blocks.append(SectionBlock(text=MarkdownTextObject(text=_clip("\n".join(notes)))))
+    blocks.extend(evidence_blocks(case, decidable=case.status in DECIDABLE))
     advisory = advice.get("explanation") or advice.get("summary")
     if advisory:
         label = (

@@ -1,4 +1,5 @@
-"""Slash commands: `/refund` files a case for a customer; `/refund-policy` reads the policy.
+"""Slash commands: `/refund` files a case for a customer (`/refund-policy` lives in
+`policy_commands.py`).
 
 `/refund` opens its modal first; the submission is checked at once (so mistakes show in the
 modal) and then filed by a job, which asks the processor and runs the same workflow as the API
@@ -17,10 +18,9 @@ from refund_desk.bot.slack.outbox import enqueue_call
 from refund_desk.cases.desk import Desk
 from refund_desk.cases.errors import CaseError, InvalidRequest
 from refund_desk.cases.intake import parse_request, submit
-from refund_desk.cases.policies import control
 from refund_desk.storage.audit import Actor
 from refund_desk.storage.jobs import ClaimedJob, enqueue
-from refund_desk.storage.models import Case, PolicyVersion
+from refund_desk.storage.models import Case
 
 if TYPE_CHECKING:
     from refund_desk.bot.slack.surface import Surface
@@ -62,47 +62,6 @@ def file_case(desk: Desk, job: ClaimedJob) -> None:
     desk.jobs.run_now(job_id)
 
 
-def policy_text(desk: Desk, args: list[str]) -> str:
-    """Read-only `/refund-policy` answers; changing the policy is for the leads' commands."""
-    sub = args[0] if args else "help"
-    with desk.db.read() as session:
-        switches = control(session)
-        if sub == "show":
-            wanted = (
-                int(args[1].lstrip("v"))
-                if len(args) > 1 and args[1].lstrip("v").isdigit()
-                else switches.active_version
-            )
-            row = session.get(PolicyVersion, wanted) if wanted else None
-            if row is None:
-                return (
-                    "No policy version is published yet."
-                    if wanted is None
-                    else f"There is no policy version v{wanted}."
-                )
-            return (
-                f"*{row.policy_name} v{row.version}* (published by {row.published_by}, "
-                f"hash `{row.content_hash[:12]}`)\n```{cards._clip(row.source, 2800)}```"
-            )
-        if sub == "history":
-            rows = session.scalars(
-                select(PolicyVersion).order_by(col(PolicyVersion.version).desc()).limit(20)
-            ).all()
-            if not rows:
-                return "No policy version is published yet."
-            lines = [
-                f"{'*' if r.version == switches.active_version else ' '} v{r.version} "
-                f"{r.published_at:%Y-%m-%d %H:%M} by {r.published_by} `{r.content_hash[:12]}`"
-                for r in rows
-            ]
-            return "Policy history (* active):\n" + "\n".join(lines)
-    mode = "paused" if switches.paused else switches.mode
-    return (
-        f"Mode: *{mode}*, active version: v{switches.active_version or '-'}.\n"
-        "`/refund-policy show [vN]` the policy text · `/refund-policy history` published versions"
-    )
-
-
 def register(surface: Surface) -> None:
     app = surface.app
     surface.desk.jobs.register(FILE_CASE, lambda job: file_case(surface.desk, job))
@@ -140,9 +99,3 @@ def register(surface: Surface) -> None:
         job_id = await surface.blocking(queue, surface.desk)
         await ack()
         surface.start_jobs([job_id])
-
-    @app.command("/refund-policy")
-    async def on_policy(ack: Any, command: dict[str, Any]) -> None:
-        args = str(command.get("text") or "").split()
-        text = await surface.blocking(policy_text, surface.desk, args)
-        await ack(text=text)

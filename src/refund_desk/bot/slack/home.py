@@ -20,6 +20,7 @@ from sqlalchemy import select
 from sqlmodel import Session, col
 
 from refund_desk import money
+from refund_desk.bot.metrics import DRIFT_ALERT, reason_drift
 from refund_desk.bot.slack.cards import DECIDABLE, _clip
 from refund_desk.cases.desk import Desk
 from refund_desk.cases.policies import control, load_version
@@ -99,6 +100,19 @@ def home_view(session: Session, user: str, now: datetime) -> View:
     blocks.append(
         SectionBlock(text=MarkdownTextObject(text=_clip("\n".join(lines) or "None yet.")))
     )
+    moved = [
+        f"`{reason}`: {now_share:.0%} this week, {before:.0%} the four weeks before"
+        for reason, (now_share, before) in sorted(reason_drift(session, now).items())
+        if abs(now_share - before) >= DRIFT_ALERT and before > 0
+    ]
+    if moved:
+        blocks.append(
+            SectionBlock(
+                text=MarkdownTextObject(
+                    text=_clip(":chart_with_upwards_trend: *Input drift*\n" + "\n".join(moved))
+                )
+            )
+        )
     blocks += [DividerBlock(), HeaderBlock(text="Rules fired this week")]
     rules = "\n".join(f"`{rule}`: {n}" for rule, n in fired.most_common(15))
     blocks.append(SectionBlock(text=MarkdownTextObject(text=_clip(rules or "No decisions yet."))))

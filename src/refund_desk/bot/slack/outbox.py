@@ -63,7 +63,7 @@ class Outbox:
         event, case_id = job.payload["event"], job.payload.get("case_id")
         data = job.payload.get("data") or {}
         if case_id is None:
-            self._finance(event, data)
+            self._announce(event, data)
             return
         with self.desk.db.read() as session:
             case = session.get(Case, case_id)
@@ -76,7 +76,7 @@ class Outbox:
             )
             card = next((m for m in messages if m.kind == "card"), None)
             ctx, policy = self._context(session, case)
-            line = self._line(session, case, event, data)
+            line = self._line(session, case, event, data, policy)
         if card is None:
             if case.status not in cards.DECIDABLE:
                 return  # decided without a person: no thread to tell
@@ -164,7 +164,14 @@ class Outbox:
                 )
             )
 
-    def _line(self, session: Session, case: Case, event: str, data: dict[str, Any]) -> str | None:
+    def _line(
+        self,
+        session: Session,
+        case: Case,
+        event: str,
+        data: dict[str, Any],
+        policy: LoadedPolicy | None,
+    ) -> str | None:
         """The thread reply for an event, naming who acted."""
         last = session.scalars(
             select(Approval)
@@ -192,20 +199,38 @@ class Outbox:
             return f"Denied by {who if last and last.decision == 'deny' else 'the policy'}."
         if event == "case.parked":
             return f":octagonal_sign: Parked: {case.park_reason or 'a person must look'}"
+        if event == "case.note":
+            return f":memo: {data.get('text', '')}"
+        if event == "case.reminder":
+            group = (case.decision or {}).get("approvers")
+            members = (
+                policy.doc.approvers[group].members
+                if policy and group in (policy.doc.approvers)
+                else []
+            )
+            who = " ".join(f"<@{m}>" for m in members) or "approvers"
+            return (
+                f":alarm_clock: Reminder for {who}: this case waits for a decision "
+                f"by {cards._when(case.sla_due_at)}."
+            )
         if event == "case.escalated":
-            return f":arrow_up: Escalated to the managers (level {data.get('level')})."
+            managers = policy.doc.managers.members if policy and policy.doc.managers else []
+            whom = " ".join(f"<@{m}>" for m in managers) or "the managers"
+            why = "the deadline passed" if data.get("basis") == "sla" else "asked by an approver"
+            return f":arrow_up: Escalated to {whom} (level {data.get('level')}): {why}."
         if event == "case.awaiting_approval":
             return "Back with the approvers."
         return None
 
-    def _finance(self, event: str, data: dict[str, Any]) -> None:
+    def _announce(self, event: str, data: dict[str, Any]) -> None:
+        """A message about no single case, to the policy's named channel (finance by default)."""
         with self.desk.db.read() as session:
             version = control(session).active_version
             policy = load_version(session, version) if version else None
         channels = (policy.doc.channels or {}) if policy else {}
-        channel = channels.get("finance") or self.default_channel
+        channel = channels.get(str(data.get("channel") or "finance")) or self.default_channel
         if channel is None:
-            log.warning("no finance channel for %s: %s", event, data)
+            log.warning("no channel for %s: %s", event, data)
             return
         text = data.get("text") or f"{event}: {data}"
         self.call("chat.postMessage", channel=channel, text=cards._clip(str(text)))

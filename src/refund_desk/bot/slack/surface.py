@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ from slack_sdk import WebClient
 from slack_sdk.web.async_client import AsyncWebClient
 from starlette.responses import Response
 
+from refund_desk.bot.metrics import SLACK_ACK_SECONDS
 from refund_desk.bot.slack.outbox import Outbox
 from refund_desk.cases.desk import Desk
 from refund_desk.settings import Settings
@@ -93,7 +95,7 @@ def build_surface(desk: Desk, settings: Settings) -> Surface | None:
     """The Slack surface, or None when no workspace is configured."""
     if not slack_configured(settings):
         return None
-    from refund_desk.bot.slack import actions, commands, events, home, views
+    from refund_desk.bot.slack import actions, commands, events, home, policy_commands, views
 
     assert settings.slack_bot_token is not None
     token = settings.slack_bot_token.get_secret_value()
@@ -115,7 +117,18 @@ def build_surface(desk: Desk, settings: Settings) -> Surface | None:
     )
     outbox.register()
     surface = Surface(app=app, desk=desk, outbox=outbox, settings=settings)
-    for module in (actions, views, commands, events, home):
+
+    @app.middleware
+    async def time_ack(body: dict[str, Any], next: Callable[[], Any]) -> Any:
+        """Our listeners answer right after ack(): their time is the acknowledgement's."""
+        start = time.perf_counter()
+        try:
+            return await next()
+        finally:
+            kind = str(body.get("type") or ("command" if "command" in body else "other"))
+            SLACK_ACK_SECONDS.labels(kind).observe(time.perf_counter() - start)
+
+    for module in (actions, views, commands, policy_commands, events, home):
         module.register(surface)
 
     @app.error

@@ -1,0 +1,58 @@
+"""Evidence on the case card: links (thumbnails where Slack can fetch them) and `Mark checked`.
+
+Thumbnails only for https links: Slack fetches images itself, and a link it cannot reach makes
+the whole card fail to post.
+"""
+
+from __future__ import annotations
+
+from slack_sdk.models.blocks import (
+    ActionsBlock,
+    Block,
+    ButtonElement,
+    ImageBlock,
+    MarkdownTextObject,
+    SectionBlock,
+)
+
+from refund_desk.storage.models import Case
+
+MAX_ITEMS = 5
+ACTION = "evidence_checked"
+
+
+def _label(item: dict[str, object], number: int) -> str:
+    checked = f"checked by <@{item['checked_by']}>" if item.get("checked_by") else "not checked"
+    if item.get("kind") == "link":
+        return f"<{item.get('url')}|link {number}> (customer's link, {checked})"
+    size = int(str(item.get("size") or 0)) // 1024
+    name = "photo" if str(item.get("content_type", "")).startswith("image/") else "document"
+    target = item.get("view_url")
+    shown = f"<{target}|{name} {number}>" if target else f"{name} {number}"
+    return f"{shown} ({item.get('content_type')}, {size} KB, {checked})"
+
+
+def evidence_blocks(case: Case, *, decidable: bool) -> list[Block]:
+    items = list(case.evidence or [])[:MAX_ITEMS]
+    if not items:
+        return []
+    checked = sum(1 for i in items if i.get("checked_by"))
+    lines = [f"*Evidence* ({len(case.evidence or [])}, {checked} checked)"]
+    lines += [f"• {_label(item, n)}" for n, item in enumerate(items, start=1)]
+    blocks: list[Block] = [SectionBlock(text=MarkdownTextObject(text="\n".join(lines)[:2900]))]
+    for n, item in enumerate(items, start=1):
+        url = str(item.get("view_url") or "")
+        if url.startswith("https://") and str(item.get("content_type", "")).startswith("image/"):
+            blocks.append(ImageBlock(image_url=url, alt_text=f"Customer photo {n}"))
+    buttons = [
+        ButtonElement(
+            text=f"Mark {n} checked",
+            action_id=f"{ACTION}:{n}",
+            value=f"{case.id}|{item['id']}",
+        )
+        for n, item in enumerate(items, start=1)
+        if not item.get("checked_by")
+    ]
+    if decidable and buttons:
+        blocks.append(ActionsBlock(block_id="evidence", elements=buttons))
+    return blocks

@@ -1,0 +1,110 @@
+"""The circuit breaker: automatic refunds stop themselves when something looks wrong.
+
+If the processor fails N times in a row, or automatic refunds per hour or money per hour would
+exceed the policy's `breaker` limits, the autonomy mode switches to `approve-all` (every refund
+needs a person), the leads are told, and a lead turns `supervised` back on. The switch, its
+reason and its audit record commit together.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+from sqlalchemy import func, select, update
+from sqlmodel import Session, col
+
+from refund_desk import money
+from refund_desk.cases.notify import notify
+from refund_desk.cases.policies import LoadedPolicy, control, load_version
+from refund_desk.storage.audit import SYSTEM
+from refund_desk.storage.models import Control, Execution
+from refund_desk.storage.types import utcnow
+
+if TYPE_CHECKING:
+    from refund_desk.cases.desk import Desk
+
+WINDOW = timedelta(hours=1)
+
+
+def _active(session: Session) -> LoadedPolicy | None:
+    version = control(session).active_version
+    return load_version(session, version) if version else None
+
+
+def trip(desk: Desk, session: Session, reason: str) -> None:
+    switches = control(session)
+    if switches.mode != "supervised":
+        return  # already stopped (or never automatic): nothing to switch
+    switches.mode = "approve-all"
+    switches.breaker_tripped_at = utcnow()
+    switches.breaker_reason = reason
+    switches.consecutive_failures = 0
+    switches.updated_at = utcnow()
+    session.add(switches)
+    policy = _active(session)
+    leads = list(policy.doc.leads) if policy and policy.doc.leads else []
+    desk.audit.append(
+        session,
+        action="breaker.tripped",
+        actor=SYSTEM,
+        policy_version=switches.active_version,
+        payload={"reason": reason, "mode": "approve-all"},
+    )
+    mentions = " ".join(f"<@{u}>" for u in leads) or "Leads"
+    notify(
+        session,
+        event="policy.notice",
+        channel="policy",
+        text=f":rotating_light: {mentions}: automatic refunds stopped ({reason}). Every refund "
+        "now needs a person; `/refund-policy mode supervised` turns them back on.",
+    )
+
+
+def record_failure(desk: Desk, reason: str) -> None:
+    """One more processor failure in a row; trips the breaker at the policy's limit."""
+    with desk.db.write() as session:
+        failures = session.scalar(
+            update(Control)
+            .where(col(Control.id) == 1)
+            .values(consecutive_failures=col(Control.consecutive_failures) + 1)
+            .returning(col(Control.consecutive_failures))
+        )
+        policy = _active(session)
+        limit = policy.doc.breaker.max_failures_in_row if policy and policy.doc.breaker else None
+        if limit is not None and failures is not None and failures >= limit:
+            trip(desk, session, f"the processor failed {failures} times in a row ({reason})")
+
+
+def record_success(session: Session) -> None:
+    switches = control(session)
+    if switches.consecutive_failures:
+        switches.consecutive_failures = 0
+        session.add(switches)
+
+
+def over_limit(
+    session: Session, policy: LoadedPolicy | None, amount: int, currency: str
+) -> str | None:
+    """Would one more automatic refund of `amount` break the hourly limits? Says why."""
+    breaker = policy.doc.breaker if policy else None
+    if breaker is None or policy is None:
+        return None
+    since = utcnow() - WINDOW
+    count, total = session.execute(
+        select(func.count(), func.coalesce(func.sum(col(Execution.amount)), 0)).where(
+            col(Execution.automatic).is_(True),
+            col(Execution.status).in_(["reserved", "succeeded"]),
+            col(Execution.currency) == currency,
+            col(Execution.created_at) >= since,
+        )
+    ).one()
+    if breaker.max_refunds_per_hour is not None and count + 1 > breaker.max_refunds_per_hour:
+        return f"more than {breaker.max_refunds_per_hour} automatic refunds in an hour"
+    if breaker.max_amount_per_hour is not None and currency == policy.doc.currency:
+        limit = money.to_minor(breaker.max_amount_per_hour, currency)
+        if total + amount > limit:
+            return (
+                f"more than {money.format_money(limit, currency)} refunded automatically in an hour"
+            )
+    return None

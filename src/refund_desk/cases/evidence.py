@@ -1,0 +1,275 @@
+"""Evidence: photos, receipts and links a customer sends with a request.
+
+Files live outside the database, in a folder, named by their SHA-256 (the same photo sent twice
+is stored once); the case keeps the hash, the sniffed type and the size. The type is decided by
+the file's first bytes, never by its name. Evidence starts as the customer's word
+(`customer_input`) and becomes a `verified_document` only when a person marks it checked.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import re
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from refund_desk.cases.errors import CaseError, InvalidRequest, NotFound
+from refund_desk.cases.lifecycle import load_for_update
+from refund_desk.cases.ports import Provenance
+from refund_desk.storage.audit import Actor
+from refund_desk.storage.crypto import derive_key
+from refund_desk.storage.models import Case
+
+if TYPE_CHECKING:
+    from sqlmodel import Session
+
+    from refund_desk.cases.desk import Desk
+
+MAX_BYTES = 10 * 1024 * 1024
+MAX_FILES = 5
+MAX_LINKS = 5
+IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")
+_LINK = re.compile(r"https?://[^\s<>\"')\]]+", re.IGNORECASE)
+
+
+class EvidenceRefused(CaseError):
+    status = 403
+
+
+def sniff(data: bytes) -> str | None:
+    """The content type by magic bytes: PNG, JPEG, GIF, WebP or PDF; None for anything else."""
+    if data.startswith(b"\x89PNG\r\n\x1a\n"):
+        return "image/png"
+    if data.startswith(b"\xff\xd8\xff"):
+        return "image/jpeg"
+    if data[:6] in (b"GIF87a", b"GIF89a"):
+        return "image/gif"
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "image/webp"
+    if data.startswith(b"%PDF-"):
+        return "application/pdf"
+    return None
+
+
+@dataclass(frozen=True)
+class Upload:
+    """A checked file, still in memory: its bytes, sniffed type and hash."""
+
+    data: bytes
+    content_type: str
+    sha256: str
+
+    @property
+    def size(self) -> int:
+        return len(self.data)
+
+
+def check_upload(data: bytes, *, name: str = "file") -> Upload:
+    """Size and type by content; raises InvalidRequest (field `evidence`) with a sentence."""
+    if not data:
+        raise InvalidRequest(
+            "invalid_evidence", "An attachment is empty.", {"evidence": f"{name} is empty"}
+        )
+    if len(data) > MAX_BYTES:
+        raise InvalidRequest(
+            "invalid_evidence",
+            "An attachment is too large.",
+            {"evidence": f"{name} is over {MAX_BYTES // (1024 * 1024)} MB"},
+        )
+    kind = sniff(data)
+    if kind is None:
+        raise InvalidRequest(
+            "invalid_evidence",
+            "An attachment is not a photo or PDF.",
+            {"evidence": f"{name} is not a PNG, JPEG, GIF, WebP or PDF file"},
+        )
+    return Upload(data=data, content_type=kind, sha256=hashlib.sha256(data).hexdigest())
+
+
+def links_in(text: str | None) -> list[str]:
+    """Links the customer wrote (order pages, photo albums): evidence, shown as links."""
+    seen: list[str] = []
+    for url in _LINK.findall(text or ""):
+        url = url.rstrip(".,;:!?")
+        if url not in seen and len(url) <= 2000:
+            seen.append(url)
+    return seen[:MAX_LINKS]
+
+
+class EvidenceStore:
+    """Content-addressed files in one folder; writes are atomic (temp file, then rename)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+
+    def path(self, sha256: str) -> Path:
+        if not re.fullmatch(r"[0-9a-f]{64}", sha256):
+            raise ValueError("not a SHA-256 hex digest")
+        return self.directory / sha256
+
+    def put(self, upload: Upload) -> str:
+        target = self.path(upload.sha256)
+        if target.exists():
+            return upload.sha256
+        self.directory.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".incoming-")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(upload.data)
+            os.replace(tmp, target)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return upload.sha256
+
+    def read(self, sha256: str) -> bytes | None:
+        path = self.path(sha256)
+        return path.read_bytes() if path.exists() else None
+
+
+# ---------------------------------------------------------------- on the case
+
+
+def file_item(upload: Upload, *, source: str, index: int) -> dict[str, Any]:
+    return {
+        "id": f"f{index}-{upload.sha256[:12]}",
+        "kind": "file",
+        "sha256": upload.sha256,
+        "content_type": upload.content_type,
+        "size": upload.size,
+        "source": source,
+        "provenance": str(Provenance.customer_input),
+        "checked_by": None,
+    }
+
+
+def link_item(url: str, *, source: str, index: int) -> dict[str, Any]:
+    return {
+        "id": f"l{index}-{hashlib.sha256(url.encode()).hexdigest()[:12]}",
+        "kind": "link",
+        "url": url,
+        "source": source,
+        "provenance": str(Provenance.customer_input),
+        "checked_by": None,
+    }
+
+
+def attach(
+    desk: Desk,
+    session: Session,
+    case: Case,
+    *,
+    uploads: list[Upload],
+    links: list[str],
+    source: str,
+    actor: Actor,
+    base_url: str,
+) -> None:
+    """Put evidence on a case in the caller's transaction (files are already stored).
+
+    Each file gets a signed view link under `base_url`, so the Slack card can show it.
+    """
+    items = list(case.evidence or [])
+    known = {i.get("sha256") or i.get("url") for i in items}
+    added: list[dict[str, Any]] = []
+    for upload in uploads:
+        if upload.sha256 not in known:
+            known.add(upload.sha256)
+            item = file_item(upload, source=source, index=len(items) + len(added))
+            item["view_url"] = base_url.rstrip("/") + view_path(desk.secret, case.id, upload.sha256)
+            added.append(item)
+    for url in links:
+        if url not in known:
+            known.add(url)
+            added.append(link_item(url, source=source, index=len(items) + len(added)))
+    if not added:
+        return
+    case.evidence = items + added
+    session.add(case)
+    desk.audit.append(
+        session,
+        action="evidence.attached",
+        actor=actor,
+        case_id=case.id,
+        correlation_id=case.correlation_id,
+        policy_version=case.policy_version,
+        payload={
+            "files": [
+                {"sha256": i["sha256"], "type": i["content_type"], "size": i["size"]}
+                for i in added
+                if i["kind"] == "file"
+            ],
+            "links": sum(1 for i in added if i["kind"] == "link"),  # the URLs may be personal
+        },
+    )
+
+
+def counts(case: Case) -> dict[str, int]:
+    items = case.evidence or []
+    return {
+        "count": len(items),
+        "checked": sum(1 for i in items if i.get("provenance") == Provenance.verified_document),
+    }
+
+
+def mark_checked(desk: Desk, *, case_id: str, evidence_id: str, user: str) -> dict[str, Any]:
+    """A person looked at one piece of evidence: it becomes a verified document, on the record.
+
+    Only the case's approvers (or managers) may vouch for evidence, since it can change what
+    later re-checks see; the person who filed the case may not.
+    """
+    from refund_desk.cases.approvals import may_vouch
+
+    with desk.db.write() as session:
+        case = load_for_update(session, case_id)
+        if not may_vouch(session, case, user):
+            raise EvidenceRefused(
+                "not_an_approver", "Only the case's approvers may mark its evidence checked."
+            )
+        items = [dict(i) for i in case.evidence or []]
+        item = next((i for i in items if i.get("id") == evidence_id), None)
+        if item is None:
+            raise NotFound("evidence_not_found", "No such evidence on this case.")
+        if item.get("provenance") == Provenance.verified_document:
+            return item
+        item["provenance"] = str(Provenance.verified_document)
+        item["checked_by"] = user
+        item["checked_at"] = desk.now().isoformat()
+        case.evidence = items
+        case.updated_at = desk.now()
+        session.add(case)
+        desk.audit.append(
+            session,
+            action="evidence.checked",
+            actor=Actor("human", user),
+            case_id=case.id,
+            correlation_id=case.correlation_id,
+            policy_version=case.policy_version,
+            payload={
+                "evidence_id": evidence_id,
+                "kind": item.get("kind"),
+                "sha256": item.get("sha256"),
+            },
+        )
+        return item
+
+
+# ---------------------------------------------------------------- links to view a file
+
+
+def view_signature(secret: str, case_id: str, sha256: str) -> str:
+    key = derive_key(secret, "evidence-links")
+    return hmac.new(key, f"{case_id}/{sha256}".encode(), hashlib.sha256).hexdigest()[:32]
+
+
+def view_path(secret: str, case_id: str, sha256: str) -> str:
+    """A capability path for one file of one case: what the card links to."""
+    return f"/evidence/{case_id}/{sha256}?sig={view_signature(secret, case_id, sha256)}"
+
+
+def view_allowed(secret: str, case_id: str, sha256: str, sig: str) -> bool:
+    return hmac.compare_digest(view_signature(secret, case_id, sha256), sig)

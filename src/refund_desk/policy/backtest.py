@@ -1,0 +1,224 @@
+"""Backtest: replay the frozen facts of stored cases against a policy and count what changes.
+
+Pure: it takes an iterable of ``StoredCase`` (consumed once) and a ``CompiledPolicy``, and
+keeps only counts, sums and a few example ids per bucket, never the cases themselves, so
+memory stays flat however many cases there are. Every changed case can go to a ``sink``
+(the CSV writer) as it is seen. A case is compared on the policy's own outcome then and now;
+what people later did with it is not the policy's doing.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import IO, Any
+
+from refund_desk import money
+from refund_desk.policy.engine import CompiledPolicy
+from refund_desk.policy.errors import ContextInvalid
+
+EXAMPLES = 3
+COMPARED = ("approve", "review", "deny")  # tier-1 answers ("inform") are questions, not refunds
+CSV_COLUMNS = (
+    "case_id",
+    "created_at",
+    "amount",
+    "currency",
+    "was_outcome",
+    "was_rule",
+    "now_outcome",
+    "now_rule",
+    "error",
+)
+
+
+@dataclass(frozen=True)
+class StoredCase:
+    """What a backtest needs of a case: its frozen facts and what the policy decided then."""
+
+    id: str
+    created_at: datetime
+    amount: int
+    currency: str
+    facts: Mapping[str, Any] | None
+    outcome: str | None
+    rule: str | None
+
+
+@dataclass(frozen=True)
+class Replayed:
+    """One case decided again: now (by the policy under test) against then."""
+
+    case: StoredCase
+    outcome: str
+    rule: str
+    error: str | None = None
+
+    @property
+    def changed(self) -> bool:
+        return self.error is not None or self.outcome != self.case.outcome
+
+
+@dataclass
+class Bucket:
+    """Cases and money (per currency, minor units) in one kind of change, with examples."""
+
+    cases: int = 0
+    amounts: dict[str, int] = field(default_factory=dict)
+    examples: list[str] = field(default_factory=list)
+
+    def add(self, case: StoredCase) -> None:
+        self.cases += 1
+        self.amounts[case.currency] = self.amounts.get(case.currency, 0) + case.amount
+        if len(self.examples) < EXAMPLES:
+            self.examples.append(case.id)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"cases": self.cases, "amounts": dict(self.amounts), "examples": self.examples}
+
+
+@dataclass
+class Tally:
+    """Running totals of a backtest: per outcome change, per deciding rule, errors."""
+
+    cases: int = 0
+    unchanged: int = 0
+    skipped: int = 0  # no frozen facts, or not a refund decision (a tier-1 answer)
+    errors: Bucket = field(default_factory=Bucket)
+    flips: dict[tuple[str, str], Bucket] = field(default_factory=dict)
+    rules: dict[str, dict[str, Any]] = field(default_factory=dict)  # rule -> decided, changed
+
+    def add(self, replayed: Replayed) -> None:
+        case = replayed.case
+        self.cases += 1
+        rule = self.rules.setdefault(replayed.rule, {"decided": 0, "flips": {}})
+        rule["decided"] += 1
+        if replayed.error is not None:
+            self.errors.add(case)
+        if not replayed.changed:
+            self.unchanged += 1
+            return
+        key = (str(case.outcome), replayed.outcome)
+        self.flips.setdefault(key, Bucket()).add(case)
+        rule["flips"].setdefault(f"{key[0]}->{key[1]}", Bucket()).add(case)
+
+    def summary(self) -> dict[str, Any]:
+        """JSON-ready: what the gate stores and the Slack message shows."""
+        flips = sorted(self.flips.items(), key=lambda kv: -kv[1].cases)
+        return {
+            "cases": self.cases,
+            "unchanged": self.unchanged,
+            "changed": self.cases - self.unchanged,
+            "skipped": self.skipped,
+            "errors": self.errors.to_dict(),
+            "flips": [{"from": a, "to": b, **bucket.to_dict()} for (a, b), bucket in flips],
+            "rules": {
+                rule: {
+                    "decided": data["decided"],
+                    "flips": {k: b.to_dict() for k, b in data["flips"].items()},
+                }
+                for rule, data in sorted(self.rules.items())
+            },
+        }
+
+
+def decide_again(policy: CompiledPolicy, case: StoredCase) -> Replayed:
+    """Decide a stored case's frozen facts with ``policy`` (no counterfactual: speed)."""
+    assert case.facts is not None
+    try:
+        decision = policy.evaluate(case.facts, counterfactual=False)
+    except ContextInvalid as exc:  # facts frozen under an older list of facts
+        return Replayed(case, "review", "error", f"facts no longer valid: {exc}")
+    return Replayed(case, decision.outcome, decision.rule, decision.error)
+
+
+def replay(
+    policy: CompiledPolicy,
+    cases: Iterable[StoredCase],
+    *,
+    sink: Callable[[Replayed], None] | None = None,
+    progress: Callable[[int], None] | None = None,
+    every: int = 5000,
+) -> Tally:
+    """Decide every case again; ``sink`` sees each changed case, ``progress`` the count."""
+    tally = Tally()
+    for case in cases:
+        if case.facts is None or case.outcome not in COMPARED:
+            tally.skipped += 1
+            continue
+        replayed = decide_again(policy, case)
+        tally.add(replayed)
+        if sink is not None and replayed.changed:
+            sink(replayed)
+        if progress is not None and tally.cases % every == 0:
+            progress(tally.cases)
+    return tally
+
+
+class CsvSink:
+    """Writes each changed case as a CSV row to a file as it comes: nothing is kept."""
+
+    def __init__(self, out: IO[str]) -> None:
+        self._writer = csv.writer(out)
+        self._writer.writerow(CSV_COLUMNS)
+
+    def __call__(self, replayed: Replayed) -> None:
+        case = replayed.case
+        self._writer.writerow(
+            (
+                case.id,
+                case.created_at.isoformat(),
+                str(money.to_major(case.amount, case.currency)),
+                case.currency,
+                case.outcome,
+                case.rule,
+                replayed.outcome,
+                replayed.rule,
+                replayed.error or "",
+            )
+        )
+
+
+def _n(count: int, noun: str) -> str:
+    return f"{count:,} {noun}{'' if count == 1 else 's'}"
+
+
+def _amounts(amounts: Mapping[str, int]) -> str:
+    return " + ".join(money.format_money(v, cur) for cur, v in sorted(amounts.items())) or "0"
+
+
+def summary_text(summary: Mapping[str, Any], *, label: str, days: int) -> str:
+    """A few lines for people: totals, the biggest changes with examples, errors."""
+    cases = int(summary.get("cases", 0))
+    head = f"Backtest of {label} over the last {days} days: "
+    if cases == 0:
+        return head + (
+            "no stored cases to replay (0 cases). That is a valid run: there is nothing "
+            "this change would have decided differently yet."
+        )
+    lines = [
+        head + f"{_n(cases, 'case')}, {summary['unchanged']:,} unchanged, "
+        f"{summary['changed']:,} would be decided differently."
+    ]
+    for flip in summary.get("flips", [])[:6]:
+        examples = ", ".join(f"`{e}`" for e in flip["examples"])
+        lines.append(
+            f"• {flip['from']} → {flip['to']}: {_n(flip['cases'], 'case')}, "
+            f"{_amounts(flip['amounts'])} (e.g. {examples})"
+        )
+    rules = summary.get("rules", {})
+    moved = sorted(
+        ((r, sum(b["cases"] for b in d["flips"].values())) for r, d in rules.items()),
+        key=lambda kv: -kv[1],
+    )
+    by_rule = ", ".join(f"`{r}` {n:,}" for r, n in moved if n)
+    if by_rule:
+        lines.append(f"Changes by the rule that now decides: {by_rule}.")
+    errors = summary.get("errors", {})
+    if errors.get("cases"):
+        lines.append(f":warning: {_n(errors['cases'], 'case')} could not be evaluated.")
+    if summary.get("skipped"):
+        lines.append(f"({summary['skipped']:,} stored cases had no refund decision to compare.)")
+    return "\n".join(lines)

@@ -1,0 +1,294 @@
+"""`/refund-policy` through signed requests: the policy lifecycle, leads-only authority, the
+publishing gate, pinned versions, the kill switch, shadow runs and after-the-fact review."""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from sqlalchemy import select
+from sqlmodel import col
+
+from refund_desk.cases.policies import control
+from refund_desk.storage.audit import verify_chain
+from refund_desk.storage.models import AuditRecord, Case
+from tests.conftest import TEST_SECRET
+from tests.helpers import ACME
+from tests.slack_helpers import SlackHarness, fixture
+
+LEAD, OTHER_LEAD, NOT_LEAD = "U0LEAD1", "U0LEAD2", "U0FIN1"
+# v2 of the policy: small damaged orders only refund themselves up to $10 now.
+STRICTER = ACME.read_text().replace("request.amount <= 50 and", "request.amount <= 10 and")
+STRICTER = STRICTER.replace("{amount: 20, reason: damaged}", "{amount: 5, reason: damaged}")
+BROKEN_TEST = ACME.read_text().replace(
+    "expect: {outcome: approve, rule: damaged-small}", "expect: {outcome: deny}"
+)
+
+
+@pytest.fixture()
+def desk(sqlite_url: str, slack_desk: Callable[[str, str], SlackHarness]) -> SlackHarness:
+    return slack_desk(sqlite_url, ACME.read_text())
+
+
+def say(desk: SlackHarness, text: str, user: str = LEAD) -> str:
+    """A signed `/refund-policy` request; returns the ephemeral answer."""
+    response = desk.slash(user, "/refund-policy", text)
+    assert response.status_code == 200, response.text
+    return str(response.text)
+
+
+def submit_draft(
+    desk: SlackHarness, *, file_text: str | None = None, text: str | None = None, user: str = LEAD
+) -> Any:
+    """Open the draft modal and submit it the way Slack does (a file input sends file ids)."""
+    desk.fake.views.clear()
+    assert say(desk, "draft", user) == ""  # the modal opens instead of an answer
+    [view] = desk.fake.views
+    payload = fixture("view_submission.json")
+    payload["user"]["id"] = user
+    payload["view"].update(
+        callback_id=view["callback_id"], private_metadata=view["private_metadata"]
+    )
+    files = [{"id": desk.fake.add_file("policy.yaml", file_text)}] if file_text else []
+    payload["view"]["state"] = {
+        "values": {
+            "file": {"value": {"type": "file_input", "files": files}},
+            "source": {"value": {"type": "plain_text_input", "value": text}},
+        }
+    }
+    response = desk.interaction(payload)
+    desk.settle()
+    return response
+
+
+def audit(desk: SlackHarness) -> list[AuditRecord]:
+    with desk.runtime.db.read() as session:
+        return list(session.scalars(select(AuditRecord).order_by(col(AuditRecord.seq))).all())
+
+
+def policy_messages(desk: SlackHarness) -> list[str]:
+    return [m.text for m in desk.fake.in_channel("C0POLICY")]
+
+
+def active_version(desk: SlackHarness) -> int | None:
+    with desk.runtime.db.read() as session:
+        return control(session).active_version
+
+
+def automatic_case(desk: SlackHarness, amount: str = "20.00") -> str:
+    """A small damaged order: the acme policy refunds it by itself (tier 2)."""
+    payment = desk.payment(amount)
+    response = desk.post(desk.request(payment, amount))
+    assert response.status_code == 201, response.text
+    desk.settle()
+    return str(response.json()["id"])
+
+
+def test_draft_test_backtest_publish_rollback_each_on_the_record(
+    any_db_url: str, slack_desk: Callable[[str, str], SlackHarness]
+) -> None:
+    desk = slack_desk(any_db_url, ACME.read_text())
+    old_case = automatic_case(desk)  # decided by v1: approve by damaged-small
+    assert desk.get(old_case)["status"] == "refunded"
+
+    submit_draft(desk, file_text=STRICTER)  # over 3,000 characters is fine: it is a file
+    assert any("Saved draft *d1*: valid" in m.text for m in desk.fake.ephemeral)
+    assert "1 passed, 0 failed" in say(desk, "test d1")
+    refused = say(desk, "publish d1")
+    assert "No backtest over the last 30 days" in refused and active_version(desk) == 1
+
+    assert "started" in say(desk, "backtest d1")
+    desk.settle()
+    summary = policy_messages(desk)[-1]
+    assert "1 case, 0 unchanged, 1 would be decided differently" in summary
+    assert f"approve → review: 1 case, 20.00 USD (e.g. `{old_case}`)" in summary
+    [report] = desk.fake.uploads("C0POLICY")
+    rows = list(csv.DictReader(io.StringIO(report["content"])))
+    assert [(r["case_id"], r["was_outcome"], r["now_outcome"]) for r in rows] == [
+        (old_case, "approve", "review")
+    ]
+    assert "changed" not in say(desk, "diff v1 d1").split("\n")[0]  # a header, then changes
+    assert "~ changed `damaged-small`: when:" in say(desk, "diff v1 d1")
+
+    published = say(desk, "publish d1")
+    assert "published d1 as *acme-refunds v2*" in published and active_version(desk) == 2
+    assert "approve → review: 1 case" in policy_messages(desk)[-1]  # with the backtest
+    assert "rolled back to v1" in say(desk, "rollback v1") and active_version(desk) == 3
+    history = say(desk, "history", NOT_LEAD)  # everyone may read
+    assert "* v3" in history and "(rollback to v1)" in history and " v2 " in history
+
+    actions = {r.action: f"{r.actor_kind}:{r.actor_id}" for r in audit(desk)}
+    for action in (
+        "policy.draft_created",
+        "policy.tested",
+        "policy.backtested",
+        "policy.published",
+        "policy.rolled_back",
+    ):
+        assert actions[action] == f"human:{LEAD}", action
+    with desk.runtime.db.read() as session:
+        assert verify_chain(TEST_SECRET, session).ok
+
+
+def test_a_non_lead_is_refused_and_nothing_changes(desk: SlackHarness) -> None:
+    submit_draft(desk, text=STRICTER)
+    say(desk, "backtest d1")
+    desk.settle()
+    before = len(audit(desk))
+    for text in ("publish d1", "pause", "mode shadow", "rollback v1", "test d1", "draft"):
+        answer = say(desk, text, NOT_LEAD)
+        assert answer.startswith(":no_entry: Only the policy's leads"), (text, answer)
+    assert len(audit(desk)) == before and active_version(desk) == 1
+    with desk.runtime.db.read() as session:
+        switches = control(session)
+        assert (switches.paused, switches.mode) == (False, "supervised")
+    assert "acme-refunds v1" in say(desk, "show", NOT_LEAD)  # reading is for everyone
+    assert "Valid policy" in say(desk, "validate d1", NOT_LEAD)
+
+
+def test_a_draft_with_a_failing_embedded_test_cannot_be_published(desk: SlackHarness) -> None:
+    submit_draft(desk, text=BROKEN_TEST)
+    assert "FAIL small damaged order refunds itself" in say(desk, "test d1")
+    say(desk, "backtest d1")
+    desk.settle()
+    answer = say(desk, "publish d1")
+    assert answer.startswith(":no_entry: 1 policy test(s) failed") and active_version(desk) == 1
+
+
+def test_bad_input_gets_a_clear_answer(desk: SlackHarness) -> None:
+    assert "Unknown subcommand `frobnicate`" in say(desk, "frobnicate")
+    assert "There is no draft d9" in say(desk, "publish d9")
+    assert "Usage: `/refund-policy rollback vN`" in say(desk, "rollback")
+    assert "expected a version like v2" in say(desk, "rollback d1")
+    assert "Mode must be one of" in say(desk, "mode yolo")
+    assert "--days must be between 1 and 365" in say(desk, "backtest v1 --days 0")
+    response = submit_draft(desk)  # neither a file nor text
+    assert response.json()["response_action"] == "errors"
+
+
+def test_a_case_started_under_v1_is_decided_and_executed_under_v1(desk: SlackHarness) -> None:
+    desk.runtime.desk.run_inline = False  # the case waits in `received` until a sweep
+    payment = desk.payment("20.00")
+    case_id = desk.post(desk.request(payment, "20.00")).json()["id"]
+    assert desk.get(case_id)["status"] == "received"
+    submit_draft(desk, text=STRICTER)
+    say(desk, "backtest d1")
+    desk.settle()
+    assert "published" in say(desk, "publish d1") and active_version(desk) == 2
+    desk.settle()
+    case = desk.get(case_id)
+    assert case["status"] == "refunded"  # v2 would have sent it to a person
+    assert case["decision"]["policy_version"] == 1 and case["decision"]["rule"] == "damaged-small"
+    assert len(desk.refunds_at_processor(payment)) == 1
+    newer = automatic_case(desk)  # started under v2: a person must look
+    assert desk.get(newer)["status"] == "awaiting_approval"
+
+
+def test_pause_stops_every_execution_and_resume_carries_on(desk: SlackHarness) -> None:
+    assert "paused execution" in say(desk, "pause")
+    assert "Execution is paused" not in say(desk, "pause")  # idempotent answer
+    automatic = automatic_case(desk)
+    big = desk.payment("900.00")
+    manual = desk.post(desk.request(big, "600.00")).json()["id"]
+    desk.settle()
+    desk.click("U0FIN1", "approve", desk.buttons()["approve"])
+    desk.settle()
+    for case_id in (automatic, manual):
+        assert desk.get(case_id)["status"] == "approved"  # recorded, not paid
+    assert desk.refunds_at_processor(big) == []
+    desk.sweep(seconds_ahead=120)  # waiting out the retry delay pays nothing either
+    assert desk.refunds_at_processor(big) == [] and desk.get(manual)["status"] == "approved"
+
+    assert "resumed execution (2 waiting refunds)" in say(desk, "resume")
+    desk.settle()
+    for case_id in (automatic, manual):
+        assert desk.get(case_id)["status"] == "refunded"
+    assert len(desk.refunds_at_processor(big)) == 1
+    assert [m for m in policy_messages(desk) if "paused execution" in m]
+    actions = [r.action for r in audit(desk) if r.action.startswith("policy.")]
+    assert actions[-2:] == ["policy.paused", "policy.resumed"] or "policy.resumed" in actions
+
+
+def test_mode_approve_all_sends_every_refund_to_a_person(desk: SlackHarness) -> None:
+    assert "set the mode to *approve-all*" in say(desk, "mode approve-all")
+    case_id = automatic_case(desk)
+    assert desk.get(case_id)["status"] == "awaiting_approval"
+    assert "already *approve-all*" in say(desk, "mode approve-all")
+
+
+def test_shadow_run_compares_without_effect(desk: SlackHarness) -> None:
+    submit_draft(desk, text=STRICTER)
+    assert "started a shadow run of d1" in say(desk, "shadow start d1")
+    refunded = automatic_case(desk)  # live: approve; shadow (<= $10): review
+    small = automatic_case(desk, "5.00")  # both approve
+    assert desk.get(refunded)["status"] == "refunded"  # the shadow has no effect
+    report = say(desk, "shadow report", NOT_LEAD)
+    assert "1 of 2 cases agree (50%)" in report
+    assert f"`{refunded}` 20.00 USD: live approve (`damaged-small`), shadow review" in report
+    assert small not in report
+    assert "Shadow d1: review" in say(desk, f"case {refunded}")
+    assert "stopped the shadow run" in say(desk, "shadow stop")
+    assert "No shadow run" in say(desk, "shadow report")
+
+
+def test_counterfactual_is_for_operators_only(desk: SlackHarness) -> None:
+    payment = desk.payment("60.00")
+    case_id = desk.post(desk.request(payment, "60.00")).json()["id"]
+    desk.settle()
+    shown = say(desk, f"case {case_id}", NOT_LEAD)
+    assert "would be approved at 50.00 USD or less (operators only)" in shown
+    assert "would be approved" in str(desk.card("C0REFUNDS").blocks)
+    desk.click("U0LEAD1", "deny", desk.buttons("C0REFUNDS")["deny"], channel="C0REFUNDS")
+    [modal] = [v for v in desk.fake.views if v["callback_id"] == "deny_modal"]
+    desk.submit(LEAD, "deny_modal", modal["private_metadata"], {"reason": "Not covered."})
+    desk.settle()
+    with desk.runtime.db.read() as session:
+        case = session.get(Case, case_id)
+        assert case is not None and case.status == "denied"
+        assert "would be approved" not in (case.customer_message or "")
+
+
+def test_after_the_fact_review_records_a_wrong_refund_against_its_rule(
+    desk: SlackHarness,
+) -> None:
+    assert "review sample to 100%" in say(desk, "review-rate 100%")
+    case_id = automatic_case(desk)
+    assert desk.get(case_id)["status"] == "refunded"
+    [message] = [m for m in desk.fake.in_channel("C0REFUNDS") if "After-the-fact" in m.text]
+    value = desk.fake.buttons(message)["policy_review_wrong"]
+    for user in ("U0STRANGER", NOT_LEAD, "U0FIN2"):  # not in the policy; an approver; too late
+        payload = fixture("block_actions.json")
+        payload["user"]["id"] = user
+        payload["channel"]["id"] = payload["container"]["channel_id"] = message.channel
+        payload["message"]["ts"] = payload["container"]["message_ts"] = message.ts
+        payload["actions"][0].update(action_id="policy_review_wrong", value=value)
+        assert desk.interaction(payload).status_code == 200
+    desk.settle()
+    assert "was wrong (rule `damaged-small`)" in str(message.blocks)
+    record = [r for r in audit(desk) if r.action == "policy.review_answered"]
+    assert [(r.actor_id, r.payload) for r in record] == [
+        (NOT_LEAD, {"answer": "wrong", "rule": "damaged-small"})
+    ]
+    assert "`damaged-small`: 1 / 1" in say(desk, "reviews")
+    told = {m.user: m.text for m in desk.fake.ephemeral}
+    assert "Only the policy's approvers" in told["U0STRANGER"]
+    assert "already reviewed" in told["U0FIN2"]
+
+
+def test_a_second_lead_confirms_a_publish_when_the_setting_asks(
+    sqlite_url: str, slack_desk: Callable[[str, str], SlackHarness]
+) -> None:
+    two_leads = ACME.read_text().replace("leads: [U0LEAD1]", "leads: [U0LEAD1, U0LEAD2]")
+    desk = slack_desk(sqlite_url, two_leads)
+    assert "needs a second lead" in say(desk, "second-lead on")
+    submit_draft(
+        desk, text=two_leads.replace("request.amount <= 50 and", "request.amount <= 40 and")
+    )
+    say(desk, "backtest d1")
+    desk.settle()
+    assert "needs a second lead" in say(desk, "publish d1") and active_version(desk) == 1
+    assert "another lead must confirm" in say(desk, "publish d1")
+    assert "published d1 as" in say(desk, "publish d1", OTHER_LEAD) and active_version(desk) == 2
