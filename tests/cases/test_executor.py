@@ -195,3 +195,32 @@ def test_one_approval_queues_one_execution(desk: Harness) -> None:
         case = session.get(Case, body["id"])
         assert case is not None
         enqueue_execution(session, case)
+
+
+def test_a_reserved_refund_answered_after_the_case_was_parked_is_recorded_once(
+    desk: Harness,
+) -> None:
+    """Timeout after success, then the processor stays down: parked with a reservation.
+    A person approves again once it is back; the lookup finds the refund and records it."""
+    from refund_desk.cases.executor import enqueue_execution
+    from refund_desk.cases.lifecycle import Status, load_for_update, move
+    from refund_desk.storage.audit import Actor
+
+    payment = desk.payment("30.00")
+    desk.sandbox.set_fault("timeout-after-success", times=1)
+    body = desk.post(desk.request(payment, "20.00")).json()
+    assert body["status"] == "executing"
+    desk.sandbox.set_fault("down")
+    for _ in range(10):
+        desk.sweep(batches=1)
+    assert desk.get(body["id"])["status"] == "parked"
+    desk.sandbox.set_fault("none")
+    with desk.runtime.db.write() as session:
+        case = load_for_update(session, body["id"])
+        move(session, desk.runtime.desk.audit, case, Status.approved, actor=Actor("human", "U1"))
+        enqueue_execution(session, case)
+    desk.sweep()
+    case = desk.get(body["id"])
+    assert case["status"] == "refunded"
+    assert len(desk.refunds_at_processor(payment)) == 1
+    assert [r["status"] for r in case["refunds"]] == ["succeeded"]

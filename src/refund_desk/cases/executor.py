@@ -295,6 +295,18 @@ def _record(desk: Desk, execution: Execution, refund: ProcessorRefund) -> None:
             return
         changed = (row.processor_refund_id, row.processor_status) != (refund.id, refund.status)
         row.processor_refund_id, row.processor_status = refund.id, refund.status
+        if case.status in (Status.approved, Status.parked):
+            # A reservation made before the case was parked (or re-approved) has an answer now:
+            # the case follows its execution again, whatever that answer is.
+            move(
+                session,
+                desk.audit,
+                case,
+                Status.executing,
+                actor=SYSTEM,
+                action="execution.resumed",
+                payload={"execution_id": row.id},
+            )
         if refund.status == "succeeded":
             row.status, row.finished_at = "succeeded", desk.now()
             breaker.record_success(session)

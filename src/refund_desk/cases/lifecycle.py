@@ -41,7 +41,10 @@ _ALLOWED: dict[Status, frozenset[Status]] = {
     Status.approved: frozenset({Status.executing, Status.awaiting_approval}),
     Status.executing: frozenset({Status.refunded, Status.failed}),
     Status.failed: frozenset({Status.parked}),
-    Status.parked: frozenset({Status.approved, Status.denied, Status.awaiting_approval}),
+    # executing: a refund reserved before the case was parked gets its answer afterwards.
+    Status.parked: frozenset(
+        {Status.approved, Status.denied, Status.awaiting_approval, Status.executing}
+    ),
     Status.refunded: frozenset(),
     Status.denied: frozenset(),
 }
