@@ -36,6 +36,7 @@ def run(*args: str, code: int = 0) -> str:
     [
         [],
         ["serve"],
+        ["demo"],
         ["db", "upgrade"],
         ["api-key", "create"],
         ["policy", "validate"],

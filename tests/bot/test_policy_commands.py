@@ -12,6 +12,7 @@ import pytest
 from sqlalchemy import select
 from sqlmodel import col
 
+from refund_desk.bot.slack.policy_jobs import Progress
 from refund_desk.cases.policies import control
 from refund_desk.storage.audit import verify_chain
 from refund_desk.storage.models import AuditRecord, Case
@@ -189,7 +190,7 @@ def test_a_case_started_under_v1_is_decided_and_executed_under_v1(desk: SlackHar
 
 def test_pause_stops_every_execution_and_resume_carries_on(desk: SlackHarness) -> None:
     assert "paused execution" in say(desk, "pause")
-    assert "Execution is paused" not in say(desk, "pause")  # idempotent answer
+    assert "already paused" in say(desk, "pause")  # said twice: nothing changes
     automatic = automatic_case(desk)
     big = desk.payment("900.00")
     manual = desk.post(desk.request(big, "600.00")).json()["id"]
@@ -208,8 +209,11 @@ def test_pause_stops_every_execution_and_resume_carries_on(desk: SlackHarness) -
         assert desk.get(case_id)["status"] == "refunded"
     assert len(desk.refunds_at_processor(big)) == 1
     assert [m for m in policy_messages(desk) if "paused execution" in m]
-    actions = [r.action for r in audit(desk) if r.action.startswith("policy.")]
-    assert actions[-2:] == ["policy.paused", "policy.resumed"] or "policy.resumed" in actions
+    paused = [r for r in audit(desk) if r.action in ("policy.paused", "policy.resumed")]
+    assert [(r.action, r.actor_id) for r in paused] == [
+        ("policy.paused", LEAD),
+        ("policy.resumed", LEAD),
+    ]
 
 
 def test_mode_approve_all_sends_every_refund_to_a_person(desk: SlackHarness) -> None:
@@ -257,7 +261,7 @@ def test_after_the_fact_review_records_a_wrong_refund_against_its_rule(
     assert "review sample to 100%" in say(desk, "review-rate 100%")
     case_id = automatic_case(desk)
     assert desk.get(case_id)["status"] == "refunded"
-    [message] = [m for m in desk.fake.in_channel("C0REFUNDS") if "After-the-fact" in m.text]
+    [message] = [m for m in desk.fake.in_channel("C0POLICY") if "After-the-fact" in m.text]
     value = desk.fake.buttons(message)["policy_review_wrong"]
     for user in ("U0STRANGER", NOT_LEAD, "U0FIN2"):  # not in the policy; an approver; too late
         payload = fixture("block_actions.json")
@@ -292,3 +296,14 @@ def test_a_second_lead_confirms_a_publish_when_the_setting_asks(
     assert "needs a second lead" in say(desk, "publish d1") and active_version(desk) == 1
     assert "another lead must confirm" in say(desk, "publish d1")
     assert "published d1 as" in say(desk, "publish d1", OTHER_LEAD) and active_version(desk) == 2
+
+
+def test_a_long_backtest_shows_progress_then_its_summary_in_the_same_message(
+    desk: SlackHarness,
+) -> None:
+    progress = Progress(desk.surface.outbox, "C0POLICY", "Backtesting d1", after=0, every=0)
+    progress(2000)
+    progress(4000)
+    ts = progress.finish("Backtest of d1: done.")
+    [message] = desk.fake.in_channel("C0POLICY")
+    assert message.ts == ts and message.text == "Backtest of d1: done." and message.updates == 2

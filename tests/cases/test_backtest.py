@@ -13,7 +13,6 @@ from refund_desk.cases.backtest import record_backtest, run_backtest, stream_cas
 from refund_desk.cases.errors import InvalidRequest
 from refund_desk.cases.policies import publish
 from refund_desk.policy import CompiledPolicy, parse_policy
-from refund_desk.policy.backtest import CsvSink
 from refund_desk.policy.diff import diff_policies
 from refund_desk.storage.audit import Actor
 from refund_desk.storage.models import Case
@@ -38,10 +37,10 @@ def test_backtest_counts_flips_and_money_per_outcome_and_rule(any_runtime: Runti
     small, mid, big = seed(harness, ["5.00", "20.00", "30.00"])
     out = io.StringIO()
     run = run_backtest(
-        any_runtime.db.read,
+        any_runtime.db,
         CompiledPolicy.compile(parse_policy(STRICTER)),
         label="stricter",
-        sink=CsvSink(out),
+        csv_out=out,
     )
     s = run.summary
     assert (s["cases"], s["unchanged"], s["changed"]) == (3, 1, 2)
@@ -71,7 +70,7 @@ def test_streaming_reads_in_batches_and_honours_the_window(any_runtime: Runtime)
 
 def test_zero_cases_is_a_valid_run_and_says_so(any_runtime: Runtime) -> None:
     run = run_backtest(
-        any_runtime.db.read, CompiledPolicy.compile(parse_policy(ACME.read_text())), label="v1"
+        any_runtime.db, CompiledPolicy.compile(parse_policy(ACME.read_text())), label="v1"
     )
     assert run.summary["cases"] == 0 and "That is a valid run" in run.text
 
@@ -82,12 +81,12 @@ def test_the_gate_needs_a_backtest_on_exactly_this_content(runtime: Runtime) -> 
         publish(session, runtime.desk.audit, source=source, actor=ADMIN, backtest="require")
     assert refused.value.code == "policy_not_backtested"
     doc = parse_policy(source)
-    short = run_backtest(runtime.db.read, CompiledPolicy.compile(doc), label="x", days=7)
+    short = run_backtest(runtime.db, CompiledPolicy.compile(doc), label="x", days=7)
     with runtime.db.write() as session:
         record_backtest(session, runtime.desk.audit, short, actor=ADMIN)
     with runtime.db.write() as session, pytest.raises(InvalidRequest):  # 7 days is not 30
         publish(session, runtime.desk.audit, source=source, actor=ADMIN, backtest="require")
-    full = run_backtest(runtime.db.read, CompiledPolicy.compile(doc), label="x")
+    full = run_backtest(runtime.db, CompiledPolicy.compile(doc), label="x")
     with runtime.db.write() as session:
         record_backtest(session, runtime.desk.audit, full, actor=ADMIN)
     reformatted = source.replace("rules:\n", "# the rules\nrules:\n")  # same content hash

@@ -6,7 +6,7 @@ import base64
 import hashlib
 import hmac
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from email.message import EmailMessage
 from pathlib import Path
 from typing import Any
@@ -46,26 +46,40 @@ class Channels(Harness):
         assert found, page.text
         return found.group(1)
 
-    def submit_form(self, fields: dict[str, str], files: list[tuple[str, bytes]] = (),
-                    token: str | None = None, **kw: Any) -> Any:  # type: ignore[assignment]
+    def submit_form(
+        self,
+        fields: dict[str, str],
+        files: Sequence[tuple[str, bytes]] = (),
+        token: str | None = None,
+        **kw: Any,
+    ) -> Any:
         data = {"csrf_token": token or self.form_token(), **fields}
-        upload = [("evidence", (name, content, "application/octet-stream"))
-                  for name, content in files]
+        upload = [
+            ("evidence", (name, content, "application/octet-stream")) for name, content in files
+        ]
         return self.client.post("/request", data=data, files=upload or None, **kw)
 
     # ------------------------------------------------------------ email and platforms
 
     def post_email(self, raw: bytes, secret: str = EMAIL_SECRET) -> Any:
         return self.client.post(
-            "/webhooks/email", content=raw,
+            "/webhooks/email",
+            content=raw,
             headers={"Authorization": f"Bearer {secret}", "Content-Type": "message/rfc822"},
         )
 
-    def post_shopify(self, body: bytes, *, secret: str = SHOPIFY_SECRET,
-                     topic: str = "returns/request", signature: str | None = None) -> Any:
+    def post_shopify(
+        self,
+        body: bytes,
+        *,
+        secret: str = SHOPIFY_SECRET,
+        topic: str = "returns/request",
+        signature: str | None = None,
+    ) -> Any:
         mac = hmac.new(secret.encode(), body, hashlib.sha256).digest()
         headers = {
-            "X-Shopify-Hmac-Sha256": signature if signature is not None
+            "X-Shopify-Hmac-Sha256": signature
+            if signature is not None
             else base64.b64encode(mac).decode(),
             "X-Shopify-Topic": topic,
             "X-Shopify-Shop-Domain": "acme.myshopify.com",
@@ -73,8 +87,9 @@ class Channels(Harness):
         }
         return self.client.post("/webhooks/shopify", content=body, headers=headers)
 
-    def post_zendesk(self, body: bytes, *, secret: str = ZENDESK_SECRET,
-                     stamp: str = "2025-01-01T00:00:00Z") -> Any:
+    def post_zendesk(
+        self, body: bytes, *, secret: str = ZENDESK_SECRET, stamp: str = "2025-01-01T00:00:00Z"
+    ) -> Any:
         mac = hmac.new(secret.encode(), stamp.encode() + body, hashlib.sha256).digest()
         headers = {
             "X-Zendesk-Webhook-Signature": base64.b64encode(mac).decode(),
@@ -93,19 +108,28 @@ class Channels(Harness):
 
     def told(self, case_id: str) -> list[CustomerMessage]:
         with self.runtime.db.read() as session:
-            return list(session.scalars(
-                select(CustomerMessage).where(CustomerMessage.case_id == case_id)  # type: ignore[arg-type]
-                .order_by(CustomerMessage.id)  # type: ignore[arg-type]
-            ).all())
+            return list(
+                session.scalars(
+                    select(CustomerMessage)
+                    .where(CustomerMessage.case_id == case_id)  # type: ignore[arg-type]
+                    .order_by(CustomerMessage.id)  # type: ignore[arg-type]
+                ).all()
+            )
 
     def case_count(self) -> int:
         with self.runtime.db.read() as session:
             return int(session.scalar(select(func.count()).select_from(Case)) or 0)
 
 
-def raw_email(*, sender: str = CUSTOMER, subject: str, text: str,
-              attachments: list[tuple[str, str, bytes]] = (),  # type: ignore[assignment]
-              message_id: str = "<m1@example.com>", **headers: str) -> bytes:
+def raw_email(
+    *,
+    sender: str = CUSTOMER,
+    subject: str,
+    text: str,
+    attachments: Sequence[tuple[str, str, bytes]] = (),
+    message_id: str = "<m1@example.com>",
+    **headers: str,
+) -> bytes:
     msg = EmailMessage()
     msg["From"] = f"Ada Lovelace <{sender}>"
     msg["To"] = "refunds@shop.example"
@@ -144,12 +168,14 @@ def helpdesk() -> Iterator[Receiver]:
 
 
 @pytest.fixture()
-def channels(sqlite_url: str, tmp_path: Path, mail: MailServer, helpdesk: Receiver
-             ) -> Iterator[Channels]:
+def channels(
+    any_db_url: str, tmp_path: Path, mail: MailServer, helpdesk: Receiver
+) -> Iterator[Channels]:
+    """On SQLite and on PostgreSQL: the flows touch unique keys and upserts that differ."""
     assert helpdesk.server is not None
     port = helpdesk.server.server_address[1]
     settings = make_settings(
-        sqlite_url,
+        any_db_url,
         SMTP_URL=mail.url,
         REFUND_DESK_FROM="Acme Refunds <refunds@shop.example>",
         REFUND_DESK_WEBHOOK_SECRET=WEBHOOK_SECRET,
@@ -161,7 +187,7 @@ def channels(sqlite_url: str, tmp_path: Path, mail: MailServer, helpdesk: Receiv
         GORGIAS_WEBHOOK_SECRET=GORGIAS_SECRET,
         ZENDESK_API_URL=f"http://agent%40shop.example%2Ftoken:zd-token@127.0.0.1:{port}",
     )
-    db = Database.from_url(sqlite_url)
+    db = Database.from_url(any_db_url)
     runtime = build(settings, db=db, processor=SandboxProcessor(db))
     harness = Channels(runtime, mail, helpdesk)
     harness.publish()

@@ -13,8 +13,15 @@ from tests.helpers import CUSTOMER
 
 
 def _form(channels: Channels, payment: str, amount: str = "20.00") -> str:
-    response = channels.submit_form({"email": CUSTOMER, "payment": payment, "amount": amount,
-                                     "reason": "damaged", "message": "It arrived broken."})
+    response = channels.submit_form(
+        {
+            "email": CUSTOMER,
+            "payment": payment,
+            "amount": amount,
+            "reason": "damaged",
+            "message": "It arrived broken.",
+        }
+    )
     assert response.status_code == 201, response.text
     return str(response.headers["X-Refund-Desk-Case"])
 
@@ -22,9 +29,16 @@ def _form(channels: Channels, payment: str, amount: str = "20.00") -> str:
 def _act(channels: Channels, case_id: str, action: str, user: str, **kw: str) -> None:
     case = channels.case(case_id)
     desk = channels.runtime.desk
-    token = tokens.issue(desk.secret, case_id=case.id, action=action, amount=case.amount,
-                         currency=case.currency, revision=case.revision,
-                         policy_version=case.policy_version, now=desk.now())
+    token = tokens.issue(
+        desk.secret,
+        case_id=case.id,
+        action=action,
+        amount=case.amount,
+        currency=case.currency,
+        revision=case.revision,
+        policy_version=case.policy_version,
+        now=desk.now(),
+    )
     outcome = approvals.act(desk, token_value=token, user=user, **kw)
     for job in outcome.jobs:
         desk.jobs.run_now(job)
@@ -58,8 +72,11 @@ def test_api_outcome_is_posted_signed_to_the_callback_once(
     url = f"http://127.0.0.1:{receiver.server.server_address[1]}"
     receiver.statuses = [500]  # the first delivery fails: retried through the jobs table
     payment = channels.payment("30.00")
-    body = channels.post(channels.request(payment, "20.00", reason="damaged",
-                                          callback_url=f"{url}/hook", external_id="ord-7")).json()
+    body = channels.post(
+        channels.request(
+            payment, "20.00", reason="damaged", callback_url=f"{url}/hook", external_id="ord-7"
+        )
+    ).json()
     assert body["status"] == "refunded"
     channels.sweep()
     assert len(receiver.requests) == 1 and channels.told(body["id"])[0].status == "queued"
@@ -92,8 +109,14 @@ def test_denial_by_a_person_never_shows_the_counterfactual(channels: Channels) -
 
 def test_partial_approval_says_so(channels: Channels) -> None:
     case_id = _form(channels, channels.payment("900.00"), amount="600.00")
-    _act(channels, case_id, "approve_partial", "U0FIN1", amount="250.00",
-         reason="We refund the damaged part.")
+    _act(
+        channels,
+        case_id,
+        "approve_partial",
+        "U0FIN1",
+        amount="250.00",
+        reason="We refund the damaged part.",
+    )
     channels.sweep()
     assert channels.case(case_id).status == "refunded"
     [mail] = channels.mail.inbox.to(CUSTOMER)
@@ -124,9 +147,15 @@ def test_parked_case_tells_the_customer_when_to_expect_an_answer(channels: Chann
 
 def test_helpdesk_request_is_answered_on_the_ticket(channels: Channels) -> None:
     payment = channels.payment("30.00")
-    ticket = {"ticket": {"id": 4711, "tags": ["refund", "vip"], "subject": "Broken vase",
-                         "description": f"Order {payment}: it arrived broken.",
-                         "requester": {"email": CUSTOMER}}}
+    ticket = {
+        "ticket": {
+            "id": 4711,
+            "tags": ["refund", "vip"],
+            "subject": "Broken vase",
+            "description": f"Order {payment}: it arrived broken.",
+            "requester": {"email": CUSTOMER},
+        }
+    }
     response = channels.post_zendesk(json.dumps(ticket).encode())
     assert response.status_code == 201, response.text
     case = channels.case(response.json()["case"])

@@ -59,8 +59,9 @@ def test_mismatch_gets_a_clear_answer_that_reveals_nothing_and_writes_nothing(
 ) -> None:
     payment = channels.payment("30.00")
     before = channels.counts()
-    wrong_email = channels.submit_form(_fields(payment, email="mallory@example.com"),
-                                       files=[("x.png", PNG)])
+    wrong_email = channels.submit_form(
+        _fields(payment, email="mallory@example.com"), files=[("x.png", PNG)]
+    )
     unknown = channels.submit_form(_fields("py_doesnotexist"))
     for response in (wrong_email, unknown):
         assert response.status_code == 422
@@ -93,12 +94,13 @@ def test_invalid_fields_rerender_with_linked_errors(channels: Channels) -> None:
     assert response.status_code == 422
     html = response.text
     for name in ("email", "payment", "amount"):
-        assert f'id="{name}-error"' in html
-        assert re.search(rf'id="{name}"[^>]*aria-invalid="true"', html) or re.search(
-            rf'aria-invalid="true"[^>]*id="{name}"', html
-        ) or f'aria-describedby="{name}-hint {name}-error"' in html or (
-            f'aria-describedby="{name}-error"' in html
-        )
+        assert f'<p class="error" id="{name}-error">' in html
+        control = re.search(rf'<input[^>]* id="{name}"[^>]*>', html)
+        assert control, name
+        assert 'aria-invalid="true"' in control.group(0)
+        described = re.search(r'aria-describedby="([^"]+)"', control.group(0))
+        assert described and f"{name}-error" in described.group(1)
+        assert f'href="#{name}"' in html  # the summary links to the field
     assert 'value="not-an-email"' in html  # what the customer typed is kept
     assert channels.counts() == before
 

@@ -17,7 +17,7 @@ class Inbox:
     messages: list[EmailMessage] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:  # noqa: N802
+    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
         message = message_from_bytes(envelope.content, policy=policy.default)
         assert isinstance(message, EmailMessage)
         with self.lock:

@@ -43,7 +43,7 @@ class Receiver:
                 self.end_headers()
                 self.wfile.write(b"{}")
 
-            do_POST = do_PUT = _handle  # noqa: N815
+            do_POST = do_PUT = _handle
 
             def log_message(self, *args: object) -> None:
                 pass

@@ -10,7 +10,7 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from apscheduler.schedulers.background import BackgroundScheduler
 from fastapi import FastAPI, Request
@@ -24,6 +24,9 @@ from refund_desk.bot import api, channels, metrics, stripe_routes
 from refund_desk.bot.runtime import Runtime
 from refund_desk.bot.slack.surface import build_surface, start_socket_mode
 from refund_desk.cases.errors import CaseError
+
+if TYPE_CHECKING:
+    from refund_desk.bot.sandbox import Sandbox
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +81,10 @@ def start_scheduler(runtime: Runtime) -> BackgroundScheduler:
     return scheduler
 
 
-def create_app(runtime: Runtime, *, scheduler: bool = True) -> FastAPI:
+def create_app(
+    runtime: Runtime, *, scheduler: bool = True, sandbox: Sandbox | None = None
+) -> FastAPI:
+    """The app; `sandbox` (only `refund-desk demo` passes one) mounts the local Slack sandbox."""
     surface = build_surface(runtime.desk, runtime.settings)
 
     @asynccontextmanager
@@ -102,6 +108,8 @@ def create_app(runtime: Runtime, *, scheduler: bool = True) -> FastAPI:
         app.include_router(surface.router())
         app.state.slack = surface
     channels.install(app, runtime, surface)  # web form, email, platform webhooks, appeals
+    if sandbox is not None:
+        app.include_router(sandbox.router())
 
     @app.exception_handler(CaseError)
     async def _case_error(request: Request, exc: CaseError) -> JSONResponse:

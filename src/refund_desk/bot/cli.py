@@ -97,6 +97,29 @@ def serve(
     uvicorn.run(create_app(runtime), host=host, port=port, log_level="info")
 
 
+@app.command()
+def demo(
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
+    dir: Annotated[
+        Path | None,
+        typer.Option("--dir", help="Keep the demo's data here (default: a temporary folder)."),
+    ] = None,
+    stream_seconds: Annotated[
+        float, typer.Option(help="Spread the sample refund requests over this many seconds.")
+    ] = 60.0,
+) -> None:
+    """Run the whole product locally with a Slack sandbox and a sample store; no configuration.
+
+    Prints the address to open in a browser. Refuses to run when SLACK_BOT_TOKEN is set."""
+    from refund_desk.bot.demo import DemoRefused, run
+
+    try:
+        run(host=host, port=port, directory=dir, stream_seconds=stream_seconds)
+    except DemoRefused as exc:
+        _fail(str(exc), 2)
+
+
 @db_app.command("upgrade")
 def db_upgrade() -> None:
     """Bring the database schema up to date."""
@@ -158,7 +181,7 @@ def policy_publish(file: Path) -> None:
     source = _read(file)
     try:
         check_publishable(source)  # valid and tested before the (longer) backtest
-        run = backtest_and_record(runtime, file.name, source, BACKTEST_DAYS, None)
+        run = backtest_and_record(runtime, file.name, source, BACKTEST_DAYS, None, audited=False)
         with runtime.db.write() as session:
             row = publish(
                 session, runtime.desk.audit, source=source, actor=_cli_actor(), backtest="require"

@@ -27,11 +27,9 @@ from refund_desk.bot import mail
 from refund_desk.bot.runtime import Runtime
 from refund_desk.cases import channels, evidence
 from refund_desk.cases.errors import CaseError, InvalidRequest
-from refund_desk.cases.lifecycle import load_for_update
-from refund_desk.cases.notify import notify
 from refund_desk.cases.ports import REASONS
 from refund_desk.storage.audit import Actor
-from refund_desk.storage.models import Case, CustomerMessage
+from refund_desk.storage.models import Case
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/webhooks")
@@ -186,65 +184,16 @@ def _email(runtime: Runtime, message: mail.InboundMail, raw: bytes) -> JSONRespo
 def _reply(
     runtime: Runtime, case_id: str, message: mail.InboundMail, uploads: list[evidence.Upload]
 ) -> bool:
-    """A reply to our outcome email: onto the same case, if it comes from the same customer."""
-    desk = runtime.desk
-    with desk.db.read() as session:
-        case = session.get(Case, case_id)
-        if case is None or case.email_hash != desk.vault.email_hash(message.sender):
-            return False
-    store = evidence.EvidenceStore(runtime.settings.evidence_path())
-    for upload in uploads:
-        store.put(upload)
-    with desk.db.write() as session:
-        case = load_for_update(session, case_id)
-        ref = (message.message_id or "")[:300] or None
-        seen = (
-            ref is not None
-            and session.query(CustomerMessage)
-            .filter_by(case_id=case_id, direction="in", external_ref=ref)
-            .first()
-        )
-        if seen:
-            return True
-        row = CustomerMessage(
-            case_id=case_id,
-            direction="in",
-            kind="reply",
-            channel="email",
-            body=desk.vault.encrypt(message.text) or "",
-            status="received",
-            external_ref=ref,
-            created_at=desk.now(),
-        )
-        session.add(row)
-        session.flush()
-        actor = Actor("customer", "email")
-        evidence.attach(
-            desk,
-            session,
-            case,
-            uploads=uploads,
-            links=evidence.links_in(message.text),
-            source="email",
-            actor=actor,
-            base_url=runtime.settings.public_url,
-        )
-        desk.audit.append(
-            session,
-            action="customer.replied",
-            actor=actor,
-            case_id=case.id,
-            correlation_id=case.correlation_id,
-            policy_version=case.policy_version,
-            payload={"message_id": row.id, "attachments": len(uploads)},
-        )
-        notify(
-            session,
-            event="case.note",
-            case_id=case.id,
-            text=f"The customer replied by email ({len(uploads)} attachment(s)).",
-        )
-    return True
+    return channels.record_reply(
+        runtime.desk,
+        case_id,
+        sender=message.sender,
+        text=message.text,
+        message_id=message.message_id,
+        uploads=uploads,
+        store=evidence.EvidenceStore(runtime.settings.evidence_path()),
+        base_url=runtime.settings.public_url,
+    )
 
 
 # ---------------------------------------------------------------- storefront and helpdesks

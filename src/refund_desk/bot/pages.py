@@ -125,22 +125,24 @@ def csrf_cookie(request: Request) -> tuple[str, bool]:
 
 
 def csrf_token(secret: str, cookie: str, purpose: str, now: float) -> str:
-    ts = str(int(now))
-    return f"{ts}.{_sign(secret, cookie, purpose, ts)}"
+    """`<time>.<nonce>.<mac>`: each rendered form gets its own token (its own submission)."""
+    ts, nonce = str(int(now)), secrets.token_urlsafe(9)
+    return f"{ts}.{nonce}.{_sign(secret, cookie, purpose, f'{ts}.{nonce}')}"
 
 
 def csrf_ok(secret: str, cookie: str | None, token: str | None, purpose: str, now: float) -> bool:
     if not cookie or not token or not _COOKIE_SHAPE.match(cookie):
         return False
-    ts, _, sig = token.partition(".")
-    if not ts.isdigit() or not (0 <= now - int(ts) <= CSRF_MAX_AGE):
+    ts, _, rest = token.partition(".")
+    nonce, _, sig = rest.partition(".")
+    if not ts.isdigit() or not nonce or not (0 <= now - int(ts) <= CSRF_MAX_AGE):
         return False
-    return hmac.compare_digest(_sign(secret, cookie, purpose, ts), sig)
+    return hmac.compare_digest(_sign(secret, cookie, purpose, f"{ts}.{nonce}"), sig)
 
 
-def _sign(secret: str, cookie: str, purpose: str, ts: str) -> str:
+def _sign(secret: str, cookie: str, purpose: str, stamp: str) -> str:
     key = derive_key(secret, "csrf")
-    return hmac.new(key, f"{purpose}|{cookie}|{ts}".encode(), hashlib.sha256).hexdigest()
+    return hmac.new(key, f"{purpose}|{cookie}|{stamp}".encode(), hashlib.sha256).hexdigest()
 
 
 def set_csrf_cookie(response: Response, request: Request, cookie: str) -> Response:

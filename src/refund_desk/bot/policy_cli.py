@@ -74,11 +74,15 @@ def _plain(text: str) -> str:
     return text.replace(f"<@{actor.id}>", str(actor)).replace("*", "")
 
 
-def backtest_and_record(runtime: Any, label: str, source: str, days: int, csv: Path | None) -> Any:
-    """Run a backtest (streaming), record it (the gate's evidence), return the run."""
+def backtest_and_record(
+    runtime: Any, label: str, source: str, days: int, csv: Path | None, *, audited: bool = True
+) -> Any:
+    """Run a backtest (streaming), record it (the gate's evidence), return the run.
+
+    ``audited=False`` when a publish follows at once: its audit record names the backtest.
+    """
     from refund_desk.cases.backtest import record_backtest, run_backtest
     from refund_desk.policy import CompiledPolicy, PolicyInvalid, parse_policy
-    from refund_desk.policy.backtest import CsvSink
 
     try:
         doc = parse_policy(source)
@@ -87,14 +91,14 @@ def backtest_and_record(runtime: Any, label: str, source: str, days: int, csv: P
         raise
     with csv.open("w", newline="") if csv else nullcontext() as out:
         run = run_backtest(
-            runtime.db.read,
+            runtime.db,
             CompiledPolicy.compile(doc),
             label=label,
             days=days,
-            sink=CsvSink(out) if out is not None else None,
+            csv_out=out,
         )
     with runtime.db.write() as session:
-        record_backtest(session, runtime.desk.audit, run, actor=_actor())
+        record_backtest(session, runtime.desk.audit, run, actor=_actor(), audited=audited)
     return run
 
 

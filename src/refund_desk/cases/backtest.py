@@ -7,26 +7,36 @@ for the whole run. The recorded run (`PolicyBacktest`) is what the publishing ga
 
 from __future__ import annotations
 
+import csv
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import IO, Any
 
-from sqlalchemy import select
+import orjson
+from sqlalchemy import Text, cast, select
 from sqlmodel import Session, col
 
 from refund_desk.cases.errors import InvalidRequest
 from refund_desk.cases.policies import BACKTEST_DAYS, require_backtest
 from refund_desk.policy import CompiledPolicy, PolicyInvalid, parse_policy, policy_hash
-from refund_desk.policy.backtest import Replayed, StoredCase, replay, summary_text
+from refund_desk.policy.backtest import (
+    CSV_COLUMNS,
+    CsvSink,
+    StoredCase,
+    replay,
+    summary_text,
+)
 from refund_desk.storage.audit import Actor, AuditLog
+from refund_desk.storage.db import Database
 from refund_desk.storage.models import Case, PolicyBacktest, PolicyDraft
 from refund_desk.storage.types import utcnow
 
 BATCH = 2000
 DEFAULT_DAYS = 30
+PROGRESS_EVERY = 2000
 
 SessionFactory = Callable[[], AbstractContextManager[Session]]
 
@@ -46,11 +56,27 @@ class BacktestRun:
 
 
 def stream_cases(
-    open_session: SessionFactory, *, since: datetime, batch: int = BATCH
+    open_session: SessionFactory,
+    *,
+    since: datetime,
+    batch: int = BATCH,
+    lo: str | None = None,
+    hi: str | None = None,
 ) -> Iterator[StoredCase]:
-    """Cases created since ``since``, with the facts and decision frozen on them, in id order."""
-    last = ""
+    """Cases created since ``since`` with ids in [lo, hi), in id order, a batch at a time.
+
+    Only the decision's outcome and rule are read (extracted in SQL), not its whole trace;
+    the facts come as text and are decoded with orjson, which is most of the cost per row.
+    """
+    decision = col(Case.decision)
+    last, first = lo or "", True
     while True:
+        where = [
+            col(Case.created_at) >= since,
+            col(Case.id) >= last if first else col(Case.id) > last,
+        ]
+        if hi is not None:
+            where.append(col(Case.id) < hi)
         with open_session() as session:
             rows = session.execute(
                 select(
@@ -58,46 +84,56 @@ def stream_cases(
                     col(Case.created_at),
                     col(Case.amount),
                     col(Case.currency),
-                    col(Case.facts),
-                    col(Case.decision),
+                    cast(col(Case.facts), Text),
+                    decision["outcome"].as_string(),
+                    decision["rule"].as_string(),
                 )
-                .where(col(Case.id) > last, col(Case.created_at) >= since)
+                .where(*where)
                 .order_by(col(Case.id))
                 .limit(batch)
             ).all()
-        for case_id, created_at, amount, currency, facts, decision in rows:
-            decided = decision or {}
-            yield StoredCase(
-                case_id,
-                created_at,
-                amount,
-                currency,
-                facts,
-                decided.get("outcome"),
-                decided.get("rule"),
-            )
+        for case_id, created_at, amount, currency, facts, outcome, rule in rows:
+            frozen = orjson.loads(facts) if facts is not None else None
+            yield StoredCase(case_id, created_at, amount, currency, frozen, outcome, rule)
         if len(rows) < batch:
             return
-        last = rows[-1][0]
+        last, first = rows[-1][0], False
 
 
 def run_backtest(
-    open_session: SessionFactory,
+    source: Database | Session,
     policy: CompiledPolicy,
     *,
     label: str,
     days: int = DEFAULT_DAYS,
     now: datetime | None = None,
-    sink: Callable[[Replayed], None] | None = None,
+    csv_out: IO[str] | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> BacktestRun:
-    """Replay the last ``days`` of cases against ``policy``; nothing is written."""
+    """Replay the last ``days`` of cases against ``policy``; nothing is written.
+
+    ``source`` is the database (each batch in its own short read transaction) or an open
+    session. The policy is compiled once by the caller; each case costs one decision.
+    ``csv_out`` receives every changed case as CSV, ``progress`` the count so far.
+    """
     if days < 1:
         raise ValueError("a backtest needs at least one day")
     now = now or utcnow()
     since = now - timedelta(days=days)
     started = time.perf_counter()
-    tally = replay(policy, stream_cases(open_session, since=since), sink=sink, progress=progress)
+    if csv_out is not None:
+        csv.writer(csv_out).writerow(CSV_COLUMNS)
+    if isinstance(source, Session):
+        open_session: SessionFactory = lambda: nullcontext(source)  # noqa: E731
+    else:
+        open_session = source.read
+    tally = replay(
+        policy,
+        stream_cases(open_session, since=since),
+        sink=CsvSink(csv_out, header=False) if csv_out is not None else None,
+        progress=progress,
+        every=PROGRESS_EVERY,
+    )
     summary = tally.summary()
     summary.update(
         label=label,
@@ -176,7 +212,7 @@ def ensure_backtest(
     except InvalidRequest:
         pass
     run = run_backtest(
-        lambda: nullcontext(session),
+        session,
         CompiledPolicy.compile(doc),
         label=f"{doc.policy} (at publish)",
         days=BACKTEST_DAYS,

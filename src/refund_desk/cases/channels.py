@@ -21,8 +21,10 @@ from refund_desk.cases import evidence
 from refund_desk.cases.errors import Conflict, InvalidRequest
 from refund_desk.cases.facts import customer_verified
 from refund_desk.cases.intake import Submitted, fetch_payment, parse_request, submit, to_major_text
+from refund_desk.cases.lifecycle import load_for_update
+from refund_desk.cases.notify import notify
 from refund_desk.storage.audit import Actor
-from refund_desk.storage.models import ApiKey, Case, IntakeKey
+from refund_desk.storage.models import ApiKey, Case, CustomerMessage, IntakeKey
 from refund_desk.storage.types import utcnow
 
 if TYPE_CHECKING:
@@ -155,3 +157,81 @@ def _replayed(desk: Desk, key: int, dedupe: str) -> Submitted | None:
 
 def amount_text(minor: int | None, currency: str) -> str | None:
     return None if minor is None else to_major_text(minor, currency)
+
+
+def record_reply(
+    desk: Desk,
+    case_id: str,
+    *,
+    sender: str,
+    text: str,
+    message_id: str | None,
+    uploads: list[evidence.Upload],
+    store: evidence.EvidenceStore,
+    base_url: str,
+) -> bool:
+    """A reply to our outcome email goes onto its case, if it comes from that customer.
+
+    False means "not a reply we can place" (unknown case, another sender): the caller then
+    treats the message as a new request. A retried delivery is recorded once.
+    """
+    with desk.db.read() as session:
+        case = session.get(Case, case_id)
+        if case is None or case.email_hash != desk.vault.email_hash(sender):
+            return False
+    for upload in uploads:
+        store.put(upload)
+    ref = (message_id or "")[:300] or None
+    actor = Actor("customer", "email")
+    with desk.db.write() as session:
+        case = load_for_update(session, case_id)
+        seen = (
+            ref is not None
+            and session.scalars(
+                select(CustomerMessage).where(
+                    col(CustomerMessage.case_id) == case_id,
+                    col(CustomerMessage.direction) == "in",
+                    col(CustomerMessage.external_ref) == ref,
+                )
+            ).first()
+        )
+        if seen:
+            return True
+        row = CustomerMessage(
+            case_id=case_id,
+            direction="in",
+            kind="reply",
+            channel="email",
+            body=desk.vault.encrypt(text) or "",
+            status="received",
+            external_ref=ref,
+            created_at=desk.now(),
+        )
+        session.add(row)
+        session.flush()
+        evidence.attach(
+            desk,
+            session,
+            case,
+            uploads=uploads,
+            links=evidence.links_in(text),
+            source="email",
+            actor=actor,
+            base_url=base_url,
+        )
+        desk.audit.append(
+            session,
+            action="customer.replied",
+            actor=actor,
+            case_id=case.id,
+            correlation_id=case.correlation_id,
+            policy_version=case.policy_version,
+            payload={"message_id": row.id, "attachments": len(uploads)},
+        )
+        notify(
+            session,
+            event="case.note",
+            case_id=case.id,
+            text=f"The customer replied by email ({len(uploads)} attachment(s)).",
+        )
+    return True

@@ -19,7 +19,6 @@ from sqlalchemy import select
 from refund_desk import money
 from refund_desk.cases import breaker
 from refund_desk.cases import facts as case_facts
-from refund_desk.cases import review
 from refund_desk.cases.errors import Conflict
 from refund_desk.cases.intake import new_id
 from refund_desk.cases.lifecycle import Status, load_for_update, move
@@ -30,6 +29,7 @@ from refund_desk.cases.ports import (
     ProcessorRefund,
     Provenance,
 )
+from refund_desk.cases.review import maybe_sample as sample_for_review
 from refund_desk.storage.audit import SYSTEM
 from refund_desk.storage.db import lock_payment
 from refund_desk.storage.jobs import ClaimedJob, RetryLater, backoff, enqueue
@@ -332,7 +332,7 @@ def _record(desk: Desk, execution: Execution, refund: ProcessorRefund) -> None:
                 },
             )
             if row.automatic:  # a share of automatic refunds goes to a person afterwards
-                review.maybe_sample(desk, session, case)
+                sample_for_review(desk, session, case)
         elif refund.status in ("failed", "canceled"):
             _mark_failed(
                 desk,

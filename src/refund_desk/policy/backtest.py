@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import IO, Any
 
 from refund_desk import money
+from refund_desk.policy.context import FACTS
 from refund_desk.policy.engine import CompiledPolicy
 from refund_desk.policy.errors import ContextInvalid
 
@@ -75,6 +76,12 @@ class Bucket:
         if len(self.examples) < EXAMPLES:
             self.examples.append(case.id)
 
+    def merge(self, other: Bucket) -> None:
+        self.cases += other.cases
+        for currency, amount in other.amounts.items():
+            self.amounts[currency] = self.amounts.get(currency, 0) + amount
+        self.examples = (self.examples + other.examples)[:EXAMPLES]
+
     def to_dict(self) -> dict[str, Any]:
         return {"cases": self.cases, "amounts": dict(self.amounts), "examples": self.examples}
 
@@ -104,6 +111,20 @@ class Tally:
         self.flips.setdefault(key, Bucket()).add(case)
         rule["flips"].setdefault(f"{key[0]}->{key[1]}", Bucket()).add(case)
 
+    def merge(self, other: Tally) -> None:
+        """Add another part's totals (a backtest split over worker processes)."""
+        self.cases += other.cases
+        self.unchanged += other.unchanged
+        self.skipped += other.skipped
+        self.errors.merge(other.errors)
+        for key, bucket in other.flips.items():
+            self.flips.setdefault(key, Bucket()).merge(bucket)
+        for rule, data in other.rules.items():
+            mine = self.rules.setdefault(rule, {"decided": 0, "flips": {}})
+            mine["decided"] += data["decided"]
+            for key, bucket in data["flips"].items():
+                mine["flips"].setdefault(key, Bucket()).merge(bucket)
+
     def summary(self) -> dict[str, Any]:
         """JSON-ready: what the gate stores and the Slack message shows."""
         flips = sorted(self.flips.items(), key=lambda kv: -kv[1].cases)
@@ -124,11 +145,32 @@ class Tally:
         }
 
 
+_SHAPE: dict[str, frozenset[str]] = {}
+for _name in FACTS:
+    _section, _field = _name.split(".", 1)
+    _SHAPE[_section] = _SHAPE.get(_section, frozenset()) | {_field}
+
+
+def _complete(facts: Mapping[str, Any]) -> bool:
+    """Frozen facts with every fact of today's list: checked when they were frozen."""
+    return facts.keys() == _SHAPE.keys() and all(
+        isinstance(facts[s], Mapping) and facts[s].keys() == f for s, f in _SHAPE.items()
+    )
+
+
 def decide_again(policy: CompiledPolicy, case: StoredCase) -> Replayed:
-    """Decide a stored case's frozen facts with ``policy`` (no counterfactual: speed)."""
+    """Decide a stored case's frozen facts with ``policy`` (no counterfactual: speed).
+
+    Facts were validated when the case was decided; a complete set goes straight to the
+    engine's decision (the same one ``evaluate`` makes after completing a context), which
+    halves the cost per case. Anything else takes the checked path.
+    """
     assert case.facts is not None
     try:
-        decision = policy.evaluate(case.facts, counterfactual=False)
+        if _complete(case.facts):
+            decision = policy._decide(dict(case.facts))
+        else:
+            decision = policy.evaluate(case.facts, counterfactual=False)
     except ContextInvalid as exc:  # facts frozen under an older list of facts
         return Replayed(case, "review", "error", f"facts no longer valid: {exc}")
     return Replayed(case, decision.outcome, decision.rule, decision.error)
@@ -141,9 +183,10 @@ def replay(
     sink: Callable[[Replayed], None] | None = None,
     progress: Callable[[int], None] | None = None,
     every: int = 5000,
+    tally: Tally | None = None,
 ) -> Tally:
     """Decide every case again; ``sink`` sees each changed case, ``progress`` the count."""
-    tally = Tally()
+    tally = tally if tally is not None else Tally()
     for case in cases:
         if case.facts is None or case.outcome not in COMPARED:
             tally.skipped += 1
@@ -160,9 +203,10 @@ def replay(
 class CsvSink:
     """Writes each changed case as a CSV row to a file as it comes: nothing is kept."""
 
-    def __init__(self, out: IO[str]) -> None:
+    def __init__(self, out: IO[str], *, header: bool = True) -> None:
         self._writer = csv.writer(out)
-        self._writer.writerow(CSV_COLUMNS)
+        if header:
+            self._writer.writerow(CSV_COLUMNS)
 
     def __call__(self, replayed: Replayed) -> None:
         case = replayed.case

@@ -6,6 +6,7 @@ added, removed, changed (and in which field) or moved, since the first match dec
 
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +28,7 @@ def diff_policies(old: PolicyDocument, new: PolicyDocument) -> list[Change]:
     """Rules first (in the new order), then the default, then every other setting."""
     before = {r.id: (i, r) for i, r in enumerate(old.rules)}
     after = {r.id: (i, r) for i, r in enumerate(new.rules)}
+    shared = before.keys() & after.keys()
     changes: list[Change] = []
     for rule_id, (i, rule) in after.items():
         if rule_id not in before:
@@ -34,7 +36,7 @@ def diff_policies(old: PolicyDocument, new: PolicyDocument) -> list[Change]:
             continue
         j, previous = before[rule_id]
         changes += _fields("changed", rule_id, previous, rule)
-        if _rank(old, rule_id, after) != _rank(new, rule_id, after):
+        if _rank(old, rule_id, shared) != _rank(new, rule_id, shared):
             changes.append(Change("moved", rule_id, f"position {j + 1} -> {i + 1}"))
     for rule_id, (_, rule) in before.items():
         if rule_id not in after:
@@ -52,10 +54,10 @@ def diff_policies(old: PolicyDocument, new: PolicyDocument) -> list[Change]:
     return changes
 
 
-def _rank(doc: PolicyDocument, rule_id: str, common: dict[str, Any]) -> int:
+def _rank(doc: PolicyDocument, rule_id: str, common: AbstractSet[str]) -> int:
     """Position among the rules both versions share: moves, not insertions, count."""
-    shared = [r.id for r in doc.rules if r.id in common]
-    return shared.index(rule_id) if rule_id in shared else -1
+    order = [r.id for r in doc.rules if r.id in common]
+    return order.index(rule_id) if rule_id in order else -1
 
 
 def _fields(kind: str, name: str, old: Any, new: Any) -> list[Change]:

@@ -38,7 +38,6 @@ from refund_desk.cases.drafts import (
 from refund_desk.cases.errors import CaseError
 from refund_desk.cases.policies import control, load_version
 from refund_desk.policy import policy_hash
-from refund_desk.policy.backtest import CsvSink
 from refund_desk.storage.audit import Actor
 from refund_desk.storage.jobs import ClaimedJob, RetryLater
 from refund_desk.storage.models import Case, ReviewSample
@@ -109,17 +108,17 @@ class PolicyJobs:
                 ),
             )
             return
-        progress = _Progress(self.outbox, channel, f"Backtesting {ref} over the last {days} days")
+        progress = Progress(self.outbox, channel, f"Backtesting {ref} over the last {days} days")
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / f"backtest-{ref}-{p['content_hash'][:8]}.csv"
             with path.open("w", newline="") as out:
                 run = run_backtest(
-                    self.desk.db.read,
+                    self.desk.db,
                     compiled(p["content_hash"], source),
                     label=str(ref),
                     days=days,
                     now=self.desk.now(),
-                    sink=CsvSink(out),
+                    csv_out=out,
                     progress=progress,
                 )
             with self.desk.db.write() as session:
@@ -198,8 +197,8 @@ class PolicyJobs:
             )
         if sample is None or sample.answer is not None:
             return
-        channels = policy.doc.channels if policy else {}
-        channel = channels.get("approvals") or self.outbox.default_channel
+        channels = policy.doc.channels if policy else {}  # `review`, else the policy channel
+        channel = channels.get("review") or channels.get("policy") or self.outbox.default_channel
         if channel is None:
             return
         self.outbox.call(
@@ -210,22 +209,31 @@ class PolicyJobs:
         )
 
 
-class _Progress:
+class Progress:
     """Shows a progress message only once a backtest runs for long, then keeps it current."""
 
-    def __init__(self, outbox: Outbox, channel: str, label: str) -> None:
+    def __init__(
+        self,
+        outbox: Outbox,
+        channel: str,
+        label: str,
+        *,
+        after: float = PROGRESS_AFTER,
+        every: float = PROGRESS_EVERY,
+    ) -> None:
         self.outbox, self.channel, self.label = outbox, channel, label
+        self.after, self.every = after, every
         self.started = self.last = time.monotonic()
         self.ts: str | None = None
 
     def __call__(self, cases: int) -> None:
         now = time.monotonic()
-        if now - self.started < PROGRESS_AFTER or now - self.last < PROGRESS_EVERY / 3:
+        if now - self.started < self.after:
             return
         text = f":hourglass_flowing_sand: {self.label}: {cases:,} cases so far…"
         if self.ts is None:
             self.ts = str(self._post(text)["ts"])
-        elif now - self.last >= PROGRESS_EVERY:
+        elif now - self.last >= self.every:
             self.outbox.call("chat.update", channel=self.channel, ts=self.ts, text=text)
         else:
             return

@@ -77,7 +77,9 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("case_id"),
     )
     with op.batch_alter_table("shadow_decisions", schema=None) as batch_op:
-        batch_op.create_index(batch_op.f("ix_shadow_decisions_draft_id"), ["draft_id"], unique=False)
+        batch_op.create_index(
+            batch_op.f("ix_shadow_decisions_draft_id"), ["draft_id"], unique=False
+        )
     op.create_table(
         "review_samples",
         sa.Column("case_id", sa.String(length=40), nullable=False),

@@ -1,0 +1,388 @@
+// The Slack sandbox page: plain JavaScript, no build step, no network beyond this server.
+// Every piece of Slack text becomes DOM text nodes (never innerHTML), so nothing a message
+// carries can run as code.
+"use strict";
+
+const $ = (id) => document.getElementById(id);
+const view = { user: localStorage.getItem("sandbox-user") || "", place: "C0REFUNDS", caseId: null };
+let state = null;
+const drawn = {};
+
+// ------------------------------------------------------------------ DOM helpers
+
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs || {})) {
+    if (value === null || value === undefined || value === false) continue;
+    if (key === "class") node.className = value;
+    else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
+    else node.setAttribute(key, value === true ? "" : String(value));
+  }
+  for (const child of children.flat()) {
+    if (child === null || child === undefined || child === false) continue;
+    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return node;
+}
+
+function userName(id) {
+  const user = state && state.users.find((u) => u.id === id);
+  return user ? user.name : id;
+}
+
+function channelName(id) {
+  const channel = state && state.channels.find((c) => c.id === id);
+  return channel ? channel.name : id;
+}
+
+// ------------------------------------------------------------------ mrkdwn
+
+const EMOJI = {
+  white_check_mark: "\u2705", heavy_check_mark: "\u2714\ufe0f", no_entry: "\u26d4",
+  octagonal_sign: "\u{1F6D1}", warning: "\u26a0\ufe0f", bulb: "\u{1F4A1}",
+  rotating_light: "\u{1F6A8}", memo: "\u{1F4DD}", alarm_clock: "\u23f0", arrow_up: "\u2b06\ufe0f",
+  chart_with_upwards_trend: "\u{1F4C8}", page_facing_up: "\u{1F4C4}", x: "\u274c",
+  hourglass: "\u231b", lock: "\u{1F512}", inbox_tray: "\u{1F4E5}", scroll: "\u{1F4DC}",
+};
+const TOKEN = /(<[^<>\n]+>)|(`[^`\n]+`)|(\*[^*\n]+\*)|(_[^_\n]+_)|(~[^~\n]+~)|(:[a-z0-9_+-]+:)/g;
+
+function angle(inner) {
+  const [target, label] = inner.split(/\|(.*)/s);
+  if (target.startsWith("@")) return el("span", { class: "mention" }, "@" + userName(target.slice(1)));
+  if (target.startsWith("#")) return el("span", { class: "mention" }, "#" + (label || channelName(target.slice(1))));
+  if (target.startsWith("!date^")) {
+    const stamp = Number(target.split("^")[1]);
+    return Number.isFinite(stamp) ? new Date(stamp * 1000).toLocaleString() : (label || "");
+  }
+  if (target.startsWith("!")) return el("span", { class: "mention" }, "@" + target.slice(1));
+  if (/^https?:\/\//.test(target)) {
+    return el("a", { href: target, target: "_blank", rel: "noopener noreferrer" }, label || target);
+  }
+  return label || target;
+}
+
+function inline(text) {
+  const out = [];
+  let last = 0;
+  for (const match of text.matchAll(TOKEN)) {
+    out.push(text.slice(last, match.index));
+    const [whole] = match;
+    const inner = whole.slice(1, -1);
+    if (match[1]) out.push(angle(inner));
+    else if (match[2]) out.push(el("code", {}, inner));
+    else if (match[3]) out.push(el("b", {}, inline(inner)));
+    else if (match[4]) out.push(el("i", {}, inline(inner)));
+    else if (match[5]) out.push(el("s", {}, inline(inner)));
+    else out.push(EMOJI[inner] || whole);
+    last = match.index + whole.length;
+  }
+  out.push(text.slice(last));
+  return out;
+}
+
+function mrkdwn(text) {
+  const lines = String(text || "").split("\n");
+  return lines.flatMap((line, i) => (i ? [el("br"), ...inline(line)] : inline(line)));
+}
+
+function textObject(obj) {
+  if (!obj) return "";
+  if (typeof obj === "string") return obj;
+  return obj.type === "mrkdwn" ? el("span", {}, mrkdwn(obj.text)) : el("span", {}, obj.text || "");
+}
+
+// ------------------------------------------------------------------ Block Kit
+
+function button(element, ctx, blockId) {
+  const style = element.style ? " " + element.style : "";
+  const node = el("button", { class: "btn" + style, type: "button" }, textObject(element.text));
+  node.addEventListener("click", async () => {
+    if (!ctx.message) return;
+    if (element.confirm && !(await confirmDialog(element.confirm))) return;
+    node.disabled = true;
+    await act("click", { channel: ctx.message.channel, ts: ctx.message.ts, block_id: blockId, action_id: element.action_id });
+    node.disabled = false;
+  });
+  return node;
+}
+
+function inputElement(block, ctx) {
+  const element = block.element || {};
+  const id = "in-" + block.block_id;
+  const kept = ctx.values ? ctx.values[block.block_id] : undefined;
+  const placeholder = element.placeholder ? element.placeholder.text : null;
+  if (element.type === "static_select") {
+    const select = el("select", { id, name: block.block_id }, el("option", { value: "" }, "Choose…"));
+    for (const option of element.options || []) {
+      select.append(el("option", { value: option.value }, option.text.text));
+    }
+    if (kept !== undefined) select.value = kept;
+    return select;
+  }
+  const attrs = { id, name: block.block_id, placeholder, maxlength: element.max_length };
+  const input = element.multiline ? el("textarea", { ...attrs, rows: 3 }) : el("input", attrs);
+  if (kept !== undefined) input.value = kept;
+  return input;
+}
+
+function renderBlock(block, ctx) {
+  switch (block.type) {
+    case "header":
+      return el("div", { class: "blk-header" }, textObject(block.text));
+    case "divider":
+      return el("hr", { class: "blk-divider" });
+    case "section": {
+      const parts = [];
+      if (block.text) parts.push(el("div", {}, textObject(block.text)));
+      if (block.fields) parts.push(el("div", { class: "blk-fields" }, block.fields.map((f) => el("div", {}, textObject(f)))));
+      if (block.accessory && block.accessory.type === "button") parts.push(button(block.accessory, ctx, block.block_id));
+      return el("div", { class: "blk-section" }, parts);
+    }
+    case "context":
+      return el("div", { class: "blk-context" }, (block.elements || []).map((e) => (e.type === "image" ? "" : textObject(e))));
+    case "actions":
+      return el("div", { class: "blk-actions" }, (block.elements || []).filter((e) => e.type === "button").map((e) => button(e, ctx, block.block_id)));
+    case "image":
+      return el("div", { class: "blk-image" }, "Image (not loaded in the sandbox): " + (block.alt_text || ""));
+    case "input": {
+      const error = ctx.errors && ctx.errors[block.block_id];
+      return el("div", { class: "field" },
+        el("label", { for: "in-" + block.block_id }, block.label.text, block.optional ? el("span", { class: "muted" }, " (optional)") : ""),
+        inputElement(block, ctx),
+        error ? el("div", { class: "error", "data-testid": "field-error" }, error) : "");
+    }
+    default:
+      return el("div", { class: "blk-context" }, "[" + block.type + " block]");
+  }
+}
+
+function renderBlocks(blocks, ctx) {
+  return (blocks || []).map((b) => renderBlock(b, ctx));
+}
+
+// ------------------------------------------------------------------ dialogs
+
+function confirmDialog(confirm) {
+  return new Promise((resolve) => {
+    const done = (answer) => { $("overlay").hidden = true; $("overlay").replaceChildren(); resolve(answer); };
+    const box = el("div", { class: "dialog", role: "dialog", "data-testid": "confirm" },
+      el("h3", {}, textObject(confirm.title)),
+      el("div", { class: "body" }, textObject(confirm.text)),
+      el("div", { class: "foot" },
+        el("button", { class: "btn", type: "button", onclick: () => done(false) }, textObject(confirm.deny) || "Cancel"),
+        el("button", { class: "btn primary", type: "button", onclick: () => done(true) }, textObject(confirm.confirm) || "OK")));
+    $("overlay").replaceChildren(box);
+    $("overlay").hidden = false;
+  });
+}
+
+function drawModal(modal) {
+  const overlay = $("overlay");
+  if (!modal) {
+    if (overlay.querySelector("[data-testid=modal]")) { overlay.hidden = true; overlay.replaceChildren(); }
+    return;
+  }
+  const values = {};
+  for (const field of overlay.querySelectorAll("[data-testid=modal] [name]")) values[field.name] = field.value;
+  const v = modal.view;
+  const form = el("form", { class: "dialog", role: "dialog", "data-testid": "modal" },
+    el("h3", {}, textObject(v.title)),
+    el("div", { class: "body" }, renderBlocks(v.blocks, { modal, errors: modal.errors, values })),
+    el("div", { class: "foot" },
+      el("button", { class: "btn", type: "button", onclick: () => act("close", {}) }, textObject(v.close) || "Cancel"),
+      v.submit ? el("button", { class: "btn primary", type: "submit" }, textObject(v.submit)) : ""));
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const entered = {};
+    for (const field of form.querySelectorAll("[name]")) entered[field.name] = field.value;
+    await act("submit", { view_id: modal.id, values: entered });
+  });
+  overlay.replaceChildren(form);
+  overlay.hidden = false;
+}
+
+// ------------------------------------------------------------------ the channel
+
+function messageNode(m, extraClass) {
+  const key = m.channel + "/" + m.ts;
+  const caseId = state.shown[key];
+  const ctx = { message: m };
+  const body = m.blocks && m.blocks.length ? renderBlocks(m.blocks, ctx) : [el("div", {}, mrkdwn(m.text))];
+  return el("div", { class: "msg " + (extraClass || ""), "data-testid": "message", "data-ts": m.ts, "data-case": caseId || null },
+    el("div", {}, el("span", { class: "who" }, "Refund Desk"), el("span", { class: "when" }, new Date(Number(m.ts.split(".")[0]) * 1000).toLocaleTimeString()),
+      m.edited ? el("span", { class: "edited" }, " (edited)") : ""),
+    body,
+    caseId ? el("div", { class: "case-link" }, el("a", { href: "#", onclick: (e) => { e.preventDefault(); openCase(caseId); } }, "Case " + caseId + " · decision trace and audit")) : "");
+}
+
+function drawChannel() {
+  const box = $("messages");
+  if (view.place === "home") {
+    $("channel-title").textContent = "Refund Desk · App Home";
+    const home = state.home;
+    box.replaceChildren(home ? el("div", { class: "msg", "data-testid": "home" }, renderBlocks(home.blocks, {})) : el("p", { class: "muted" }, "Loading App Home…"));
+    return;
+  }
+  const channel = state.channels.find((c) => c.id === view.place) || state.channels[0];
+  view.place = channel.id;
+  $("channel-title").textContent = channel.is_dm ? "Refund Desk (direct messages)" : "#" + channel.name;
+  const here = state.messages.filter((m) => m.channel === channel.id);
+  const top = here.filter((m) => !m.thread_ts);
+  const items = [
+    ...top.map((m) => ({ ts: m.ts, node: () => {
+      const replies = here.filter((r) => r.thread_ts === m.ts);
+      const node = messageNode(m);
+      if (replies.length) node.append(el("div", { class: "thread", "data-testid": "thread" }, replies.map((r) => messageNode(r))));
+      return node;
+    } })),
+    ...state.ephemerals.filter((m) => m.channel === channel.id).map((m) => ({ ts: m.ts, node: () =>
+      el("div", { class: "msg ephemeral", "data-testid": "ephemeral" }, el("div", { class: "only" }, "Only visible to you"),
+        m.blocks && m.blocks.length ? renderBlocks(m.blocks, {}) : el("div", {}, mrkdwn(m.text))) })),
+  ].sort((a, b) => Number(a.ts.replace(".", "")) - Number(b.ts.replace(".", "")));
+  const stick = box.scrollTop + box.clientHeight >= box.scrollHeight - 40;
+  box.replaceChildren(...(items.length ? items.map((i) => i.node()) : [el("p", { class: "muted" }, "No messages yet.")]));
+  if (stick) box.scrollTop = box.scrollHeight;
+}
+
+function drawSidebar() {
+  const entry = (label, place) => el("button", { class: place === view.place ? "active" : "", type: "button", onclick: () => go(place) }, label);
+  $("sidebar").replaceChildren(
+    el("h4", {}, "Channels"),
+    state.channels.filter((c) => !c.is_dm).map((c) => entry("# " + c.name, c.id)),
+    el("h4", {}, "Apps"),
+    entry("Refund Desk · Home", "home"),
+    state.channels.filter((c) => c.is_dm).map((c) => entry("Refund Desk · Messages", c.id)));
+}
+
+function drawPicker() {
+  const picker = $("user-picker");
+  if (!picker.options.length) {
+    for (const u of state.users) picker.append(el("option", { value: u.id }, u.name + " (" + u.role + ")"));
+  }
+  picker.value = state.user;
+  const me = state.users.find((u) => u.id === state.user);
+  $("user-role").textContent = me ? me.id + " · " + me.role : "";
+}
+
+function drawCases() {
+  $("cases").replaceChildren(...state.cases.map((c) =>
+    el("button", { class: "case-row" + (c.id === view.caseId ? " selected" : ""), type: "button", "data-testid": "case-row", "data-case": c.id, onclick: () => openCase(c.id) },
+      el("span", {}, c.amount),
+      el("span", {}, el("span", { class: "chip " + c.status }, c.status.replace("_", " ")), " ", c.rule ? c.rule : "default", c.tier ? " · tier " + c.tier : ""),
+      el("span", { class: "muted" }, c.requested_by ? "by " + userName(c.requested_by) : c.source))));
+}
+
+// ------------------------------------------------------------------ the case panel
+
+async function openCase(caseId) {
+  view.caseId = caseId;
+  drawCases();
+  await drawCase();
+}
+
+async function drawCase() {
+  const panel = $("case-panel");
+  if (!view.caseId) { panel.hidden = true; return; }
+  const response = await fetch("/sandbox/cases/" + encodeURIComponent(view.caseId));
+  if (!response.ok) { panel.hidden = false; panel.replaceChildren(el("p", {}, "Could not load the case.")); return; }
+  const c = await response.json();
+  const d = c.decision || {};
+  const verify = c.audit_verify;
+  const actor = (a) => {
+    const [kind, id] = String(a).split(":");
+    return kind === "human" ? userName(id) + " (" + a + ")" : a;
+  };
+  panel.hidden = false;
+  panel.replaceChildren(
+    el("h3", {}, "Case ", el("code", {}, c.id), " ", el("span", { class: "chip " + c.status, "data-testid": "case-status" }, c.status)),
+    el("div", {}, c.amount + " " + c.currency + " · payment ", el("code", {}, c.payment), " · from " + c.source),
+    el("h4", {}, "Decision"),
+    el("div", {}, "Outcome ", el("b", {}, d.outcome || "-"), " by rule ", el("code", {}, d.rule || "-"), " · tier " + (d.tier || "-") + " · policy v" + (d.policy_version || "-"),
+      d.approvers ? " · approvers " + d.approvers : ""),
+    d.reason ? el("div", { class: "muted" }, d.reason) : "",
+    el("table", { "data-testid": "trace" }, el("tr", {}, el("th", {}, "rule"), el("th", {}, "held?")),
+      (d.trace || []).map((t) => el("tr", {}, el("td", {}, el("code", {}, t.rule)), el("td", {}, t.error ? "error: " + t.error : t.result ? "yes" : "no")))),
+    el("h4", {}, "Refunds at the processor"),
+    c.refunds.length ? el("ul", { "data-testid": "refunds" }, c.refunds.map((r) => el("li", {}, el("code", {}, r.id), " " + r.amount + " " + c.currency + " · " + r.status))) : el("p", { class: "muted" }, "None."),
+    el("h4", {}, "Audit records"),
+    el("div", { class: "verify " + (verify.ok ? "ok" : "bad"), "data-testid": "audit-verify" },
+      verify.ok ? "audit verify: ok, " + verify.count + " records, head " + verify.head_hash.slice(0, 16) + "…"
+        : "audit verify: broken at record " + verify.first_bad_seq + ": " + verify.problem),
+    el("table", { "data-testid": "audit" },
+      el("tr", {}, el("th", {}, "#"), el("th", {}, "action"), el("th", {}, "actor"), el("th", {}, "details")),
+      c.audit.map((r) => el("tr", {}, el("td", {}, r.seq), el("td", {}, r.action), el("td", {}, actor(r.actor)),
+        el("td", { class: "payload" }, JSON.stringify(r.payload || {}))))));
+}
+
+// ------------------------------------------------------------------ talking to the server
+
+function notice(text, ok) {
+  const box = $("notice");
+  box.hidden = !text;
+  box.className = "notice" + (ok ? " ok" : "");
+  box.textContent = text || "";
+}
+
+async function act(kind, body) {
+  const response = await fetch("/sandbox/act/" + kind, {
+    method: "POST",
+    headers: { "Content-Type": "application/json" },
+    body: JSON.stringify({ user: view.user, ...body }),
+  });
+  const answer = await response.json().catch(() => ({}));
+  notice(answer.warning || answer.error ? String(answer.warning || answer.error) : "", false);
+  await refresh();
+  return answer;
+}
+
+function go(place) {
+  view.place = place;
+  if (place === "home") act("home", {});
+  drawSidebar();
+  drawChannel();
+}
+
+function changed(key, value) {
+  const text = JSON.stringify(value);
+  if (drawn[key] === text) return false;
+  drawn[key] = text;
+  return true;
+}
+
+async function refresh() {
+  const response = await fetch("/sandbox/state?user=" + encodeURIComponent(view.user));
+  if (!response.ok) return;
+  state = await response.json();
+  view.user = state.user;
+  if (changed("picker", [state.user, state.users])) drawPicker();
+  if (changed("sidebar", [state.channels, view.place])) drawSidebar();
+  if (changed("channel", [view.place, state.user, state.messages, state.ephemerals, state.home, state.shown])) drawChannel();
+  if (changed("modal", state.modal)) drawModal(state.modal);
+  if (changed("cases", [state.cases, view.caseId])) {
+    drawCases();
+    if (view.caseId) drawCase();
+  }
+}
+
+$("user-picker").addEventListener("change", (event) => {
+  view.user = event.target.value;
+  localStorage.setItem("sandbox-user", view.user);
+  notice("", false);
+  if (view.place === "home" || view.place.startsWith("D")) view.place = view.place === "home" ? "home" : "C0REFUNDS";
+  if (view.place === "home") act("home", {});
+  refresh();
+});
+
+$("composer").addEventListener("submit", async (event) => {
+  event.preventDefault();
+  const input = $("command");
+  const text = input.value.trim();
+  if (!text) return;
+  if (!text.startsWith("/")) { notice("The sandbox only sends slash commands, e.g. /refund", false); return; }
+  const channel = view.place === "home" ? "C0REFUNDS" : view.place;
+  input.value = "";
+  await act("command", { channel, text });
+});
+
+refresh();
+setInterval(refresh, 1000);
