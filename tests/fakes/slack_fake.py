@@ -309,10 +309,8 @@ class FakeSlack:
                 raise SlackError("file_not_found")
             file["title"] = item.get("title")
             if channel:
-                file["shares"].append(
-                    {"channel": channel, "thread_ts": params.get("thread_ts"),
-                     "comment": params.get("initial_comment")}  # fmt: skip
-                )
+                share = {"channel": channel, "thread_ts": params.get("thread_ts")}
+                file["shares"].append({**share, "comment": params.get("initial_comment")})
             out.append({"id": item["id"], "title": item.get("title"), "name": file["name"]})
         return {"files": out}
 

@@ -10,6 +10,7 @@ losing it. It never talks to real Slack: a set SLACK_BOT_TOKEN makes it refuse t
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import sys
@@ -154,17 +155,20 @@ def seed(runtime: Runtime, *, stream_seconds: float) -> bool:
         publish(session, desk.audit, source=policy_source(), actor=Actor("cli", "demo"))
     assert runtime.sandbox is not None
     start = utcnow()
+    payments = [  # the processor is remote: its own transactions, before ours
+        runtime.sandbox.create_payment(
+            amount=money.to_minor(sample.paid, "USD"),
+            currency="usd",
+            email=f"customer{n}@example.com",
+            name=f"Customer {n}",
+            chargebacks=sample.chargebacks,
+            created_at=start - timedelta(days=sample.age_days),
+        )
+        for n, sample in enumerate(SAMPLES, start=1)
+    ]
     with runtime.db.write() as session:
-        for n, sample in enumerate(SAMPLES, start=1):
+        for n, (sample, payment) in enumerate(zip(SAMPLES, payments, strict=True), start=1):
             email = f"customer{n}@example.com"
-            payment = runtime.sandbox.create_payment(
-                amount=money.to_minor(sample.paid, "USD"),
-                currency="usd",
-                email=email,
-                name=f"Customer {n}",
-                chargebacks=sample.chargebacks,
-                created_at=start - timedelta(days=sample.age_days),
-            )
             enqueue(
                 session,
                 kind=ARRIVE,
@@ -234,6 +238,10 @@ def run(*, host: str, port: int, directory: Path | None, stream_seconds: float) 
     import uvicorn
 
     from refund_desk.bot.app import create_app
+
+    # A sweep every two seconds (and an overlapping one skipped) is not news in a demo.
+    logging.getLogger("apscheduler").setLevel(logging.ERROR)
+    logging.getLogger("alembic").setLevel(logging.WARNING)
 
     temporary = directory is None
     folder = (

@@ -44,7 +44,8 @@ const EMOJI = {
   chart_with_upwards_trend: "\u{1F4C8}", page_facing_up: "\u{1F4C4}", x: "\u274c",
   hourglass: "\u231b", lock: "\u{1F512}", inbox_tray: "\u{1F4E5}", scroll: "\u{1F4DC}",
 };
-const TOKEN = /(<[^<>\n]+>)|(`[^`\n]+`)|(\*[^*\n]+\*)|(_[^_\n]+_)|(~[^~\n]+~)|(:[a-z0-9_+-]+:)/g;
+// Like Slack, *bold*, _italic_ and ~strike~ only start and end at word boundaries.
+const TOKEN = /(<[^<>\n]+>)|(`[^`\n]+`)|((?<![\w*])\*[^*\n]+\*(?![\w*]))|((?<![\w_])_[^_\n]+_(?![\w_]))|((?<![\w~])~[^~\n]+~(?![\w~]))|(:[a-z0-9_+-]+:)/g;
 
 function angle(inner) {
   const [target, label] = inner.split(/\|(.*)/s);
@@ -248,10 +249,10 @@ function drawSidebar() {
   const entry = (label, place) => el("button", { class: place === view.place ? "active" : "", type: "button", onclick: () => go(place) }, label);
   $("sidebar").replaceChildren(
     el("h4", {}, "Channels"),
-    state.channels.filter((c) => !c.is_dm).map((c) => entry("# " + c.name, c.id)),
+    ...state.channels.filter((c) => !c.is_dm).map((c) => entry("# " + c.name, c.id)),
     el("h4", {}, "Apps"),
     entry("Refund Desk · Home", "home"),
-    state.channels.filter((c) => c.is_dm).map((c) => entry("Refund Desk · Messages", c.id)));
+    ...state.channels.filter((c) => c.is_dm).map((c) => entry("Refund Desk · Messages", c.id)));
 }
 
 function drawPicker() {
@@ -288,9 +289,9 @@ async function drawCase() {
   const c = await response.json();
   const d = c.decision || {};
   const verify = c.audit_verify;
-  const actor = (a) => {
-    const [kind, id] = String(a).split(":");
-    return kind === "human" ? userName(id) + " (" + a + ")" : a;
+  const actor = (r) => {
+    const label = r.actor_kind + ":" + r.actor_id;
+    return r.actor_kind === "human" ? userName(r.actor_id) + " (" + label + ")" : label;
   };
   panel.hidden = false;
   panel.replaceChildren(
@@ -310,7 +311,7 @@ async function drawCase() {
         : "audit verify: broken at record " + verify.first_bad_seq + ": " + verify.problem),
     el("table", { "data-testid": "audit" },
       el("tr", {}, el("th", {}, "#"), el("th", {}, "action"), el("th", {}, "actor"), el("th", {}, "details")),
-      c.audit.map((r) => el("tr", {}, el("td", {}, r.seq), el("td", {}, r.action), el("td", {}, actor(r.actor)),
+      c.audit.map((r) => el("tr", {}, el("td", {}, r.seq), el("td", {}, r.action, el("div", { class: "muted" }, new Date(r.at).toLocaleTimeString())), el("td", {}, actor(r)),
         el("td", { class: "payload" }, JSON.stringify(r.payload || {}))))));
 }
 

@@ -1,0 +1,167 @@
+"""The demo in a real browser: headless Chromium (the system's, never a downloaded one) drives the
+page of `refund-desk demo` running in its own process.
+
+Where Chromium is not installed the test skips with the reason; in CI a skip is a failure.
+Set REFUND_DESK_SCREENSHOTS=docs to refresh the README's screenshots.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.bot.demo_process import Demo
+
+pytestmark = pytest.mark.slow
+
+CHROMIUM = shutil.which("chromium") or (
+    "/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None
+)
+CHROMIUM_ARGS = [
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
+]
+RSS_LIMIT_MB = 250
+TIMEOUT_MS = 30_000
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
+    running = Demo(tmp_path_factory.mktemp("demo") / "data")
+    yield running
+    running.stop()
+
+
+@pytest.fixture(scope="module")
+def page(demo: Demo) -> Iterator[object]:
+    if CHROMIUM is None:
+        pytest.skip("Chromium is not installed (Debian: apt-get install chromium)")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.skip("the playwright package is not installed (pip install -e '.[dev]')")
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        tab = browser.new_page(viewport={"width": 1400, "height": 900})
+        tab.set_default_timeout(TIMEOUT_MS)
+        yield tab
+        browser.close()
+
+
+def shots(tmp: Path) -> Path:
+    folder = Path(os.environ.get("REFUND_DESK_SCREENSHOTS") or tmp)
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def card(page, amount: str):  # type: ignore[no-untyped-def]
+    """The top-level message whose header names the amount."""
+    return page.locator("#messages > [data-testid=message]").filter(
+        has=page.locator(".blk-header", has_text=f"Refund {amount}")
+    )
+
+
+def as_user(page, user: str) -> None:  # type: ignore[no-untyped-def]
+    page.select_option("#user-picker", user)
+    page.wait_for_function(
+        "u => document.getElementById('user-role').textContent.startsWith(u)", arg=user
+    )
+
+
+def click_approve(page, message) -> None:  # type: ignore[no-untyped-def]
+    message.get_by_role("button", name="Approve", exact=True).click()
+    page.locator("[data-testid=confirm]").get_by_role("button", name="Approve").click()
+
+
+def test_approve_in_the_browser_refunds_once_and_the_requester_is_refused(
+    demo: Demo, page, tmp_path: Path
+) -> None:
+    page.goto(demo.url)
+    # The sample channel fills with cases within the first minute.
+    filed_by_lee = card(page, "75.00 USD")
+    filed_by_lee.wait_for(timeout=60_000)
+    page.locator("[data-testid=case-row]").first.wait_for()
+
+    # Lee filed this case (with /refund), so Lee may not approve it.
+    as_user(page, "U0LEAD1")
+    click_approve(page, filed_by_lee)
+    refusal = page.locator("[data-testid=ephemeral]", has_text="You filed this case")
+    refusal.wait_for()
+    page.screenshot(path=str(shots(tmp_path) / "demo-refusal.png"))
+
+    # Lina, the other support lead, approves it: the card changes and the refund appears.
+    as_user(page, "U0LEAD2")
+    click_approve(page, filed_by_lee)
+    card(page, "75.00 USD").locator(".blk-header", has_text="refunded").wait_for()
+    assert card(page, "75.00 USD").get_by_role("button", name="Approve").count() == 0
+    card(page, "75.00 USD").locator("[data-testid=thread]", has_text="Refunded 75.00 USD").wait_for()
+
+    # The case panel: the decision trace, the approval with who acted, and `audit verify`.
+    case_id = card(page, "75.00 USD").get_attribute("data-case")
+    assert case_id
+    card(page, "75.00 USD").get_by_role("link", name=f"Case {case_id}").click()
+    panel = page.locator("#case-panel")
+    panel.locator("[data-testid=case-status]", has_text="refunded").wait_for()
+    approved = panel.locator("[data-testid=audit] tr", has_text="case.approved")
+    assert "Lina Haddad (human:U0LEAD2)" in approved.inner_text()
+    refused = panel.locator("[data-testid=audit] tr", has_text="approval.refused")
+    assert "Lee Park (human:U0LEAD1)" in refused.inner_text()
+    assert "own_request" in refused.inner_text()
+    assert panel.locator("[data-testid=trace] tr").count() > 1
+    assert panel.locator("[data-testid=refunds] li").count() == 1
+    assert "audit verify: ok" in panel.locator("[data-testid=audit-verify]").inner_text()
+    page.screenshot(path=str(shots(tmp_path) / "demo-audit.png"))
+
+    # Exactly once at the processor, read by the CLI from the demo's own database.
+    payment = demo.case(case_id)["payment"]
+    shown = demo.cli("sandbox", "payment", "show", payment)
+    assert shown.returncode == 0, shown.stderr
+    refunds = json.loads(shown.stdout)["refunds"]
+    assert [r["amount"] for r in refunds] == [7500], refunds
+
+
+def test_modals_show_the_apps_errors_and_submit_a_partial_refund(
+    demo: Demo, page, tmp_path: Path
+) -> None:
+    page.goto(demo.url)
+    message = card(page, "45.00 USD")
+    message.wait_for(timeout=60_000)
+    as_user(page, "U0LEAD2")
+    message.get_by_role("button", name="Approve partially").click()
+    modal = page.locator("[data-testid=modal]")
+    modal.get_by_label("Amount to refund").fill("99")
+    modal.get_by_role("button", name="Approve").click()
+    modal.locator("[data-testid=field-error]", has_text="At most 45.00 USD").wait_for()
+    modal.get_by_label("Amount to refund").fill("30")
+    modal.get_by_role("button", name="Approve").click()
+    modal.wait_for(state="detached")
+    card(page, "30.00 USD").locator(".blk-header", has_text="refunded").wait_for()
+
+
+def test_the_sample_stream_ends_every_way_and_memory_stays_small(
+    demo: Demo, page, tmp_path: Path
+) -> None:
+    cases = demo.wait_for_stream()
+    statuses = {c["status"] for c in cases}
+    assert {"refunded", "denied", "awaiting_approval"} <= statuses, cases
+    assert any(c["tier"] == 4 for c in cases), cases
+    page.goto(demo.url)
+    page.get_by_role("button", name="# finance-approvals").click()
+    card(page, "320.00 USD").wait_for()
+    page.get_by_role("button", name="# refunds").click()
+    card(page, "150.00 USD").wait_for()
+    page.screenshot(path=str(shots(tmp_path) / "demo-channel.png"))
+    rss = demo.rss_mb()
+    print(f"demo server RSS after the sample stream: {rss:.0f} MB")
+    assert rss < RSS_LIMIT_MB
