@@ -76,7 +76,9 @@ class Demo:
         cases: list[dict[str, Any]] = []
         while time.monotonic() < deadline:
             cases = [c for c in self.state()["cases"] if c["source"] in ("api", "slack")]
-            busy = [c for c in cases if c["status"] in ("received", "advised", "approved", "executing")]
+            busy = [
+                c for c in cases if c["status"] in ("received", "advised", "approved", "executing")
+            ]
             if len(cases) >= SAMPLES and not busy:
                 return cases
             time.sleep(0.5)

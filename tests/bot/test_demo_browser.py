@@ -105,7 +105,9 @@ def test_approve_in_the_browser_refunds_once_and_the_requester_is_refused(
     click_approve(page, filed_by_lee)
     card(page, "75.00 USD").locator(".blk-header", has_text="refunded").wait_for()
     assert card(page, "75.00 USD").get_by_role("button", name="Approve").count() == 0
-    card(page, "75.00 USD").locator("[data-testid=thread]", has_text="Refunded 75.00 USD").wait_for()
+    card(page, "75.00 USD").locator(
+        "[data-testid=thread]", has_text="Refunded 75.00 USD"
+    ).wait_for()
 
     # The case panel: the decision trace, the approval with who acted, and `audit verify`.
     case_id = card(page, "75.00 USD").get_attribute("data-case")
@@ -121,6 +123,7 @@ def test_approve_in_the_browser_refunds_once_and_the_requester_is_refused(
     assert panel.locator("[data-testid=trace] tr").count() > 1
     assert panel.locator("[data-testid=refunds] li").count() == 1
     assert "audit verify: ok" in panel.locator("[data-testid=audit-verify]").inner_text()
+    approved.scroll_into_view_if_needed()
     page.screenshot(path=str(shots(tmp_path) / "demo-audit.png"))
 
     # Exactly once at the processor, read by the CLI from the demo's own database.

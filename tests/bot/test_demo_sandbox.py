@@ -61,7 +61,9 @@ def test_messages_keep_slacks_limits(slack: Any) -> None:
     refused = slack("chat.postMessage", channel="C0REFUNDS", blocks=long)
     assert refused["error"] == "invalid_blocks" and "3000" in refused["errors"][0]
     header = [{"type": "header", "text": {"type": "plain_text", "text": "h" * 151}}]
-    assert slack("chat.postMessage", channel="C0REFUNDS", blocks=header)["error"] == "invalid_blocks"
+    assert (
+        slack("chat.postMessage", channel="C0REFUNDS", blocks=header)["error"] == "invalid_blocks"
+    )
     assert slack("chat.update", channel="C0REFUNDS", ts="1.000001", text="x")["error"] == (
         "message_not_found"
     )
@@ -156,3 +158,12 @@ def test_the_demo_refuses_real_slack_credentials(tmp_path: Any) -> None:
     )
     assert result.returncode == 2, result.stderr
     assert "never runs against real Slack" in result.stderr
+
+
+def test_an_unknown_slash_command_is_answered_like_slack(slack: Any, sandbox: Sandbox) -> None:
+    answer = slack.client.post(
+        "/sandbox/act/command", json={"user": "U0OPS1", "channel": "C0REFUNDS", "text": "/nope x"}
+    )
+    assert answer.json()["ok"] is False
+    seen = sandbox.workspace.snapshot("U0OPS1")["ephemerals"]
+    assert [m["text"] for m in seen] == ["/nope is not a valid command."]

@@ -74,8 +74,7 @@ class Sample:
 SAMPLES = (
     Sample(0.02, "30.00", "20.00", "The vase arrived broken, shards everywhere.", 3),
     Sample(0.08, "45.00", "45.00", "I changed my mind about the lamp, please refund it.", 10),
-    Sample(0.14, "75.00", "75.00", "Wrong item: I ordered a blue kettle and got a toaster.",
-           filed_by="U0LEAD1"),  # fmt: skip
+    Sample(0.14, "75.00", "75.00", "Wrong item: I got a toaster.", filed_by="U0LEAD1"),
     Sample(0.22, "60.00", "80.00", "The chair wobbles, I want all my money back and more."),
     Sample(0.30, "320.00", "320.00", "My parcel never arrived, tracking says lost.", 12),
     Sample(0.40, "60.00", "60.00", "I was charged twice for the same order.", 8, chargebacks=1),
@@ -242,6 +241,7 @@ def run(*, host: str, port: int, directory: Path | None, stream_seconds: float) 
     # A sweep every two seconds (and an overlapping one skipped) is not news in a demo.
     logging.getLogger("apscheduler").setLevel(logging.ERROR)
     logging.getLogger("alembic").setLevel(logging.WARNING)
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # every click is a request to the app
 
     temporary = directory is None
     folder = (

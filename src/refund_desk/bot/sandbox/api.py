@@ -299,8 +299,9 @@ def router(sandbox: Sandbox) -> APIRouter:
         with ws.lock:
             ws.add_ephemeral(
                 user,
-                Message(channel, ws.new_ts(), str(params.get("text") or ""),
-                        list(params.get("blocks") or [])),  # fmt: skip
+                Message(
+                    channel, ws.new_ts(), str(params.get("text") or ""), params.get("blocks") or []
+                ),
             )
         return JSONResponse({"ok": True})
 

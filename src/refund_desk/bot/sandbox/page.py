@@ -89,7 +89,7 @@ def _cases(runtime: Runtime) -> tuple[list[dict[str, Any]], dict[str, str]]:
             for c in rows
         ]
         shown = {
-            f"{m.channel}/{m.ts}": m.case_id
+            f"{m.channel}/{m.ts}": str(m.case_id)
             for m in session.scalars(select(SlackMessage).limit(5000)).all()
         }
     return cases, shown

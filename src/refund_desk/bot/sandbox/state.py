@@ -38,7 +38,7 @@ class Message:
     channel: str
     ts: str
     text: str
-    blocks: list[dict[str, Any]]
+    blocks: list[dict[str, Any]] = field(default_factory=list)
     thread_ts: str | None = None
     edited: bool = False
     user: str = "bot"
@@ -167,12 +167,12 @@ class Workspace:
                 "version": self.version,
                 "users": [u.__dict__ for u in self.users.values()],
                 "channels": [
-                    c.__dict__
-                    for c in self.channels.values()
-                    if not c.is_dm or c.id == dm
+                    c.__dict__ for c in self.channels.values() if not c.is_dm or c.id == dm
                 ],
                 "messages": [
-                    m.to_json() for m in self.messages if not m.channel.startswith("D") or m.channel == dm
+                    m.to_json()
+                    for m in self.messages
+                    if not m.channel.startswith("D") or m.channel == dm
                 ],
                 "ephemerals": [m.to_json() for m in self.ephemerals.get(user, [])],
                 "modal": None

@@ -26,9 +26,7 @@ def submission_values(
         raw = entered.get(block_id)
         text = raw if isinstance(raw, str) and raw.strip() else None
         if element.get("type") == "static_select":
-            option = next(
-                (o for o in element.get("options") or [] if o.get("value") == text), None
-            )
+            option = next((o for o in element.get("options") or [] if o.get("value") == text), None)
             state: dict[str, Any] = {"type": "static_select", "selected_option": option}
             filled = option is not None
         else:
