@@ -3,32 +3,14 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
-from refund_desk.bot.cli import app
-from refund_desk.settings import load_settings
+from tests.cli_helpers import run
 from tests.helpers import ACME
 
-runner = CliRunner()
-
-
-@pytest.fixture(autouse=True)
-def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    monkeypatch.setenv("DATABASE_URL", f"sqlite:///{tmp_path / 'cli.db'}")
-    monkeypatch.delenv("REFUND_DESK_SECRET", raising=False)
-    load_settings.cache_clear()
-    yield tmp_path
-    load_settings.cache_clear()
-
-
-def run(*args: str, code: int = 0) -> str:
-    result = runner.invoke(app, list(args))
-    assert result.exit_code == code, result.output
-    return result.output
+pytestmark = pytest.mark.usefixtures("cli_db")
 
 
 @pytest.mark.parametrize(
@@ -48,6 +30,11 @@ def run(*args: str, code: int = 0) -> str:
         ["sandbox", "payment", "show"],
         ["sandbox", "fault"],
         ["reconcile"],
+        ["policy", "draft"],
+        ["policy", "drafts"],
+        ["policy", "shadow"],
+        ["policy", "review-rate"],
+        ["policy", "second-lead"],
         ["advisor", "eval"],
     ],
 )
@@ -109,12 +96,12 @@ def test_sandbox_payment_create_show_and_faults() -> None:
     )
 
 
-def test_api_key_is_printed_once(env: Path) -> None:
+def test_api_key_is_printed_once(cli_db: Path) -> None:
     key = run("api-key", "create", "--name", "shop").strip()
     assert key.startswith("rdk_") and len(key) > 30
 
 
-def test_audit_verify_and_export(env: Path, tmp_path: Path) -> None:
+def test_audit_verify_and_export(cli_db: Path, tmp_path: Path) -> None:
     run("policy", "publish", str(ACME))
     assert "ok: 1 records" in run("audit", "verify")
     out = tmp_path / "audit.jsonl"

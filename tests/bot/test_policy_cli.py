@@ -2,32 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
-from refund_desk.bot.cli import app
-from refund_desk.settings import load_settings
+from tests.cli_helpers import run
 from tests.helpers import ACME
 
-runner = CliRunner()
-
-
-@pytest.fixture(autouse=True)
-def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    monkeypatch.setenv("DATABASE_URL", f"sqlite:///{tmp_path / 'cli.db'}")
-    monkeypatch.delenv("REFUND_DESK_SECRET", raising=False)
-    load_settings.cache_clear()
-    yield tmp_path
-    load_settings.cache_clear()
-
-
-def run(*args: str, code: int = 0) -> str:
-    result = runner.invoke(app, list(args))
-    assert result.exit_code == code, result.output
-    return result.output
+pytestmark = pytest.mark.usefixtures("cli_db")
 
 
 def write(tmp: Path, name: str, text: str) -> str:
@@ -42,20 +24,20 @@ def test_the_first_publish_runs_the_backtest_and_says_zero_cases_is_a_valid_run(
     assert "published acme-refunds v1" in out
 
 
-def test_publish_refuses_a_failing_embedded_test(env: Path) -> None:
+def test_publish_refuses_a_failing_embedded_test(cli_db: Path) -> None:
     broken = ACME.read_text().replace(
         "expect: {outcome: approve, rule: damaged-small}", "expect: {outcome: deny}"
     )
-    out = run("policy", "publish", write(env, "broken.yaml", broken), code=1)
+    out = run("policy", "publish", write(cli_db, "broken.yaml", broken), code=1)
     assert "1 policy test(s) failed" in out
 
 
-def test_backtest_diff_rollback_and_the_switches(env: Path) -> None:
+def test_backtest_diff_rollback_and_the_switches(cli_db: Path) -> None:
     run("policy", "publish", str(ACME))
     stricter = ACME.read_text().replace("request.amount <= 50 and", "request.amount <= 10 and")
     stricter = stricter.replace("{amount: 20, reason: damaged}", "{amount: 5, reason: damaged}")
-    new = write(env, "v2.yaml", stricter)
-    report = env / "report.csv"
+    new = write(cli_db, "v2.yaml", stricter)
+    report = cli_db / "report.csv"
     out = run("policy", "backtest", new, "--days", "7", "--csv", str(report))
     assert "Backtest of v2.yaml over the last 7 days" in out and "recorded for hash" in out
     assert report.read_text().startswith("case_id,created_at,amount")
@@ -70,3 +52,30 @@ def test_backtest_diff_rollback_and_the_switches(env: Path) -> None:
     assert "set the mode to approve-all" in run("policy", "mode", "approve-all")
     assert "Mode must be one of" in run("policy", "mode", "yolo", code=1)
     assert "audit chain" not in run("audit", "verify")  # ok: every change on the record
+
+
+def test_drafts_shadow_and_settings_from_the_command_line(cli_db: Path) -> None:
+    run("policy", "publish", str(ACME))
+    assert "Saved draft d1: valid" in run("policy", "draft", str(ACME))
+    stricter = ACME.read_text().replace("limit: 500", "limit: 400")
+    assert "Updated draft d1" in run(
+        "policy", "draft", write(cli_db, "d.yaml", stricter), "--id", "1"
+    )
+    assert "d1" in run("policy", "drafts") and "valid" in run("policy", "drafts")
+    assert "started a shadow run of d1" in run("policy", "shadow", "start", "d1")
+    assert "d1" in run("policy", "shadow", "report")
+    run("policy", "shadow", "stop")
+    assert "No shadow run" in run("policy", "shadow", "report")
+    assert "shadow start DRAFT" in run("policy", "shadow", "start", code=1)
+    assert "review sample to 5%" in run("policy", "review-rate", "5%")
+    assert "not a share" in run("policy", "review-rate", "lots", code=1)
+    assert "needs a second lead" in run("policy", "second-lead", "on")
+    actions = run("audit", "export")
+    for action in (
+        "policy.draft_created",
+        "policy.draft_updated",
+        "policy.shadow_started",
+        "policy.review_rate_set",
+        "policy.setting_changed",
+    ):
+        assert action in actions

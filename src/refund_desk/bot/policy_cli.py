@@ -190,3 +190,99 @@ def register(policy_app: typer.Typer) -> None:
 
         runtime = _runtime()
         _change(runtime, lambda s, a: set_paused(s, runtime.desk.audit, paused=False, actor=a))
+
+    @policy_app.command("draft")
+    def policy_draft(
+        file: Annotated[Path, typer.Argument(help="The policy YAML.")],
+        draft_id: Annotated[
+            int | None, typer.Option("--id", help="Replace the text of this draft.")
+        ] = None,
+    ) -> None:
+        """Save a policy file as a draft (or replace a draft's text), as leads do in Slack."""
+        from refund_desk.cases.drafts import save_draft
+
+        runtime = _runtime()
+        _, source = _source(runtime, str(file))
+        _change(
+            runtime,
+            lambda s, a: save_draft(
+                s, runtime.desk.audit, source=source, actor=a, draft_id=draft_id
+            )[1],
+        )
+
+    @policy_app.command("drafts")
+    def policy_drafts() -> None:
+        """List the latest drafts with their test and backtest state."""
+        from refund_desk.cases.drafts import list_drafts
+
+        with _runtime().db.read() as session:
+            rows = list_drafts(session)
+            if not rows:
+                typer.echo("No drafts yet.")
+            for d in rows:
+                tested = {True: "tests pass", False: "tests FAIL", None: "untested"}[d.last_test_ok]
+                state = "valid" if d.content_hash else "not valid"
+                published = f", published v{d.published_version}" if d.published_version else ""
+                backtested = ", backtested" if d.last_backtest_hash == d.content_hash else ""
+                typer.echo(
+                    f"d{d.id}  {d.updated_at:%Y-%m-%d %H:%M}  {d.author}  "
+                    f"{state}, {tested}{backtested}{published}"
+                )
+
+    @policy_app.command("shadow")
+    def policy_shadow(
+        action: Annotated[str, typer.Argument(help="start | stop | report")],
+        draft: Annotated[str | None, typer.Argument(help="The draft for `start`, e.g. d3.")] = None,
+    ) -> None:
+        """Run a draft silently beside the live version, and report how often they agree."""
+        from refund_desk.cases import shadow
+        from refund_desk.cases.drafts import parse_ref
+        from refund_desk.cases.errors import CaseError
+
+        runtime = _runtime()
+        if action == "report":
+            with runtime.db.read() as session:
+                typer.echo(_plain(shadow.report(session)))
+            return
+        if action == "stop":
+            _change(runtime, lambda s, a: shadow.stop(s, runtime.desk.audit, actor=a))
+            return
+        if action != "start" or draft is None:
+            _fail("use `policy shadow start DRAFT`, `policy shadow stop` or `policy shadow report`")
+        try:
+            number = parse_ref(str(draft), allow=("draft",)).number
+        except CaseError as exc:
+            _fail(exc.message)
+            raise
+        _change(runtime, lambda s, a: shadow.start(s, runtime.desk.audit, draft_id=number, actor=a))
+
+    @policy_app.command("review-rate")
+    def policy_review_rate(
+        rate: Annotated[str, typer.Argument(help="A share such as 0.05 or 5%, or `policy`.")],
+    ) -> None:
+        """Share of automatic refunds a person re-checks afterwards (`policy`: its own)."""
+        from refund_desk.cases.policy_admin import set_review_rate
+
+        value: float | None = None
+        if rate != "policy":
+            try:
+                value = float(rate[:-1]) / 100 if rate.endswith("%") else float(rate)
+            except ValueError:
+                _fail(f"{rate!r} is not a share such as 0.05 or 5%")
+        runtime = _runtime()
+        _change(runtime, lambda s, a: set_review_rate(s, runtime.desk.audit, rate=value, actor=a))
+
+    @policy_app.command("second-lead")
+    def policy_second_lead(
+        setting: Annotated[str, typer.Argument(help="on | off")],
+    ) -> None:
+        """Whether a publish from Slack needs a second lead to confirm it."""
+        from refund_desk.cases.policy_admin import set_second_lead
+
+        if setting not in ("on", "off"):
+            _fail("use `policy second-lead on` or `policy second-lead off`")
+        runtime = _runtime()
+        _change(
+            runtime,
+            lambda s, a: set_second_lead(s, runtime.desk.audit, on=setting == "on", actor=a),
+        )

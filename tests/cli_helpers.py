@@ -1,0 +1,15 @@
+"""Run `refund-desk` commands in process against a real SQLite file in a temporary folder."""
+
+from __future__ import annotations
+
+from typer.testing import CliRunner
+
+from refund_desk.bot.cli import app
+
+runner = CliRunner()
+
+
+def run(*args: str, code: int = 0) -> str:
+    result = runner.invoke(app, list(args))
+    assert result.exit_code == code, result.output
+    return result.output
