@@ -180,10 +180,12 @@ def test_a_case_started_under_v1_is_decided_and_executed_under_v1(desk: SlackHar
     desk.settle()
     assert "published" in say(desk, "publish d1") and active_version(desk) == 2
     desk.settle()
+    desk.sweep(seconds_ahead=10)  # past the grace in which the request itself would run it
     case = desk.get(case_id)
     assert case["status"] == "refunded"  # v2 would have sent it to a person
     assert case["decision"]["policy_version"] == 1 and case["decision"]["rule"] == "damaged-small"
     assert len(desk.refunds_at_processor(payment)) == 1
+    desk.runtime.desk.run_inline = True
     newer = automatic_case(desk)  # started under v2: a person must look
     assert desk.get(newer)["status"] == "awaiting_approval"
 

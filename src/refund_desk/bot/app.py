@@ -98,6 +98,7 @@ def create_app(
                 await socket_mode.close_async()
             if sched is not None:
                 runtime.desk.wake = None
+                runtime.desk.jobs.stopping.set()  # a running sweep stops between jobs
                 sched.shutdown(wait=True)
 
     app = FastAPI(title="Refund Desk", version="0.1.0", lifespan=lifespan)

@@ -20,7 +20,7 @@ from refund_desk import money
 from refund_desk.cases import breaker
 from refund_desk.cases import facts as case_facts
 from refund_desk.cases.errors import Conflict
-from refund_desk.cases.intake import new_id
+from refund_desk.cases.intake import INLINE_GRACE, new_id
 from refund_desk.cases.lifecycle import Status, load_for_update, move
 from refund_desk.cases.policies import control, evaluate, load_version
 from refund_desk.cases.ports import (
@@ -34,6 +34,7 @@ from refund_desk.storage.audit import SYSTEM
 from refund_desk.storage.db import lock_payment
 from refund_desk.storage.jobs import ClaimedJob, RetryLater, backoff, enqueue
 from refund_desk.storage.models import Case, Execution
+from refund_desk.storage.types import utcnow
 
 if TYPE_CHECKING:
     from sqlmodel import Session
@@ -78,6 +79,7 @@ def enqueue_execution(session: Session, case: Case) -> int:
         kind="execute",
         payload={"case_id": case.id, "revision": case.revision},
         dedupe_key=f"execute:{case.id}:{case.revision}",
+        due_at=utcnow() + INLINE_GRACE,  # whoever queued it runs it at once (Desk.kick)
     )
     assert job.id is not None  # flushed by enqueue
     return job.id

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
 SOURCES = ("api", "web_form", "shopify", "zendesk", "gorgias", "slack", "email")
 DUPLICATE_WINDOW = timedelta(hours=24)
+INLINE_GRACE = timedelta(seconds=5)
 
 
 class RefundRequest(BaseModel):
@@ -299,7 +300,10 @@ def _capture(
                     created_at=now,
                 )
             )
-        job = enqueue(session, kind="advance", payload={"case_id": case.id})
+        # Run inline by the request (Desk.kick); a sweep takes over only after the grace.
+        job = enqueue(
+            session, kind="advance", payload={"case_id": case.id}, due_at=now + INLINE_GRACE
+        )
         return Submitted(case.id, created=True, job_id=job.id)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import random
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -85,6 +86,7 @@ class JobQueue:
         self.owner = owner
         self.lease = timedelta(seconds=lease_seconds)
         self.handlers: dict[str, Handler] = {}
+        self.stopping = threading.Event()  # set on shutdown: sweeps stop between jobs
 
     def register(self, kind: str, handler: Handler) -> None:
         self.handlers[kind] = handler
@@ -112,10 +114,16 @@ class JobQueue:
             return self._lease(session, Job.id.in_(ids.scalar_subquery()), now)  # type: ignore[union-attr]
 
     def claim_one(self, job_id: int, *, now: datetime | None = None) -> ClaimedJob | None:
-        """Claim a specific job now (the request that created it runs it inline)."""
+        """Claim a specific job now, even before it is due: the request that created it runs
+        it inline, and its due time is only the grace after which a sweep takes over."""
         now = now or utcnow()
+        free = and_(
+            col(Job.id) == job_id,
+            col(Job.status) == "pending",
+            or_(col(Job.lease_expires_at).is_(None), col(Job.lease_expires_at) < now),
+        )
         with self.db.write() as session:
-            claimed = self._lease(session, and_(Job.id == job_id, self._claimable(now)), now)  # type: ignore[arg-type]
+            claimed = self._lease(session, free, now)
         return claimed[0] if claimed else None
 
     def _lease(self, session: Session, where: Any, now: datetime) -> list[ClaimedJob]:
@@ -229,10 +237,16 @@ class JobQueue:
         """Run due jobs, each at most once, until none are left; returns how many ran."""
         seen: set[int] = set()
         for _ in range(max_batches):
+            if self.stopping.is_set():
+                break
             jobs = self.claim(now=now, limit=limit, skip=frozenset(seen))
             if not jobs:
                 break
             for job in jobs:
                 seen.add(job.id)
+                if self.stopping.is_set():
+                    # Shutting down: hand the rest back at once rather than run it late.
+                    self.retry(job, delay=0, error="replica stopping", failed=False)
+                    continue
                 self.run(job)
         return len(seen)
