@@ -6,6 +6,7 @@ These drive the product only through its external contract: the CLI and HTTP.
 from __future__ import annotations
 
 import json
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -100,4 +101,44 @@ def test_power_cut_after_the_processor_refunded_ends_with_one_refund(env: Env) -
         env.stop(proc)
     shown = json.loads(env.cli("sandbox", "payment", "show", payment).stdout)
     assert len(shown["refunds"]) == 1
+    assert "ok:" in env.cli("audit", "verify").stdout
+
+
+def test_a_busy_server_stops_promptly_and_leaves_nothing_half_done(env: Env) -> None:
+    env.cli("db", "upgrade")
+    env.cli("policy", "publish", str(ACME))
+    key = env.cli("api-key", "create", "--name", "shop").stdout.strip()
+    payments = [
+        env.cli(
+            "sandbox",
+            "payment",
+            "create",
+            "--amount",
+            "30.00",
+            "--currency",
+            "usd",
+            "--email",
+            "ada@example.com",
+        ).stdout.strip()
+        for _ in range(6)
+    ]
+    proc, url = env.serve()
+    headers = {"Authorization": f"Bearer {key}"}
+    with httpx.Client(base_url=url, timeout=30) as client:
+        for payment in payments:
+            body = {
+                "payment": payment,
+                "email": "ada@example.com",
+                "currency": "USD",
+                "amount": "20.00",
+                "message": "It arrived broken.",
+            }
+            assert (
+                client.post("/api/v1/refund-requests", json=body, headers=headers).status_code
+                == 201
+            )
+    started = time.monotonic()
+    proc.terminate()
+    assert proc.wait(timeout=20) in (0, -signal.SIGTERM)  # uvicorn re-raises the signal
+    assert time.monotonic() - started < 10
     assert "ok:" in env.cli("audit", "verify").stdout

@@ -7,6 +7,7 @@ must happen is a row in the jobs table, so nothing is lost when the process goes
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
@@ -35,50 +36,76 @@ def error_body(code: str, message: str, fields: dict[str, str] | None = None) ->
     return {"error": {"code": code, "message": message, "fields": fields or {}}}
 
 
-def start_scheduler(runtime: Runtime) -> BackgroundScheduler:
-    """Fire sweeps every REFUND_DESK_SWEEP_SECONDS, and sooner when a job is due sooner."""
-    scheduler = BackgroundScheduler(timezone="UTC")
-    jobs = runtime.desk.jobs
-    period = timedelta(seconds=runtime.settings.sweep_seconds)
+class Sweeper:
+    """Fires the job sweeps: every REFUND_DESK_SWEEP_SECONDS, sooner when a job is due sooner,
+    and at once when new work is committed. One sweep at a time per replica; a wake-up that
+    arrives while one runs makes it go round again instead of queueing another."""
 
-    def sweep() -> None:
+    def __init__(self, runtime: Runtime) -> None:
+        self.jobs = runtime.desk.jobs
+        self.period = timedelta(seconds=runtime.settings.sweep_seconds)
+        self.scheduler = BackgroundScheduler(timezone="UTC")
+        self.running = threading.Lock()
+        self.again = threading.Event()
+
+    def start(self) -> None:
+        self.scheduler.add_job(
+            self.sweep,
+            "interval",
+            seconds=self.period.total_seconds(),
+            id="sweep",
+            max_instances=1,
+            coalesce=True,
+            # First sweep right away: a restarted replica resumes due work at once.
+            next_run_time=datetime.now(UTC),
+        )
+        self.scheduler.start()
+
+    def sweep(self) -> None:
+        if not self.running.acquire(blocking=False):
+            self.again.set()
+            return
         try:
-            jobs.sweep()
-            upcoming = jobs.next_due()
+            while not self.jobs.stopping.is_set():
+                self.again.clear()
+                self.jobs.sweep()
+                if not self.again.is_set():
+                    break
+            upcoming = self.jobs.next_due()
         except Exception:  # the next period tries again; the jobs table keeps the work
             log.exception("sweep failed")
             return
+        finally:
+            self.running.release()
         now = datetime.now(UTC)
-        if upcoming is not None and upcoming < now + period:
-            scheduler.add_job(
-                sweep,
-                "date",
-                run_date=max(upcoming, now) + timedelta(milliseconds=50),
-                id="sweep-soon",
-                replace_existing=True,
-                misfire_grace_time=None,
-            )
+        if upcoming is not None and upcoming < now + self.period:
+            self._soon(max(upcoming, now) + timedelta(milliseconds=50))
 
-    scheduler.add_job(
-        sweep,
-        "interval",
-        seconds=runtime.settings.sweep_seconds,
-        id="sweep",
-        max_instances=1,
-        coalesce=True,
-        # First sweep right away: a restarted replica resumes due work without waiting a period.
-        next_run_time=datetime.now(UTC),
-    )
-    scheduler.start()
-
-    def wake() -> None:
+    def wake(self) -> None:
         """New work was just committed: sweep now instead of at the next period."""
-        scheduler.add_job(
-            sweep, "date", id="sweep-now", replace_existing=True, misfire_grace_time=None
+        if self.running.locked():
+            self.again.set()
+        else:
+            self._soon(datetime.now(UTC))
+
+    def _soon(self, when: datetime) -> None:
+        if self.jobs.stopping.is_set():
+            return
+        self.scheduler.add_job(
+            self.sweep,
+            "date",
+            run_date=when,
+            id="sweep-soon",
+            replace_existing=True,
+            misfire_grace_time=None,
         )
 
-    runtime.desk.wake = wake
-    return scheduler
+    def stop(self, timeout: float) -> None:
+        """Stop between jobs; leave what is not started to the other replicas (or a restart)."""
+        self.jobs.stopping.set()
+        self.scheduler.shutdown(wait=False)
+        if self.running.acquire(timeout=timeout):
+            self.running.release()
 
 
 def create_app(
@@ -89,17 +116,19 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        sched = start_scheduler(runtime) if scheduler else None
+        sweeper = Sweeper(runtime) if scheduler else None
+        if sweeper is not None:
+            sweeper.start()
+            runtime.desk.wake = sweeper.wake
         socket_mode = await start_socket_mode(surface, runtime.settings) if surface else None
         try:
             yield
         finally:
             if socket_mode is not None:
                 await socket_mode.close_async()
-            if sched is not None:
+            if sweeper is not None:
                 runtime.desk.wake = None
-                runtime.desk.jobs.stopping.set()  # a running sweep stops between jobs
-                sched.shutdown(wait=True)
+                sweeper.stop(timeout=runtime.desk.jobs.lease.total_seconds())
 
     app = FastAPI(title="Refund Desk", version="0.1.0", lifespan=lifespan)
     app.state.runtime = runtime

@@ -71,6 +71,8 @@ def _main(verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False) -> 
         level=logging.DEBUG if verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    # The scheduler only fires sweeps; its per-run chatter says nothing an operator needs.
+    logging.getLogger("apscheduler").setLevel(logging.DEBUG if verbose else logging.WARNING)
 
 
 @app.command()
