@@ -6,7 +6,6 @@ import io
 import itertools
 import json
 import threading
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
@@ -27,20 +26,6 @@ from refund_desk.storage.models import AuditHead, AuditRecord
 from tests.conftest import TEST_SECRET
 
 ACTOR = Actor("cli", "tester")
-
-
-@pytest.fixture()
-def db(any_db_url: str) -> Iterator[Database]:
-    database = Database.from_url(any_db_url)
-    yield database
-    database.dispose()
-
-
-@pytest.fixture()
-def pg_db(pg_url: str) -> Iterator[Database]:
-    database = Database.from_url(pg_url)
-    yield database
-    database.dispose()
 
 
 @pytest.fixture()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -17,20 +16,6 @@ from refund_desk.storage.models import Job
 from refund_desk.storage.types import utcnow
 
 LEASE = 60.0
-
-
-@pytest.fixture()
-def db(any_db_url: str) -> Iterator[Database]:
-    database = Database.from_url(any_db_url)
-    yield database
-    database.dispose()
-
-
-@pytest.fixture()
-def pg_db(pg_url: str) -> Iterator[Database]:
-    database = Database.from_url(pg_url)
-    yield database
-    database.dispose()
 
 
 @pytest.fixture()
