@@ -36,6 +36,25 @@ class Env:
             assert result.returncode == 0, result.stderr
         return result
 
+    def api_key(self) -> str:
+        return self.cli("api-key", "create", "--name", "shop").stdout.strip()
+
+    def payment(self, amount: str, email: str, *, age_days: int = 0) -> str:
+        """A sandbox payment made through the CLI; returns its id."""
+        return self.cli(
+            "sandbox",
+            "payment",
+            "create",
+            "--amount",
+            amount,
+            "--currency",
+            "usd",
+            "--email",
+            email,
+            "--age-days",
+            str(age_days),
+        ).stdout.strip()
+
     def serve(self) -> tuple[subprocess.Popen[str], str]:
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))

@@ -78,21 +78,8 @@ def _post(url: str, key: str, body: dict[str, Any]) -> dict[str, Any]:
 def test_two_replicas_send_one_reminder_and_one_escalation_per_case(
     env: Env, pg_url: str, fake: FakeSlack
 ) -> None:
-    key = env.cli("api-key", "create", "--name", "shop").stdout.strip()
-    payments = [
-        env.cli(
-            "sandbox",
-            "payment",
-            "create",
-            "--amount",
-            "900.00",
-            "--currency",
-            "usd",
-            "--email",
-            f"c{i}@example.com",
-        ).stdout.strip()
-        for i in range(CASES)
-    ]
+    key = env.api_key()
+    payments = [env.payment("900.00", f"c{i}@example.com") for i in range(CASES)]
     first, url_a = env.serve()
     second, url_b = env.serve()
     try:
@@ -126,20 +113,8 @@ def test_two_replicas_send_one_reminder_and_one_escalation_per_case(
 
 
 def test_a_killed_replicas_leased_work_is_finished_by_the_other(env: Env, pg_url: str) -> None:
-    key = env.cli("api-key", "create", "--name", "shop").stdout.strip()
-    payment = env.cli(
-        "sandbox",
-        "payment",
-        "create",
-        "--amount",
-        "30.00",
-        "--currency",
-        "usd",
-        "--email",
-        "ada@example.com",
-        "--age-days",
-        "2",
-    ).stdout.strip()
+    key = env.api_key()
+    payment = env.payment("30.00", "ada@example.com", age_days=2)
     first, url_a = env.serve()
     second, _ = env.serve()
     try:

@@ -53,20 +53,8 @@ def test_postgres_without_a_secret_is_a_clear_startup_error(env: Env) -> None:
 def test_power_cut_after_the_processor_refunded_ends_with_one_refund(env: Env) -> None:
     env.cli("db", "upgrade")
     env.cli("policy", "publish", str(ACME))
-    key = env.cli("api-key", "create", "--name", "shop").stdout.strip()
-    payment = env.cli(
-        "sandbox",
-        "payment",
-        "create",
-        "--amount",
-        "30.00",
-        "--currency",
-        "usd",
-        "--email",
-        "ada@example.com",
-        "--age-days",
-        "2",
-    ).stdout.strip()
+    key = env.api_key()
+    payment = env.payment("30.00", "ada@example.com", age_days=2)
     env.cli("sandbox", "fault", "crash-after-success", "--times", "1")
     body: dict[str, Any] = {
         "payment": payment,
@@ -107,21 +95,8 @@ def test_power_cut_after_the_processor_refunded_ends_with_one_refund(env: Env) -
 def test_a_busy_server_stops_promptly_and_leaves_nothing_half_done(env: Env) -> None:
     env.cli("db", "upgrade")
     env.cli("policy", "publish", str(ACME))
-    key = env.cli("api-key", "create", "--name", "shop").stdout.strip()
-    payments = [
-        env.cli(
-            "sandbox",
-            "payment",
-            "create",
-            "--amount",
-            "30.00",
-            "--currency",
-            "usd",
-            "--email",
-            "ada@example.com",
-        ).stdout.strip()
-        for _ in range(6)
-    ]
+    key = env.api_key()
+    payments = [env.payment("30.00", "ada@example.com") for _ in range(6)]
     proc, url = env.serve()
     headers = {"Authorization": f"Bearer {key}"}
     with httpx.Client(base_url=url, timeout=30) as client:

@@ -17,24 +17,8 @@ def _metadata(view: dict[str, Any]) -> tuple[str | None, str]:
 
 
 def register(surface: Surface) -> None:
-    app = surface.app
-
-    @app.view("deny_modal")
-    async def on_deny(ack: Any, body: dict[str, Any], view: dict[str, Any]) -> None:
-        channel, token = _metadata(view)
-        values = cards.modal_values(view)
-        await decide(
-            surface,
-            ack,
-            user=body["user"]["id"],
-            channel=channel,
-            token=token,
-            reason=values.get("reason"),
-            modal=True,
-        )
-
-    @app.view("partial_modal")
-    async def on_partial(ack: Any, body: dict[str, Any], view: dict[str, Any]) -> None:
+    async def on_decision_modal(ack: Any, body: dict[str, Any], view: dict[str, Any]) -> None:
+        """Deny (a reason) or approve partially (an amount and a note): one decision path."""
         channel, token = _metadata(view)
         values = cards.modal_values(view)
         await decide(
@@ -47,3 +31,6 @@ def register(surface: Surface) -> None:
             amount=values.get("amount"),
             modal=True,
         )
+
+    surface.app.view("deny_modal")(on_decision_modal)
+    surface.app.view("partial_modal")(on_decision_modal)
