@@ -26,8 +26,8 @@ from typing import Any
 from sqlalchemy import create_engine, insert, text
 from sqlalchemy.engine import make_url
 
-from refund_desk.cases.backtest import run_backtest
 from refund_desk.cases.decide import decision_record
+from refund_desk.governance.backtest import run_backtest
 from refund_desk.policy import CompiledPolicy, parse_policy
 from refund_desk.storage.db import Database
 from refund_desk.storage.migrate import upgrade

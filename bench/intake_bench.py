@@ -47,7 +47,7 @@ def cli(env: dict[str, str], cwd: Path, *args: str) -> str:
 
 def make_payments(env: dict[str, str], n: int) -> list[str]:
     os.environ.update(env)
-    from refund_desk.bot.runtime import build
+    from refund_desk.runtime import build
     from refund_desk.settings import load_settings
 
     load_settings.cache_clear()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typer.testing import CliRunner
 
-from refund_desk.bot.cli import app
+from refund_desk.cli.main import app
 
 runner = CliRunner()
 

@@ -16,8 +16,8 @@ import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
-from refund_desk.bot.runtime import Runtime, build
 from refund_desk.payments.sandbox import SandboxProcessor
+from refund_desk.runtime import Runtime, build
 from refund_desk.settings import Settings
 from refund_desk.storage.db import Database
 from refund_desk.storage.migrate import upgrade

@@ -10,14 +10,14 @@ from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 
 from refund_desk import money
-from refund_desk.bot.api import create_api_key
-from refund_desk.bot.app import create_app
-from refund_desk.bot.runtime import Runtime
-from refund_desk.cases.policies import publish
+from refund_desk.governance.versions import publish
 from refund_desk.payments.sandbox import SandboxProcessor
+from refund_desk.runtime import Runtime
 from refund_desk.storage.audit import Actor
 from refund_desk.storage.models import AuditRecord, Case
 from refund_desk.storage.types import utcnow
+from refund_desk.web.app import create_app
+from refund_desk.web.routes.intake_api import create_api_key
 
 ACME = Path(__file__).parent / "fixtures" / "acme.yaml"
 CUSTOMER = "ada@example.com"

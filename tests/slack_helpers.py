@@ -13,9 +13,9 @@ from urllib.parse import urlencode
 
 from fastapi.testclient import TestClient
 
-from refund_desk.bot.app import create_app
-from refund_desk.bot.runtime import Runtime
-from refund_desk.bot.slack.surface import Surface
+from refund_desk.bot.app import Surface
+from refund_desk.runtime import Runtime
+from refund_desk.web.app import create_app
 from tests.fakes.slack_fake import FakeSlack
 from tests.helpers import Harness
 

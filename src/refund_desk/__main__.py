@@ -1,5 +1,5 @@
 """`python -m refund_desk` is the `refund-desk` command."""
 
-from refund_desk.bot.cli import main
+from refund_desk.cli.main import main
 
 main()

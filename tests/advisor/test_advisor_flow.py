@@ -14,10 +14,10 @@ from sqlalchemy import select
 from typer.testing import CliRunner
 
 from refund_desk.advisor.openai_api import OpenAIAdvisor
-from refund_desk.bot.runtime import Runtime
 from refund_desk.cases.advisory import format_by_day
 from refund_desk.cases.executor import enqueue_execution
 from refund_desk.cases.lifecycle import Status
+from refund_desk.runtime import Runtime
 from refund_desk.storage.models import AdvisorCall, Case
 from tests.fakes.openai_fake import FakeOpenAI, fake_openai
 from tests.helpers import ACME, Harness
@@ -156,7 +156,7 @@ def test_tokens_are_recorded_per_case_and_format_per_day(
 def test_advisor_stats_cli(monkeypatch: pytest.MonkeyPatch, tmp_path: object) -> None:
     from pathlib import Path
 
-    from refund_desk.bot.cli import app
+    from refund_desk.cli.main import app
     from refund_desk.settings import load_settings
 
     assert isinstance(tmp_path, Path)

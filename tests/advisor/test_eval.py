@@ -11,8 +11,8 @@ from typer.testing import CliRunner
 
 from refund_desk.advisor.eval import BUNDLED, EvalError, evaluate, load, render
 from refund_desk.advisor.offline import OfflineAdvisor
-from refund_desk.bot.cli import app
 from refund_desk.cases.ports import REASONS
+from refund_desk.cli.main import app
 
 runner = CliRunner()
 

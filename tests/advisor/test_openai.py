@@ -8,8 +8,8 @@ from collections.abc import Iterator
 import pytest
 
 from refund_desk.advisor.openai_api import OpenAIAdvisor
-from refund_desk.bot.runtime import make_advisor
 from refund_desk.cases.ports import AdviceRequest, AdvisorError, PolicyText
+from refund_desk.runtime import make_advisor
 from refund_desk.settings import Settings
 from tests.fakes.openai_fake import FakeOpenAI, fake_openai
 

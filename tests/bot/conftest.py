@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from refund_desk.bot.runtime import build
 from refund_desk.payments.sandbox import SandboxProcessor
+from refund_desk.runtime import build
 from refund_desk.settings import load_settings
 from refund_desk.storage.db import Database
 from tests.conftest import _raise_crash, make_settings

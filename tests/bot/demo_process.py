@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 
 ADDRESS = re.compile(r"open (http://\S+)")
-SAMPLES = 10  # the demo's sample stream (refund_desk.bot.demo.SAMPLES)
+SAMPLES = 10  # the demo's sample stream (refund_desk.demo.runner.SAMPLES)
 
 
 def free_port() -> int:

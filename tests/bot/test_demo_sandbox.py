@@ -11,10 +11,10 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from refund_desk.bot.demo import channels_from, policy_source, users_from
-from refund_desk.bot.sandbox import Sandbox
-from refund_desk.bot.sandbox.views import REQUIRED, submission_values
-from refund_desk.bot.slack import cards
+from refund_desk.bot.blocks import cards
+from refund_desk.demo.runner import channels_from, policy_source, users_from
+from refund_desk.demo.slack import Sandbox
+from refund_desk.demo.slack.modals import REQUIRED, submission_values
 from refund_desk.policy import parse_policy, run_policy_tests
 from tests.bot.demo_process import clean_env
 

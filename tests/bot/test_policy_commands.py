@@ -12,8 +12,8 @@ import pytest
 from sqlalchemy import select
 from sqlmodel import col
 
-from refund_desk.bot.slack.policy_jobs import Progress
-from refund_desk.cases.policies import control
+from refund_desk.bot.policy_jobs import Progress
+from refund_desk.governance.versions import control
 from refund_desk.storage.audit import verify_chain
 from refund_desk.storage.models import AuditRecord, Case
 from tests.conftest import TEST_SECRET

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from refund_desk.bot.runtime import Runtime
+from refund_desk.runtime import Runtime
 from refund_desk.storage.audit import verify_chain
 from tests.conftest import TEST_SECRET
 from tests.helpers import Harness

@@ -8,12 +8,12 @@ import pytest
 from sqlalchemy import update
 from sqlmodel import col
 
-from refund_desk.bot.runtime import Runtime
-from refund_desk.cases.backtest import record_backtest, run_backtest, stream_cases
 from refund_desk.cases.errors import InvalidRequest
-from refund_desk.cases.policies import publish
+from refund_desk.governance.backtest import record_backtest, run_backtest, stream_cases
+from refund_desk.governance.versions import publish
 from refund_desk.policy import CompiledPolicy, parse_policy
 from refund_desk.policy.diff import diff_policies
+from refund_desk.runtime import Runtime
 from refund_desk.storage.audit import Actor
 from refund_desk.storage.models import Case
 from tests.helpers import ACME, Harness

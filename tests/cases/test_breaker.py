@@ -7,7 +7,7 @@ import yaml
 from sqlalchemy import select
 from sqlmodel import col
 
-from refund_desk.bot.runtime import Runtime
+from refund_desk.runtime import Runtime
 from refund_desk.storage.models import AuditRecord, Control, Job
 from tests.helpers import ACME, Harness
 

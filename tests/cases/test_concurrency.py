@@ -10,7 +10,7 @@ import httpx
 import pytest
 from sqlalchemy import func, select
 
-from refund_desk.bot.runtime import Runtime
+from refund_desk.runtime import Runtime
 from refund_desk.storage.audit import verify_chain
 from refund_desk.storage.models import Case
 from tests.conftest import TEST_SECRET

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import select
 
-from refund_desk.bot.runtime import Runtime
+from refund_desk.runtime import Runtime
 from refund_desk.storage.models import Execution, Job
 from tests.conftest import SimulatedCrash
 from tests.helpers import Harness

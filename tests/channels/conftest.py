@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select
 
-from refund_desk.bot.runtime import build
 from refund_desk.payments.sandbox import SandboxProcessor
+from refund_desk.runtime import build
 from refund_desk.storage.db import Database
 from refund_desk.storage.models import Case, CustomerMessage
 from tests.conftest import make_settings

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 
-from refund_desk.bot import mail as mail_parsing
+from refund_desk.customers import mail as mail_parsing
 from tests.channels.conftest import PNG, Channels, raw_email
 from tests.helpers import CUSTOMER
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from refund_desk.cases import evidence, ratelimit
 from refund_desk.cases.errors import InvalidRequest
+from refund_desk.customers import evidence, ratelimit
 from refund_desk.storage.db import Database
 from refund_desk.storage.types import utcnow
 from tests.conftest import make_settings

@@ -118,8 +118,8 @@ def test_delivery_missing_what_a_case_needs_writes_nothing(channels: Channels) -
 def test_unconfigured_platform_refuses(channels: Channels, sqlite_url: str) -> None:
     from fastapi.testclient import TestClient
 
-    from refund_desk.bot.app import create_app
-    from refund_desk.bot.runtime import build
+    from refund_desk.runtime import build
+    from refund_desk.web.app import create_app
     from tests.conftest import make_settings
 
     bare = build(make_settings(sqlite_url))

@@ -13,9 +13,9 @@ from typing import Any
 import httpx
 import pytest
 
-from refund_desk.bot.runtime import Runtime, build
 from refund_desk.cases.ports import Processor
 from refund_desk.payments.stripe_api import StripeProcessor
+from refund_desk.runtime import Runtime, build
 from refund_desk.storage.db import Database
 from tests.conftest import make_settings
 from tests.fakes.stripe_fake import FakeStripeServer

@@ -11,9 +11,9 @@ import pytest
 from sqlalchemy import delete, select, update
 from typer.testing import CliRunner
 
-from refund_desk.bot.cli import app
-from refund_desk.bot.runtime import Runtime
+from refund_desk.cli.main import app
 from refund_desk.payments import reconcile
+from refund_desk.runtime import Runtime
 from refund_desk.settings import load_settings
 from refund_desk.storage.models import (
     AuditRecord,
@@ -173,7 +173,7 @@ def test_cli_lists_findings_and_writes_csv(tmp_path: Path, monkeypatch: pytest.M
             ],
         )
         assert made.exit_code == 0, made.output
-        from refund_desk.bot.cli import _runtime
+        from refund_desk.cli.main import _runtime
 
         _runtime().desk.processor.create_refund(
             payment_id=made.output.strip(),

@@ -1,173 +1,148 @@
-"""The one FastAPI app: intake API, Slack, webhooks, health, metrics.
+"""The Bolt app: one workspace, listeners per surface, the outbox, and the FastAPI route.
 
-The lifespan starts APScheduler, whose only work is to fire the job sweeps; everything that
-must happen is a row in the jobs table, so nothing is lost when the process goes away.
+Blocking work (the database, job runs) never runs on the event loop: listeners hand it to a
+thread. After `ack()`, the jobs a click created are started at once in the background; if the
+process dies first, the sweeps run them.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-import threading
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
-from apscheduler.schedulers.background import BackgroundScheduler
-from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
-from prometheus_client import CONTENT_TYPE_LATEST
-from sqlalchemy import text
-from starlette.exceptions import HTTPException as StarletteHTTPException
+from fastapi import APIRouter, Request
+from slack_bolt.adapter.fastapi.async_handler import AsyncSlackRequestHandler
+from slack_bolt.async_app import AsyncApp
+from slack_sdk import WebClient
+from slack_sdk.web.async_client import AsyncWebClient
+from starlette.responses import Response
 
-from refund_desk.bot import api, channels, metrics, stripe_routes
-from refund_desk.bot.runtime import Runtime
-from refund_desk.bot.slack.surface import build_surface, start_socket_mode
-from refund_desk.cases.errors import CaseError
-
-if TYPE_CHECKING:
-    from refund_desk.bot.sandbox import Sandbox
+from refund_desk.bot.outbox import Outbox
+from refund_desk.cases.desk import Desk
+from refund_desk.settings import Settings
+from refund_desk.web.metrics import SLACK_ACK_SECONDS
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
-def error_body(code: str, message: str, fields: dict[str, str] | None = None) -> dict[str, Any]:
-    return {"error": {"code": code, "message": message, "fields": fields or {}}}
+@dataclass
+class Surface:
+    app: AsyncApp
+    desk: Desk
+    outbox: Outbox
+    settings: Settings
+    pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(8, "slack"))
+    _background: set[Future[None]] = field(default_factory=set)
+
+    async def blocking(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run database work off the event loop."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.pool, lambda: fn(*args, **kwargs))
+
+    def start_jobs(self, job_ids: Iterable[int]) -> None:
+        """After ack(): run the jobs a click created, then whatever else became due."""
+        ids = list(job_ids)
+
+        def run() -> None:
+            for job_id in ids:
+                self.desk.jobs.run_now(job_id)
+            self.desk.jobs.sweep(max_batches=5)
+
+        future = self.pool.submit(run)
+        self._background.add(future)
+        future.add_done_callback(self._done)
+
+    def _done(self, future: Future[None]) -> None:
+        self._background.discard(future)
+        if not future.cancelled() and future.exception() is not None:
+            log.error("background jobs failed; the sweeps will retry", exc_info=future.exception())
+
+    def router(self) -> APIRouter:
+        handler = AsyncSlackRequestHandler(self.app)
+        router = APIRouter()
+
+        @router.post("/slack/events")
+        async def slack_events(request: Request) -> Response:
+            return await handler.handle(request)
+
+        return router
 
 
-class Sweeper:
-    """Fires the job sweeps: every REFUND_DESK_SWEEP_SECONDS, sooner when a job is due sooner,
-    and at once when new work is committed. One sweep at a time per replica; a wake-up that
-    arrives while one runs makes it go round again instead of queueing another."""
+async def start_socket_mode(surface: Surface, settings: Settings) -> Any | None:
+    """Socket Mode instead of HTTP when an app-level token is set."""
+    if settings.slack_app_token is None:
+        return None
+    from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 
-    def __init__(self, runtime: Runtime) -> None:
-        self.jobs = runtime.desk.jobs
-        self.period = timedelta(seconds=runtime.settings.sweep_seconds)
-        self.scheduler = BackgroundScheduler(timezone="UTC")
-        self.running = threading.Lock()
-        self.again = threading.Event()
+    handler = AsyncSocketModeHandler(surface.app, settings.slack_app_token.get_secret_value())
+    await handler.connect_async()
+    return handler
 
-    def start(self) -> None:
-        self.scheduler.add_job(
-            self.sweep,
-            "interval",
-            seconds=self.period.total_seconds(),
-            id="sweep",
-            max_instances=1,
-            coalesce=True,
-            # First sweep right away: a restarted replica resumes due work at once.
-            next_run_time=datetime.now(UTC),
-        )
-        self.scheduler.start()
 
-    def sweep(self) -> None:
-        if not self.running.acquire(blocking=False):
-            self.again.set()
-            return
+def slack_configured(settings: Settings) -> bool:
+    return settings.slack_bot_token is not None and (
+        settings.slack_signing_secret is not None or settings.slack_app_token is not None
+    )
+
+
+def build_surface(desk: Desk, settings: Settings) -> Surface | None:
+    """The Slack surface, or None when no workspace is configured."""
+    if not slack_configured(settings):
+        return None
+    from refund_desk.bot.blocks import modals as views
+    from refund_desk.bot.listeners import actions, events, home
+    from refund_desk.bot.listeners import policy_command as policy_commands
+    from refund_desk.bot.listeners import refund_command as commands
+
+    assert settings.slack_bot_token is not None
+    token = settings.slack_bot_token.get_secret_value()
+    signing = settings.slack_signing_secret
+    app = AsyncApp(
+        client=AsyncWebClient(token=token, base_url=settings.slack_api_url),
+        signing_secret=signing.get_secret_value() if signing else None,
+        # Socket Mode requests are authenticated by the app-level token over the socket.
+        request_verification_enabled=signing is not None,
+        raise_error_for_unhandled_request=False,
+        # Our listeners finish right after ack() (the rest runs as jobs), so answering after
+        # the listener costs nothing and no listener work is left running unseen.
+        process_before_response=True,
+    )
+    outbox = Outbox(
+        desk=desk,
+        client=WebClient(token=token, base_url=settings.slack_api_url),
+        default_channel=settings.channel,
+    )
+    outbox.register()
+    surface = Surface(app=app, desk=desk, outbox=outbox, settings=settings)
+
+    @app.middleware
+    async def time_ack(body: dict[str, Any], next: Callable[[], Any]) -> Any:
+        """Our listeners answer right after ack(): their time is the acknowledgement's."""
+        start = time.perf_counter()
         try:
-            while not self.jobs.stopping.is_set():
-                self.again.clear()
-                self.jobs.sweep()
-                if not self.again.is_set():
-                    break
-            upcoming = self.jobs.next_due()
-        except Exception:  # the next period tries again; the jobs table keeps the work
-            log.exception("sweep failed")
-            return
+            return await next()
         finally:
-            self.running.release()
-        now = datetime.now(UTC)
-        if upcoming is not None and upcoming < now + self.period:
-            self._soon(max(upcoming, now) + timedelta(milliseconds=50))
+            kind = str(body.get("type") or ("command" if "command" in body else "other"))
+            SLACK_ACK_SECONDS.labels(kind).observe(time.perf_counter() - start)
 
-    def wake(self) -> None:
-        """New work was just committed: sweep now instead of at the next period."""
-        if self.running.locked():
-            self.again.set()
-        else:
-            self._soon(datetime.now(UTC))
+    for module in (actions, views, commands, policy_commands, events, home):
+        module.register(surface)
 
-    def _soon(self, when: datetime) -> None:
-        if self.jobs.stopping.is_set():
-            return
-        self.scheduler.add_job(
-            self.sweep,
-            "date",
-            run_date=when,
-            id="sweep-soon",
-            replace_existing=True,
-            misfire_grace_time=None,
-        )
+    @app.error
+    async def on_error(error: Exception, body: dict[str, Any], respond: Any) -> None:
+        """One place that tells the user something went wrong, instead of silence."""
+        log.error("Slack listener failed", exc_info=error)
+        if body.get("response_url"):
+            await respond(
+                text=f"Sorry, that did not work: {error}",
+                response_type="ephemeral",
+                replace_original=False,
+            )
 
-    def stop(self, timeout: float) -> None:
-        """Stop between jobs; leave what is not started to the other replicas (or a restart)."""
-        self.jobs.stopping.set()
-        self.scheduler.shutdown(wait=False)
-        if self.running.acquire(timeout=timeout):
-            self.running.release()
-
-
-def create_app(
-    runtime: Runtime, *, scheduler: bool = True, sandbox: Sandbox | None = None
-) -> FastAPI:
-    """The app; `sandbox` (only `refund-desk demo` passes one) mounts the local Slack sandbox."""
-    surface = build_surface(runtime.desk, runtime.settings)
-
-    @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        sweeper = Sweeper(runtime) if scheduler else None
-        if sweeper is not None:
-            sweeper.start()
-            runtime.desk.wake = sweeper.wake
-        socket_mode = await start_socket_mode(surface, runtime.settings) if surface else None
-        try:
-            yield
-        finally:
-            if socket_mode is not None:
-                await socket_mode.close_async()
-            if sweeper is not None:
-                runtime.desk.wake = None
-                sweeper.stop(timeout=runtime.desk.jobs.lease.total_seconds())
-
-    app = FastAPI(title="Refund Desk", version="0.1.0", lifespan=lifespan)
-    app.state.runtime = runtime
-    app.include_router(api.router)
-    app.include_router(stripe_routes.router)
-    if surface is not None:
-        app.include_router(surface.router())
-        app.state.slack = surface
-    channels.install(app, runtime, surface)  # web form, email, platform webhooks, appeals
-    if sandbox is not None:
-        app.include_router(sandbox.router())
-
-    @app.exception_handler(CaseError)
-    async def _case_error(request: Request, exc: CaseError) -> JSONResponse:
-        return JSONResponse(error_body(exc.code, exc.message, exc.fields), status_code=exc.status)
-
-    @app.exception_handler(RequestValidationError)
-    async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
-        fields = {".".join(str(p) for p in e["loc"][1:]) or "body": e["msg"] for e in exc.errors()}
-        return JSONResponse(
-            error_body("invalid_request", "The request has invalid fields.", fields),
-            status_code=422,
-        )
-
-    @app.exception_handler(StarletteHTTPException)
-    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
-        return JSONResponse(error_body(code, str(exc.detail)), status_code=exc.status_code)
-
-    registry = metrics.registry_for(runtime.db)
-
-    @app.get("/metrics")
-    def metrics_endpoint() -> Response:
-        return Response(metrics.render(registry), media_type=CONTENT_TYPE_LATEST)
-
-    @app.get("/healthz")
-    def healthz() -> dict[str, str]:
-        with runtime.db.read() as session:
-            session.execute(text("SELECT 1"))
-        return {"status": "ok"}
-
-    return app
+    return surface

@@ -16,8 +16,8 @@ from sqlalchemy import func, select
 from sqlmodel import Session, col
 
 from refund_desk import money
-from refund_desk.cases.policies import LoadedPolicy
 from refund_desk.cases.ports import Advisor, AdvisorError, PolicyText, Provenance
+from refund_desk.governance.versions import LoadedPolicy
 from refund_desk.policy import Decision, PolicyDocument
 from refund_desk.storage.models import AdvisorCall, Case
 

@@ -23,8 +23,8 @@ from refund_desk.cases.errors import CaseError
 from refund_desk.cases.executor import enqueue_execution
 from refund_desk.cases.lifecycle import Status, load_for_update, move
 from refund_desk.cases.notify import notify
-from refund_desk.cases.policies import LoadedPolicy, control, load_version
 from refund_desk.cases.ports import Provenance
+from refund_desk.governance.versions import LoadedPolicy, control, load_version
 from refund_desk.policy import approver_limit
 from refund_desk.storage.audit import Actor
 from refund_desk.storage.models import Approval, Case

@@ -16,7 +16,7 @@ from sqlmodel import Session, col
 
 from refund_desk import money
 from refund_desk.cases.notify import notify
-from refund_desk.cases.policies import LoadedPolicy, control, load_version
+from refund_desk.governance.versions import LoadedPolicy, control, load_version
 from refund_desk.storage.audit import SYSTEM
 from refund_desk.storage.models import Control, Execution
 from refund_desk.storage.types import utcnow

@@ -22,14 +22,14 @@ from refund_desk.cases import facts as case_facts
 from refund_desk.cases.errors import Conflict
 from refund_desk.cases.intake import INLINE_GRACE, new_id
 from refund_desk.cases.lifecycle import Status, load_for_update, move
-from refund_desk.cases.policies import control, evaluate, load_version
 from refund_desk.cases.ports import (
     PaymentFacts,
     ProcessorError,
     ProcessorRefund,
     Provenance,
 )
-from refund_desk.cases.review import maybe_sample as sample_for_review
+from refund_desk.governance.review import maybe_sample as sample_for_review
+from refund_desk.governance.versions import control, evaluate, load_version
 from refund_desk.storage.audit import SYSTEM
 from refund_desk.storage.db import lock_payment
 from refund_desk.storage.jobs import ClaimedJob, RetryLater, backoff, enqueue

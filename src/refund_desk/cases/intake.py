@@ -23,8 +23,8 @@ from refund_desk import money
 from refund_desk.cases import facts as case_facts
 from refund_desk.cases.errors import Conflict, InvalidRequest, Unavailable
 from refund_desk.cases.lifecycle import FINAL, Status
-from refund_desk.cases.policies import control
 from refund_desk.cases.ports import PaymentFacts, PaymentNotFound, ProcessorError, Provenance
+from refund_desk.governance.versions import control
 from refund_desk.storage.audit import Actor, canonical
 from refund_desk.storage.db import lock_payment
 from refund_desk.storage.jobs import enqueue

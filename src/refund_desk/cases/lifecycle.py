@@ -9,9 +9,9 @@ from typing import Any
 from sqlalchemy import select
 from sqlmodel import Session
 
-from refund_desk.cases.customer import TELL_ON, tell
 from refund_desk.cases.errors import Conflict, NotFound
 from refund_desk.cases.notify import NOTIFY_ON, notify
+from refund_desk.customers.outcomes import TELL_ON, tell
 from refund_desk.storage.audit import Actor, AuditLog
 from refund_desk.storage.models import Case
 from refund_desk.storage.types import utcnow

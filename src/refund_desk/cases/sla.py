@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from sqlmodel import Session
 
 from refund_desk.cases.notify import notify
-from refund_desk.cases.policies import LoadedPolicy, control, load_version
+from refund_desk.governance.versions import LoadedPolicy, control, load_version
 from refund_desk.policy.durations import add_time, sla_period
 from refund_desk.storage.audit import SYSTEM
 from refund_desk.storage.jobs import ClaimedJob, enqueue

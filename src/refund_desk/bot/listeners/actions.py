@@ -1,0 +1,108 @@
+"""Button clicks on case cards: Approve, Approve partially, Deny, Escalate.
+
+Approve and Escalate decide in one short transaction, then `ack()`. Deny and Approve partially
+need a modal, which is opened first, because its `trigger_id` expires within three seconds.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from refund_desk import money
+from refund_desk.bot.blocks import cards
+from refund_desk.bot.outbox import enqueue_call
+from refund_desk.cases import approvals, tokens
+from refund_desk.cases.desk import Desk
+
+if TYPE_CHECKING:
+    from refund_desk.bot.app import Surface
+
+
+def channel_of(body: dict[str, Any]) -> str | None:
+    channel = (body.get("channel") or {}).get("id") or (body.get("container") or {}).get(
+        "channel_id"
+    )
+    return str(channel) if channel else None
+
+
+async def decide(
+    surface: Surface,
+    ack: Any,
+    *,
+    user: str,
+    channel: str | None,
+    token: str,
+    reason: str | None = None,
+    amount: str | None = None,
+    modal: bool = False,
+) -> None:
+    try:
+        outcome = await surface.blocking(
+            approvals.act, surface.desk, token_value=token, user=user, reason=reason, amount=amount
+        )
+    except approvals.Refused as refusal:
+        if modal and refusal.code == "invalid_amount":
+            await ack(response_action="errors", errors={"amount": refusal.message})
+            return
+        await ack()
+        await tell(surface, channel, user, f":no_entry: {refusal.message}")
+        return
+    await ack()
+    surface.start_jobs(outcome.jobs)
+
+
+async def tell(surface: Surface, channel: str | None, user: str, text: str) -> None:
+    """An ephemeral message through the outbox (a DM when there is no channel)."""
+
+    def queue(desk: Desk) -> int:
+        with desk.db.write() as session:
+            if channel:
+                return enqueue_call(
+                    session, "chat.postEphemeral", channel=channel, user=user, text=text
+                )
+            return enqueue_call(session, "chat.postMessage", channel=user, text=text)
+
+    surface.start_jobs([await surface.blocking(queue, surface.desk)])
+
+
+def register(surface: Surface) -> None:
+    app = surface.app
+
+    @app.action("approve")
+    async def on_approve(ack: Any, body: dict[str, Any], action: dict[str, Any]) -> None:
+        await decide(
+            surface, ack, user=body["user"]["id"], channel=channel_of(body), token=action["value"]
+        )
+
+    @app.action("escalate")
+    async def on_escalate(ack: Any, body: dict[str, Any], action: dict[str, Any]) -> None:
+        await decide(
+            surface, ack, user=body["user"]["id"], channel=channel_of(body), token=action["value"]
+        )
+
+    @app.action("deny")
+    async def on_deny(ack: Any, body: dict[str, Any], action: dict[str, Any], client: Any) -> None:
+        view = cards.deny_modal(action["value"], channel_of(body) or "")
+        await client.views_open(trigger_id=body["trigger_id"], view=view)
+        await ack()
+
+    @app.action("approve_partial")
+    async def on_partial(
+        ack: Any, body: dict[str, Any], action: dict[str, Any], client: Any
+    ) -> None:
+        try:
+            token = tokens.verify(surface.desk.secret, action["value"], now=surface.desk.now())
+            ceiling = money.format_money(token.amount, token.currency)
+        except tokens.TokenRefused:
+            # Let the decision path refuse it and record the refusal.
+            await decide(
+                surface,
+                ack,
+                user=body["user"]["id"],
+                channel=channel_of(body),
+                token=action["value"],
+            )
+            return
+        view = cards.partial_modal(action["value"], channel_of(body) or "", ceiling)
+        await client.views_open(trigger_id=body["trigger_id"], view=view)
+        await ack()

@@ -1,0 +1,133 @@
+"""App Home: the viewer's queue (oldest first, with SLA time left), recent decisions, and which
+rules fired this week."""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
+
+from slack_sdk.models.blocks import (
+    Block,
+    ContextBlock,
+    DividerBlock,
+    HeaderBlock,
+    MarkdownTextObject,
+    SectionBlock,
+)
+from slack_sdk.models.views import View
+from sqlalchemy import select
+from sqlmodel import Session, col
+
+from refund_desk import money
+from refund_desk.bot.blocks.cards import DECIDABLE, _clip
+from refund_desk.cases.desk import Desk
+from refund_desk.governance.versions import control, load_version
+from refund_desk.storage.jobs import ClaimedJob, enqueue
+from refund_desk.storage.models import Case
+from refund_desk.storage.types import utcnow
+from refund_desk.web.metrics import DRIFT_ALERT, reason_drift
+
+if TYPE_CHECKING:
+    from refund_desk.bot.app import Surface
+
+HOME = "slack.home"
+QUEUE_LIMIT = 20
+
+
+def queue_home(desk: Desk, user: str) -> int:
+    with desk.db.write() as session:
+        job = enqueue(session, kind=HOME, payload={"user": user})
+        assert job.id is not None
+        return job.id
+
+
+def may_decide(session: Session, case: Case, user: str) -> bool:
+    version = case.policy_version or control(session).active_version
+    if version is None:
+        return False
+    doc = load_version(session, version).doc
+    group = (case.decision or {}).get("approvers") or doc.approvers_for(doc.default)
+    if group in doc.approvers and user in doc.approvers[group].members:
+        return True
+    return bool(doc.managers and user in doc.managers.members and case.escalation_level > 0)
+
+
+def _left(due: datetime | None, now: datetime) -> str:
+    if due is None:
+        return "no deadline"
+    seconds = int((due - now).total_seconds())
+    sign = "" if seconds >= 0 else "overdue by "
+    seconds = abs(seconds)
+    return f"{sign}{seconds // 3600}h {seconds % 3600 // 60}m" + (" left" if not sign else "")
+
+
+def home_view(session: Session, user: str, now: datetime) -> View:
+    waiting = session.scalars(
+        select(Case)
+        .where(col(Case.status).in_(DECIDABLE))
+        .order_by(col(Case.created_at))
+        .limit(500)
+    ).all()
+    mine = [c for c in waiting if may_decide(session, c, user)][:QUEUE_LIMIT]
+    recent = session.scalars(
+        select(Case)
+        .where(col(Case.status).in_(["refunded", "denied"]))
+        .order_by(col(Case.updated_at).desc())
+        .limit(10)
+    ).all()
+    week = session.scalars(
+        select(Case).where(col(Case.created_at) >= now - timedelta(days=7)).limit(5000)
+    ).all()
+    fired = Counter(str((c.decision or {}).get("rule")) for c in week if c.decision)
+
+    blocks: list[Block] = [HeaderBlock(text="Waiting for you")]
+    if not mine:
+        blocks.append(SectionBlock(text=MarkdownTextObject(text="Nothing waits for you.")))
+    for case in mine:
+        line = (
+            f"*{money.format_money(case.amount, case.currency)}* · `{case.id}` · "
+            f"rule `{(case.decision or {}).get('rule')}` · {case.status.replace('_', ' ')} · "
+            f"{_left(case.sla_due_at, now)}"
+        )
+        blocks.append(SectionBlock(text=MarkdownTextObject(text=_clip(line))))
+    blocks += [DividerBlock(), HeaderBlock(text="Recent decisions")]
+    lines = [
+        f"{'✅' if c.status == 'refunded' else '✖️'} {money.format_money(c.amount, c.currency)} "
+        f"`{c.id}` {c.status}"
+        for c in recent
+    ]
+    blocks.append(
+        SectionBlock(text=MarkdownTextObject(text=_clip("\n".join(lines) or "None yet.")))
+    )
+    moved = [
+        f"`{reason}`: {now_share:.0%} this week, {before:.0%} the four weeks before"
+        for reason, (now_share, before) in sorted(reason_drift(session, now).items())
+        if abs(now_share - before) >= DRIFT_ALERT and before > 0
+    ]
+    if moved:
+        blocks.append(
+            SectionBlock(
+                text=MarkdownTextObject(
+                    text=_clip(":chart_with_upwards_trend: *Input drift*\n" + "\n".join(moved))
+                )
+            )
+        )
+    blocks += [DividerBlock(), HeaderBlock(text="Rules fired this week")]
+    rules = "\n".join(f"`{rule}`: {n}" for rule, n in fired.most_common(15))
+    blocks.append(SectionBlock(text=MarkdownTextObject(text=_clip(rules or "No decisions yet."))))
+    blocks.append(
+        ContextBlock(elements=[MarkdownTextObject(text=f"Updated {now:%Y-%m-%d %H:%M} UTC")])
+    )
+    return View(type="home", blocks=blocks[:100])
+
+
+def publish_home(surface: Surface, job: ClaimedJob) -> None:
+    user = str(job.payload["user"])
+    with surface.desk.db.read() as session:
+        view = home_view(session, user, utcnow())
+    surface.outbox.call("views.publish", user_id=user, view=view.to_dict())
+
+
+def register(surface: Surface) -> None:
+    surface.desk.jobs.register(HOME, lambda job: publish_home(surface, job))

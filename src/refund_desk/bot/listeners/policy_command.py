@@ -1,0 +1,530 @@
+"""`/refund-policy`: everyone may read the policy; its leads draft, test, backtest, shadow-run,
+publish, roll back, set the mode and pull the kill switch.
+
+A listener does one short transaction (off the event loop) and acknowledges with an
+ephemeral answer; each change commits with its audit record and its message to the policy
+channel. Slow work (a backtest, reading an uploaded file) is a job started after ``ack()``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from sqlalchemy import select
+from sqlmodel import Session, col
+
+from refund_desk import money
+from refund_desk.bot.blocks.policy import (
+    DRAFT_MODAL,
+    HELP,
+    REVIEW_RIGHT,
+    REVIEW_WRONG,
+    draft_modal,
+    draft_submission,
+    review_blocks,
+)
+from refund_desk.bot.policy_jobs import (
+    BACKTEST_JOB,
+    DRAFT_FILE_JOB,
+    PolicyJobs,
+    announce,
+    clip,
+    policy_channel,
+    tell,
+)
+from refund_desk.cases.desk import Desk
+from refund_desk.cases.errors import CaseError, InvalidRequest, NotFound
+from refund_desk.governance import admin as policy_admin
+from refund_desk.governance import drafts, review, shadow
+from refund_desk.governance.versions import control
+from refund_desk.policy import policy_hash
+from refund_desk.policy.diff import diff_policies, diff_text
+from refund_desk.storage.audit import Actor
+from refund_desk.storage.jobs import enqueue
+from refund_desk.storage.models import Case, PolicyVersion, ReviewSample, ShadowDecision
+
+if TYPE_CHECKING:
+    from refund_desk.bot.app import Surface
+
+MAX_DAYS = 365
+
+
+@dataclass(frozen=True)
+class Reply:
+    """The ephemeral answer, jobs to start after ack(), and a draft modal to open."""
+
+    text: str
+    jobs: list[int] = field(default_factory=list)
+    modal_for: tuple[int | None] | None = None  # (draft id or None,) when a modal should open
+
+
+def usage(text: str) -> InvalidRequest:
+    return InvalidRequest("usage", f"Usage: `/refund-policy {text}`")
+
+
+@dataclass
+class PolicyCommands:
+    """Parses `/refund-policy TEXT` and calls the `cases` services."""
+
+    desk: Desk
+    default_channel: str | None
+
+    def run(self, user: str, channel: str | None, text: str) -> Reply:
+        args = text.split()
+        sub, rest = (args[0].lower(), args[1:]) if args else ("help", [])
+        if sub == "shadow" and rest:
+            sub, rest = f"shadow {rest[0].lower()}", rest[1:]
+        try:
+            if sub in self.READS:
+                with self.desk.db.read() as session:
+                    return Reply(self.READS[sub](self, session, rest))
+            if sub in self.CHANGES:
+                return self.CHANGES[sub](self, user, channel, rest)
+        except CaseError as exc:
+            return Reply(f":no_entry: {exc.message}")
+        return Reply(f":no_entry: Unknown subcommand `{sub}`.\n{HELP}")
+
+    # ------------------------------------------------------------ reading
+
+    def help(self, session: Session, rest: list[str]) -> str:
+        switches = control(session)
+        mode = "paused" if switches.paused else switches.mode
+        line = f"Mode: *{mode}*, active version: v{switches.active_version or '-'}"
+        if switches.shadow_draft:
+            line += f", shadow: d{switches.shadow_draft}"
+        return f"{line}.\n{HELP}"
+
+    def show(self, session: Session, rest: list[str]) -> str:
+        if rest:
+            ref = drafts.parse_ref(rest[0])
+        else:
+            active = control(session).active_version
+            if active is None:
+                return "No policy version is published yet."
+            ref = drafts.Ref("version", active)
+        source = drafts.source_of(session, ref)
+        if ref.kind == "version":
+            row = session.get(PolicyVersion, ref.number)
+            assert row is not None
+            note = f", {row.note}" if row.note else ""
+            head = (
+                f"*{row.policy_name} v{row.version}* (published by {row.published_by}"
+                f"{note}, hash `{row.content_hash[:12]}`)"
+            )
+        else:
+            draft = drafts.get_draft(session, ref.number)
+            head = f"*Draft d{draft.id}* by {draft.author}, {_draft_state(draft)}"
+        return f"{head}\n```{clip(source, 2800)}```"
+
+    def history(self, session: Session, rest: list[str]) -> str:
+        rows = session.scalars(
+            select(PolicyVersion).order_by(col(PolicyVersion.version).desc()).limit(20)
+        ).all()
+        if not rows:
+            return "No policy version is published yet."
+        active = control(session).active_version
+        lines = [
+            f"{'*' if r.version == active else ' '} v{r.version} "
+            f"{r.published_at:%Y-%m-%d %H:%M} by {r.published_by} `{r.content_hash[:12]}`"
+            + (f" ({r.note})" if r.note else "")
+            for r in rows
+        ]
+        return "Policy history (* active):\n" + "\n".join(lines)
+
+    def list_drafts(self, session: Session, rest: list[str]) -> str:
+        rows = drafts.list_drafts(session)
+        if not rows:
+            return "No drafts yet: `/refund-policy draft` starts one."
+        return "Drafts:\n" + "\n".join(f"• d{d.id} by {d.author}, {_draft_state(d)}" for d in rows)
+
+    def validate(self, session: Session, rest: list[str]) -> str:
+        if len(rest) != 1:
+            raise usage("validate DRAFT")
+        return drafts.validate_text(drafts.source_of(session, drafts.parse_ref(rest[0])))[1]
+
+    def diff(self, session: Session, rest: list[str]) -> str:
+        if len(rest) != 2:
+            raise usage("diff vA vB")
+        refs = [drafts.parse_ref(r) for r in rest]
+        docs = []
+        for ref in refs:
+            doc, message = drafts.validate_text(drafts.source_of(session, ref))
+            if doc is None:
+                raise InvalidRequest("policy_invalid", f"{ref}: {message}")
+            docs.append(doc)
+        return clip(diff_text(diff_policies(*docs), old=str(refs[0]), new=str(refs[1])))
+
+    def shadow_report(self, session: Session, rest: list[str]) -> str:
+        return shadow.report(session)
+
+    def reviews(self, session: Session, rest: list[str]) -> str:
+        rows = review.wrong_by_rule(session)
+        if not rows:
+            return "No after-the-fact reviews answered yet."
+        return "After-the-fact reviews (wrong / answered, by the rule that fired):\n" + "\n".join(
+            f"• `{rule}`: {wrong} / {answered}" for rule, wrong, answered in rows
+        )
+
+    def case(self, session: Session, rest: list[str]) -> str:
+        """A decision for operators, with its counterfactual (never shown to the customer)."""
+        if len(rest) != 1:
+            raise usage("case CASE_ID")
+        case = session.get(Case, rest[0])
+        if case is None:
+            raise NotFound("case_not_found", f"No case {rest[0]} exists.")
+        decision = case.decision or {}
+        amount = money.format_money(case.amount, case.currency)
+        lines = [
+            f"Case `{case.id}`: {case.status.replace('_', ' ')}, {amount}; "
+            f"policy v{case.policy_version or '-'} decided "
+            f"*{decision.get('outcome', 'nothing yet')}* by `{decision.get('rule', '-')}`"
+            f" (tier {decision.get('tier', '-')})."
+        ]
+        if decision.get("counterfactual"):
+            lines.append(f":bulb: {decision['counterfactual']} (operators only)")
+        shadowed = session.get(ShadowDecision, case.id)
+        if shadowed is not None:
+            lines.append(f"Shadow d{shadowed.draft_id}: {shadowed.outcome} by `{shadowed.rule}`.")
+        return "\n".join(lines)
+
+    READS: ClassVar[dict[str, Callable[[PolicyCommands, Session, list[str]], str]]] = {
+        "help": help,
+        "show": show,
+        "history": history,
+        "drafts": list_drafts,
+        "validate": validate,
+        "diff": diff,
+        "case": case,
+        "shadow report": shadow_report,
+        "reviews": reviews,
+    }
+
+    # ------------------------------------------------------------ changing (leads only)
+
+    def _change(self, user: str, act: Callable[[Session, Actor], drafts.Change]) -> Reply:
+        """Lead check, the change with its audit record, and its announcement: one transaction."""
+        with self.desk.db.write() as session:
+            drafts.require_lead(session, user)
+            change = act(session, Actor("human", user))
+            jobs = list(change.jobs)
+            if change.announce:
+                job = announce(session, self.default_channel, change.announce)
+                jobs += [job] if job is not None else []
+        return Reply(change.reply, jobs)
+
+    def draft(self, user: str, channel: str | None, rest: list[str]) -> Reply:
+        if rest and rest[0].lower() == "from":
+            if len(rest) != 2:
+                raise usage("draft from vN")
+            ref = drafts.parse_ref(rest[1], allow=("version",))
+
+            def copy(session: Session, actor: Actor) -> drafts.Change:
+                source = drafts.source_of(session, ref)
+                return drafts.save_draft(session, self.desk.audit, source=source, actor=actor)[1]
+
+            return self._change(user, copy)
+        draft_id = drafts.parse_ref(rest[0], allow=("draft",)).number if rest else None
+        with self.desk.db.read() as session:
+            drafts.require_lead(session, user)
+            if draft_id is not None:
+                drafts.get_draft(session, draft_id)
+        return Reply("", modal_for=(draft_id,))
+
+    def test(self, user: str, channel: str | None, rest: list[str]) -> Reply:
+        ref = _one_draft(rest, "test DRAFT")
+        return self._change(
+            user, lambda s, a: drafts.test_draft(s, self.desk.audit, draft_id=ref, actor=a)
+        )
+
+    def backtest(self, user: str, channel: str | None, rest: list[str]) -> Reply:
+        days = 30
+        if len(rest) == 3 and rest[1] == "--days" and rest[2].isdigit():
+            days = int(rest[2])
+        elif len(rest) != 1:
+            raise usage("backtest DRAFT [--days N]")
+        if not 1 <= days <= MAX_DAYS:
+            raise InvalidRequest("bad_days", f"--days must be between 1 and {MAX_DAYS}.")
+        ref = drafts.parse_ref(rest[0])
+        with self.desk.db.write() as session:
+            drafts.require_lead(session, user)
+            source = drafts.source_of(session, ref)
+            doc, message = drafts.validate_text(source)
+            if doc is None:
+                raise InvalidRequest("policy_invalid", f"{ref}: {message}")
+            target = policy_channel(session, self.default_channel) or channel or user
+            job = enqueue(
+                session,
+                kind=BACKTEST_JOB,
+                payload={
+                    "ref": str(ref),
+                    "content_hash": policy_hash(doc),
+                    "days": days,
+                    "user": user,
+                    "channel": target,
+                },
+            )
+            assert job.id is not None
+        return Reply(
+            f"Backtest of {ref} over the last {days} days started; the summary and the full "
+            f"report (CSV) will be in <#{target}>.",
+            [job.id],
+        )
+
+    def shadow_start(self, user: str, channel: str | None, rest: list[str]) -> Reply:
+        ref = _one_draft(rest, "shadow start DRAFT")
+        return self._change(
+            user, lambda s, a: shadow.start(s, self.desk.audit, draft_id=ref, actor=a)
+        )
+
+    def shadow_stop(self, user: str, channel: str | None, rest: list[str]) -> Reply:
+        return self._change(user, lambda s, a: shadow.stop(s, self.desk.audit, actor=a))
+
+    def publish(self, user: str, channel: str | None, rest: list[str]) -> Reply:
+        ref = _one_draft(rest, "publish DRAFT")
+        return self._change(
+            user, lambda s, a: policy_admin.publish_draft(s, self.desk.audit, draft_id=ref, actor=a)
+        )
+
+    def rollback(self, user: str, channel: str | None, rest: list[str]) -> Reply:
+        if len(rest) != 1:
+            raise usage("rollback vN")
+        version = drafts.parse_ref(rest[0], allow=("version",)).number
+        return self._change(
+            user, lambda s, a: policy_admin.rollback(s, self.desk.audit, version=version, actor=a)
+        )
+
+    def mode(self, user: str, channel: str | None, rest: list[str]) -> Reply:
+        if len(rest) != 1:
+            raise usage("mode shadow|approve-all|supervised")
+        return self._change(
+            user, lambda s, a: policy_admin.set_mode(s, self.desk.audit, mode=rest[0], actor=a)
+        )
+
+    def pause(self, user: str, channel: str | None, rest: list[str]) -> Reply:
+        return self._change(
+            user,
+            lambda s, a: policy_admin.set_paused(
+                s, self.desk.audit, paused=True, actor=a, now=self.desk.now()
+            ),
+        )
+
+    def resume(self, user: str, channel: str | None, rest: list[str]) -> Reply:
+        return self._change(
+            user,
+            lambda s, a: policy_admin.set_paused(
+                s, self.desk.audit, paused=False, actor=a, now=self.desk.now()
+            ),
+        )
+
+    def review_rate(self, user: str, channel: str | None, rest: list[str]) -> Reply:
+        if len(rest) != 1:
+            raise usage("review-rate 5%|0.05|policy")
+        rate = _rate(rest[0])
+        return self._change(
+            user, lambda s, a: policy_admin.set_review_rate(s, self.desk.audit, rate=rate, actor=a)
+        )
+
+    def second_lead(self, user: str, channel: str | None, rest: list[str]) -> Reply:
+        if len(rest) != 1 or rest[0].lower() not in ("on", "off"):
+            raise usage("second-lead on|off")
+        on = rest[0].lower() == "on"
+        return self._change(
+            user, lambda s, a: policy_admin.set_second_lead(s, self.desk.audit, on=on, actor=a)
+        )
+
+    CHANGES: ClassVar[dict[str, Callable[[PolicyCommands, str, str | None, list[str]], Reply]]] = {
+        "draft": draft,
+        "test": test,
+        "backtest": backtest,
+        "shadow start": shadow_start,
+        "shadow stop": shadow_stop,
+        "publish": publish,
+        "rollback": rollback,
+        "mode": mode,
+        "pause": pause,
+        "resume": resume,
+        "review-rate": review_rate,
+        "second-lead": second_lead,
+    }
+
+    # ------------------------------------------------------------ modal and review buttons
+
+    def submit_draft(self, user: str, meta: str, view: dict[str, Any]) -> Reply | dict[str, str]:
+        """A submitted draft modal: errors for the modal, or the reply and the jobs to run."""
+        draft_text, _, channel = meta.partition("|")
+        draft_id = int(draft_text) if draft_text.isdigit() else None
+        file_id, text = draft_submission(view)
+        if (file_id is None) == (text is None):
+            return {"file": "Upload the policy YAML file, or paste a short policy below (one)."}
+        with self.desk.db.write() as session:
+            drafts.require_lead(session, user)
+            if file_id is not None:  # read by a job: no network call before ack()
+                job = enqueue(
+                    session,
+                    kind=DRAFT_FILE_JOB,
+                    payload={
+                        "file": file_id,
+                        "draft": draft_id,
+                        "user": user,
+                        "channel": channel or None,
+                    },
+                )
+                assert job.id is not None
+                return Reply("Reading the file…", [job.id])
+            assert text is not None
+            _, change = drafts.save_draft(
+                session, self.desk.audit, source=text, actor=Actor("human", user), draft_id=draft_id
+            )
+            jobs = [tell(session, user, channel or None, change.reply)]
+            if change.announce:
+                job_id = announce(session, self.default_channel, change.announce)
+                jobs += [job_id] if job_id is not None else []
+        return Reply(change.reply, jobs)
+
+    def tell(self, user: str, channel: str | None, text: str) -> int:
+        """An ephemeral answer as a job (a button click has no response_url to answer on)."""
+        with self.desk.db.write() as session:
+            return tell(session, user, channel, text)
+
+    def answer_review(self, user: str, case_id: str, verdict: str, where: dict[str, str]) -> Reply:
+        with self.desk.db.write() as session:
+            _check_reviewer(session, user, case_id)
+            sample = review.answer(
+                session,
+                self.desk.audit,
+                case_id=case_id,
+                verdict=verdict,
+                actor=Actor("human", user),
+            )
+            said = "looks right" if verdict == "right" else f"was wrong (rule `{sample.rule}`)"
+            jobs = []
+            if where.get("channel") and where.get("ts"):
+                jobs.append(_update(session, where, review_blocks(sample, f"<@{user}>: {said}.")))
+            if verdict == "wrong":
+                job_id = announce(
+                    session,
+                    self.default_channel,
+                    f":warning: <@{user}> marked case `{case_id}` as wrongly "
+                    f"refunded by rule `{sample.rule}` (v{sample.policy_version}).",
+                )
+                jobs += [job_id] if job_id is not None else []
+        return Reply(f"Recorded: case `{case_id}` {said}.", jobs)
+
+
+def _update(session: Session, where: dict[str, str], blocks: list[dict[str, Any]]) -> int:
+    from refund_desk.bot.outbox import enqueue_call
+
+    return enqueue_call(
+        session,
+        "chat.update",
+        channel=where["channel"],
+        ts=where["ts"],
+        text="After-the-fact review answered",
+        blocks=blocks,
+    )
+
+
+def _check_reviewer(session: Session, user: str, case_id: str) -> None:
+    """Approvers, managers and leads of the case's policy may judge its automatic refund."""
+    from refund_desk.cases.approvals import Refused
+    from refund_desk.governance.versions import load_version
+
+    sample = session.get(ReviewSample, case_id)
+    if sample is None or sample.policy_version is None:
+        return  # review.answer says what is wrong
+    doc = load_version(session, sample.policy_version).doc
+    people = {m for g in doc.approvers.values() for m in g.members} | set(doc.leads)
+    people |= set(doc.managers.members) if doc.managers else set()
+    if user not in people:
+        raise Refused("not_a_reviewer", "Only the policy's approvers, managers and leads review.")
+
+
+def _one_draft(rest: list[str], text: str) -> int:
+    if len(rest) != 1:
+        raise usage(text)
+    return drafts.parse_ref(rest[0], allow=("draft",)).number
+
+
+def _rate(text: str) -> float | None:
+    if text.lower() == "policy":
+        return None
+    try:
+        return float(text[:-1]) / 100 if text.endswith("%") else float(text)
+    except ValueError:
+        raise InvalidRequest("bad_rate", f"`{text}` is not a share like 5% or 0.05.") from None
+
+
+def _draft_state(draft: Any) -> str:
+    if draft.published_version is not None:
+        return f"published as v{draft.published_version}"
+    parts = ["valid" if draft.content_hash else "not valid"]
+    if draft.last_test_summary:
+        parts.append(f"tests: {draft.last_test_summary}")
+    if draft.last_backtest_hash and draft.last_backtest_hash == draft.content_hash:
+        parts.append(f"backtested {draft.last_backtest_at:%Y-%m-%d %H:%M}")
+    return ", ".join(parts)
+
+
+def register(surface: Surface) -> None:
+    app, desk = surface.app, surface.desk
+    commands = PolicyCommands(desk, surface.outbox.default_channel)
+    PolicyJobs(desk, surface.outbox).register()
+
+    @app.command("/refund-policy")
+    async def on_policy(ack: Any, command: dict[str, Any], client: Any) -> None:
+        user, channel = command["user_id"], command.get("channel_id")
+        reply = await surface.blocking(commands.run, user, channel, command.get("text") or "")
+        if reply.modal_for is not None:
+            view = draft_modal(reply.modal_for[0], channel or "")
+            await client.views_open(trigger_id=command["trigger_id"], view=view)
+            await ack()
+            return
+        await ack(text=reply.text)
+        surface.start_jobs(reply.jobs)
+
+    @app.view(DRAFT_MODAL)
+    async def on_draft(ack: Any, body: dict[str, Any], view: dict[str, Any]) -> None:
+        user = body["user"]["id"]
+        try:
+            reply = await surface.blocking(
+                commands.submit_draft, user, view.get("private_metadata") or "", view
+            )
+        except CaseError as exc:
+            await ack(response_action="errors", errors={"source": exc.message})
+            return
+        if isinstance(reply, dict):
+            await ack(response_action="errors", errors=reply)
+            return
+        await ack()
+        surface.start_jobs(reply.jobs)
+
+    async def on_review(ack: Any, body: dict[str, Any], verdict: str) -> None:
+        action = body["actions"][0]
+        where = {
+            "channel": (body.get("channel") or {}).get("id", ""),
+            "ts": (body.get("message") or body.get("container") or {}).get("ts", "")
+            or (body.get("container") or {}).get("message_ts", ""),
+        }
+        try:
+            reply = await surface.blocking(
+                commands.answer_review, body["user"]["id"], action["value"], verdict, where
+            )
+        except CaseError as exc:
+            await ack()
+            job = await surface.blocking(
+                commands.tell, body["user"]["id"], where["channel"], f":no_entry: {exc.message}"
+            )
+            surface.start_jobs([job])
+            return
+        await ack()
+        surface.start_jobs(reply.jobs)
+
+    @app.action(REVIEW_RIGHT)
+    async def on_right(ack: Any, body: dict[str, Any]) -> None:
+        await on_review(ack, body, "right")
+
+    @app.action(REVIEW_WRONG)
+    async def on_wrong(ack: Any, body: dict[str, Any]) -> None:
+        await on_review(ack, body, "wrong")

@@ -1,0 +1,242 @@
+"""The outbox: every Slack Web API call runs as a job, so an outage or a rate limit delays a
+message and loses none. Slack's `Retry-After` is honoured; other failures back off.
+
+The `notify` handler turns the core's notifications into cards and thread replies: a case that
+needs a person gets a card in its approver group's channel; everything after goes into its
+thread, and every message that carries the case's buttons is updated together.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from slack_sdk import WebClient
+from slack_sdk.errors import SlackApiError
+from sqlalchemy import select
+from sqlmodel import Session, col
+
+from refund_desk import money
+from refund_desk.bot.blocks import cards
+from refund_desk.cases.approvals import approval_count, approvals_needed
+from refund_desk.cases.desk import Desk
+from refund_desk.cases.notify import NOTIFY
+from refund_desk.governance.versions import LoadedPolicy, control, load_version
+from refund_desk.storage.jobs import ClaimedJob, RetryLater, enqueue
+from refund_desk.storage.models import Approval, Case, Execution, SlackMessage
+from refund_desk.storage.types import utcnow
+
+log = logging.getLogger(__name__)
+SLACK_CALL = "slack.call"
+
+
+@dataclass
+class Outbox:
+    desk: Desk
+    client: WebClient
+    default_channel: str | None
+
+    def register(self) -> None:
+        self.desk.jobs.register(NOTIFY, self.on_notify)
+        self.desk.jobs.register(SLACK_CALL, self.on_call)
+
+    # ------------------------------------------------------------ plain calls
+
+    def call(self, method: str, **params: Any) -> dict[str, Any]:
+        """One Web API call; a rate limit becomes a wait, not a failure."""
+        try:
+            response = self.client.api_call(method, json=params)
+        except SlackApiError as exc:
+            if exc.response.status_code == 429:
+                delay = float(exc.response.headers.get("Retry-After", "1"))
+                raise RetryLater(delay, f"slack rate limited on {method}", failed=False) from None
+            raise
+        return dict(response.data) if isinstance(response.data, dict) else {}
+
+    def on_call(self, job: ClaimedJob) -> None:
+        self.call(job.payload["method"], **job.payload["params"])
+
+    # ------------------------------------------------------------ notifications
+
+    def on_notify(self, job: ClaimedJob) -> None:
+        event, case_id = job.payload["event"], job.payload.get("case_id")
+        data = job.payload.get("data") or {}
+        if case_id is None:
+            self._announce(event, data)
+            return
+        with self.desk.db.read() as session:
+            case = session.get(Case, case_id)
+            if case is None:
+                return
+            messages = list(
+                session.scalars(
+                    select(SlackMessage).where(col(SlackMessage.case_id) == case_id)
+                ).all()
+            )
+            card = next((m for m in messages if m.kind == "card"), None)
+            ctx, policy = self._context(session, case)
+            line = self._line(session, case, event, data, policy)
+        if card is None:
+            if case.status not in cards.DECIDABLE:
+                return  # decided without a person: no thread to tell
+            self._post_card(case, ctx, policy)
+            return
+        blocks = cards.blocks_json(cards.case_blocks(ctx, secret=self.desk.secret))
+        for message in messages:
+            self.call(
+                "chat.update",
+                channel=message.channel,
+                ts=message.ts,
+                text=cards.fallback_text(case),
+                blocks=blocks,
+            )
+        if line:
+            self.call("chat.postMessage", channel=card.channel, thread_ts=card.ts, text=line)
+        if event == "case.escalated" and policy is not None and policy.doc.managers:
+            self._dm_managers(case, policy, blocks)
+
+    def _context(
+        self, session: Session, case: Case
+    ) -> tuple[cards.CardContext, LoadedPolicy | None]:
+        version = case.policy_version or control(session).active_version
+        policy = load_version(session, version) if version else None
+        group = (case.decision or {}).get("approvers")
+        if group is None and policy is not None:
+            group = policy.doc.approvers_for(policy.doc.default)
+        ctx = cards.CardContext(
+            case=case,
+            email=self.desk.vault.decrypt(case.email_enc),
+            approvals=approval_count(session, case),
+            needed=approvals_needed(case),
+            channel_group=group,
+            now=utcnow(),
+        )
+        return ctx, policy
+
+    def channel_for(self, case: Case, policy: LoadedPolicy | None) -> str | None:
+        if policy is not None:
+            group = (case.decision or {}).get("approvers")
+            approvers = policy.doc.approvers.get(group) if group else None
+            if approvers is not None and approvers.channel:
+                return approvers.channel
+            channels = policy.doc.channels or {}
+            if channels.get("approvals"):
+                return str(channels["approvals"])
+        return self.default_channel
+
+    def _post_card(self, case: Case, ctx: cards.CardContext, policy: LoadedPolicy | None) -> None:
+        channel = self.channel_for(case, policy)
+        if channel is None:
+            log.warning("case %s needs a person but no approvals channel is set", case.id)
+            return
+        blocks = cards.blocks_json(cards.case_blocks(ctx, secret=self.desk.secret))
+        response = self.call(
+            "chat.postMessage", channel=channel, text=cards.fallback_text(case), blocks=blocks
+        )
+        self._remember(case.id, "card", str(response.get("channel", channel)), str(response["ts"]))
+
+    def _dm_managers(self, case: Case, policy: LoadedPolicy, blocks: list[dict[str, Any]]) -> None:
+        assert policy.doc.managers is not None
+        with self.desk.db.read() as session:
+            already = set(
+                session.scalars(
+                    select(col(SlackMessage.channel)).where(
+                        col(SlackMessage.case_id) == case.id, col(SlackMessage.kind) == "dm"
+                    )
+                ).all()
+            )
+        for manager in policy.doc.managers.members:
+            opened = self.call("conversations.open", users=manager)
+            channel = str(opened["channel"]["id"])
+            if channel in already:
+                continue
+            response = self.call(
+                "chat.postMessage", channel=channel, text=cards.fallback_text(case), blocks=blocks
+            )
+            self._remember(case.id, "dm", channel, str(response["ts"]))
+
+    def _remember(self, case_id: str, kind: str, channel: str, ts: str) -> None:
+        with self.desk.db.write() as session:
+            session.add(
+                SlackMessage(
+                    case_id=case_id, kind=kind, channel=channel, ts=ts, created_at=utcnow()
+                )
+            )
+
+    def _line(
+        self,
+        session: Session,
+        case: Case,
+        event: str,
+        data: dict[str, Any],
+        policy: LoadedPolicy | None,
+    ) -> str | None:
+        """The thread reply for an event, naming who acted."""
+        last = session.scalars(
+            select(Approval)
+            .where(col(Approval.case_id) == case.id)
+            .order_by(col(Approval.created_at).desc())
+            .limit(1)
+        ).first()
+        who = f"<@{last.approver}>" if last else "the policy"
+        amount = money.format_money(case.amount, case.currency)
+        if event == "case.approval_recorded":
+            return (
+                f"Approved by <@{data.get('user')}>; another approver is needed (fresh card above)."
+            )
+        if event == "case.approved":
+            return f"Approved by {who} for {amount}; refunding now."
+        if event == "case.refunded":
+            refund = session.scalars(
+                select(Execution).where(
+                    col(Execution.case_id) == case.id, col(Execution.status) == "succeeded"
+                )
+            ).first()
+            ref = f" (refund `{refund.processor_refund_id}`)" if refund else ""
+            return f":white_check_mark: Refunded {amount}{ref}."
+        if event == "case.denied":
+            return f"Denied by {who if last and last.decision == 'deny' else 'the policy'}."
+        if event == "case.parked":
+            return f":octagonal_sign: Parked: {case.park_reason or 'a person must look'}"
+        if event == "case.note":
+            return f":memo: {data.get('text', '')}"
+        if event == "case.reminder":
+            group = (case.decision or {}).get("approvers")
+            members = (
+                policy.doc.approvers[group].members
+                if policy and group in (policy.doc.approvers)
+                else []
+            )
+            who = " ".join(f"<@{m}>" for m in members) or "approvers"
+            return (
+                f":alarm_clock: Reminder for {who}: this case waits for a decision "
+                f"by {cards._when(case.sla_due_at)}."
+            )
+        if event == "case.escalated":
+            managers = policy.doc.managers.members if policy and policy.doc.managers else []
+            whom = " ".join(f"<@{m}>" for m in managers) or "the managers"
+            why = "the deadline passed" if data.get("basis") == "sla" else "asked by an approver"
+            return f":arrow_up: Escalated to {whom} (level {data.get('level')}): {why}."
+        if event == "case.awaiting_approval":
+            return "Back with the approvers."
+        return None
+
+    def _announce(self, event: str, data: dict[str, Any]) -> None:
+        """A message about no single case, to the policy's named channel (finance by default)."""
+        with self.desk.db.read() as session:
+            version = control(session).active_version
+            policy = load_version(session, version) if version else None
+        channels = (policy.doc.channels or {}) if policy else {}
+        channel = channels.get(str(data.get("channel") or "finance")) or self.default_channel
+        if channel is None:
+            log.warning("no channel for %s: %s", event, data)
+            return
+        text = data.get("text") or f"{event}: {data}"
+        self.call("chat.postMessage", channel=channel, text=cards._clip(str(text)))
+
+
+def enqueue_call(session: Session, method: str, **params: Any) -> int:
+    job = enqueue(session, kind=SLACK_CALL, payload={"method": method, "params": params})
+    assert job.id is not None
+    return job.id

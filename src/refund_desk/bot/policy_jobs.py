@@ -1,0 +1,250 @@
+"""The slow parts of `/refund-policy`, run as jobs after the listener has acknowledged.
+
+* a backtest: progress message while it runs for long, summary, the full report as a CSV
+  file (``files_upload_v2``: ``files.getUploadURLExternal``, an HTTP upload, then
+  ``files.completeUploadExternal``);
+* a draft uploaded in the modal: ``files.info`` for its ``url_private``, read with the token;
+* an after-the-fact review: the message with "looks right" / "this was wrong".
+
+Every Slack call goes through the outbox (a rate limit becomes a wait); no transaction is open
+while Slack is called.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from slack_sdk.errors import SlackApiError
+from sqlmodel import Session
+
+from refund_desk.bot.blocks.policy import review_blocks
+from refund_desk.bot.outbox import Outbox, enqueue_call
+from refund_desk.cases.desk import Desk
+from refund_desk.cases.errors import CaseError
+from refund_desk.governance import review
+from refund_desk.governance.backtest import record_backtest, run_backtest
+from refund_desk.governance.drafts import (
+    MAX_SOURCE,
+    compiled,
+    parse_ref,
+    require_lead,
+    save_draft,
+    source_of,
+)
+from refund_desk.governance.versions import control, load_version
+from refund_desk.policy import policy_hash
+from refund_desk.storage.audit import Actor
+from refund_desk.storage.jobs import ClaimedJob, RetryLater
+from refund_desk.storage.models import Case, ReviewSample
+
+BACKTEST_JOB = "policy.backtest"
+DRAFT_FILE_JOB = "policy.draft_file"
+PROGRESS_AFTER = 2.0  # seconds before a running backtest shows a progress message
+PROGRESS_EVERY = 3.0
+UPLOAD_METHODS = ("files.getUploadURLExternal", "files.completeUploadExternal")  # v2 upload
+MAX_MESSAGE = 3500
+
+
+def clip(text: str, limit: int = MAX_MESSAGE) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def policy_channel(session: Session, default: str | None) -> str | None:
+    """The active policy's ``channels.policy``, else the deployment's channel."""
+    version = control(session).active_version
+    if version is not None:
+        channel = load_version(session, version).doc.channels.get("policy")
+        if channel:
+            return channel
+    return default
+
+
+def announce(session: Session, default: str | None, text: str) -> int | None:
+    """Queue a message to the policy channel in the caller's transaction (the change's)."""
+    channel = policy_channel(session, default)
+    if channel is None:
+        return None
+    return enqueue_call(session, "chat.postMessage", channel=channel, text=clip(text))
+
+
+def tell(session: Session, user: str, channel: str | None, text: str) -> int:
+    """Queue a reply only ``user`` sees (ephemeral in ``channel``, else a DM)."""
+    if channel:
+        return enqueue_call(
+            session, "chat.postEphemeral", channel=channel, user=user, text=clip(text)
+        )
+    return enqueue_call(session, "chat.postMessage", channel=user, text=clip(text))
+
+
+@dataclass
+class PolicyJobs:
+    desk: Desk
+    outbox: Outbox
+
+    def register(self) -> None:
+        self.desk.jobs.register(BACKTEST_JOB, self.backtest)
+        self.desk.jobs.register(DRAFT_FILE_JOB, self.draft_file)
+        self.desk.jobs.register(review.REVIEW_JOB, self.review)
+
+    # ------------------------------------------------------------ backtest
+
+    def backtest(self, job: ClaimedJob) -> None:
+        p = job.payload
+        ref, days, channel = parse_ref(p["ref"]), int(p["days"]), p["channel"]
+        actor = Actor("human", p["user"])
+        with self.desk.db.read() as session:
+            source = source_of(session, ref)
+        if policy_hash(source) != p["content_hash"]:
+            self.outbox.call(
+                "chat.postMessage",
+                channel=channel,
+                text=(
+                    f"{ref} changed after the backtest was asked for; run `backtest {ref}` again."
+                ),
+            )
+            return
+        progress = Progress(self.outbox, channel, f"Backtesting {ref} over the last {days} days")
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / f"backtest-{ref}-{p['content_hash'][:8]}.csv"
+            with path.open("w", newline="") as out:
+                run = run_backtest(
+                    self.desk.db,
+                    compiled(p["content_hash"], source),
+                    label=str(ref),
+                    days=days,
+                    now=self.desk.now(),
+                    csv_out=out,
+                    progress=progress,
+                )
+            with self.desk.db.write() as session:
+                record_backtest(
+                    session,
+                    self.desk.audit,
+                    run,
+                    actor=actor,
+                    draft_id=ref.number if ref.kind == "draft" else None,
+                )
+            ts = progress.finish(clip(f"<@{actor.id}>: {run.text}"))
+            self._upload(channel, path, title=f"Backtest of {ref}: every changed case", ts=ts)
+
+    def _upload(self, channel: str, path: Path, *, title: str, ts: str) -> None:
+        try:
+            self.outbox.client.files_upload_v2(
+                channel=channel, file=str(path), filename=path.name, title=title, thread_ts=ts
+            )
+        except SlackApiError as exc:
+            if exc.response.status_code == 429:
+                delay = float(exc.response.headers.get("Retry-After", "1"))
+                raise RetryLater(delay, "slack rate limited the upload", failed=False) from None
+            raise
+
+    # ------------------------------------------------------------ a draft uploaded as a file
+
+    def draft_file(self, job: ClaimedJob) -> None:
+        p = job.payload
+        user, channel = p["user"], p.get("channel")
+        try:
+            source = self._download(p["file"])
+            with self.desk.db.write() as session:
+                require_lead(session, user)  # still a lead when the file arrives
+                _, change = save_draft(
+                    session,
+                    self.desk.audit,
+                    source=source,
+                    actor=Actor("human", user),
+                    draft_id=p.get("draft"),
+                )
+                jobs: list[int | None] = [tell(session, user, channel, change.reply)]
+                if change.announce:
+                    jobs.append(announce(session, self.outbox.default_channel, change.announce))
+        except CaseError as exc:
+            with self.desk.db.write() as session:
+                jobs = [tell(session, user, channel, f":no_entry: Draft not saved: {exc.message}")]
+        for job_id in jobs:
+            if job_id is not None:
+                self.desk.jobs.run_now(job_id)
+
+    def _download(self, file_id: str) -> str:
+        info = self.outbox.call("files.info", file=file_id)["file"]
+        if int(info.get("size") or 0) > MAX_SOURCE:
+            raise CaseError("policy_too_long", f"The file is over {MAX_SOURCE:,} bytes.")
+        request = urllib.request.Request(
+            info["url_private"], headers={"Authorization": f"Bearer {self.outbox.client.token}"}
+        )
+        with urllib.request.urlopen(request, timeout=10) as response:
+            data: bytes = response.read(MAX_SOURCE + 1)
+        if len(data) > MAX_SOURCE:
+            raise CaseError("policy_too_long", f"The file is over {MAX_SOURCE:,} bytes.")
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise CaseError("not_text", "The file is not UTF-8 text (a YAML file).") from None
+
+    # ------------------------------------------------------------ after-the-fact review
+
+    def review(self, job: ClaimedJob) -> None:
+        case_id = job.payload["case_id"]
+        with self.desk.db.read() as session:
+            sample = session.get(ReviewSample, case_id)
+            case = session.get(Case, case_id)
+            policy = (
+                load_version(session, case.policy_version) if case and case.policy_version else None
+            )
+        if sample is None or sample.answer is not None:
+            return
+        channels = policy.doc.channels if policy else {}  # `review`, else the policy channel
+        channel = channels.get("review") or channels.get("policy") or self.outbox.default_channel
+        if channel is None:
+            return
+        self.outbox.call(
+            "chat.postMessage",
+            channel=channel,
+            blocks=review_blocks(sample),
+            text=f"After-the-fact review of case {case_id}",
+        )
+
+
+class Progress:
+    """Shows a progress message only once a backtest runs for long, then keeps it current."""
+
+    def __init__(
+        self,
+        outbox: Outbox,
+        channel: str,
+        label: str,
+        *,
+        after: float = PROGRESS_AFTER,
+        every: float = PROGRESS_EVERY,
+    ) -> None:
+        self.outbox, self.channel, self.label = outbox, channel, label
+        self.after, self.every = after, every
+        self.started = self.last = time.monotonic()
+        self.ts: str | None = None
+
+    def __call__(self, cases: int) -> None:
+        now = time.monotonic()
+        if now - self.started < self.after:
+            return
+        text = f":hourglass_flowing_sand: {self.label}: {cases:,} cases so far…"
+        if self.ts is None:
+            self.ts = str(self._post(text)["ts"])
+        elif now - self.last >= self.every:
+            self.outbox.call("chat.update", channel=self.channel, ts=self.ts, text=text)
+        else:
+            return
+        self.last = now
+
+    def _post(self, text: str) -> dict[str, Any]:
+        return self.outbox.call("chat.postMessage", channel=self.channel, text=text)
+
+    def finish(self, text: str) -> str:
+        """The summary replaces the progress message (or is posted); returns its ts."""
+        if self.ts is None:
+            return str(self._post(text)["ts"])
+        self.outbox.call("chat.update", channel=self.channel, ts=self.ts, text=text)
+        return self.ts

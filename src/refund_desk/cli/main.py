@@ -1,0 +1,404 @@
+"""`refund-desk`: the admin's command line (DESIGN.md's external contract)."""
+
+from __future__ import annotations
+
+import getpass
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from refund_desk.cli import policy as _policy_cli
+from refund_desk.settings import ConfigError, Settings, load_settings
+
+app = typer.Typer(
+    help="Refund Desk: refunds decided by policy, approved in Slack, paid once.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+db_app = typer.Typer(help="Database schema.", no_args_is_help=True)
+key_app = typer.Typer(help="API keys for integrators.", no_args_is_help=True)
+policy_app = typer.Typer(
+    help="Policy documents: validate, test, backtest, diff, publish, roll back, pause.",
+    no_args_is_help=True,
+)
+audit_app = typer.Typer(help="The tamper-evident audit trail.", no_args_is_help=True)
+sandbox_app = typer.Typer(help="The embedded sandbox processor.", no_args_is_help=True)
+payment_app = typer.Typer(help="Sandbox payments.", no_args_is_help=True)
+app.add_typer(db_app, name="db")
+app.add_typer(key_app, name="api-key")
+app.add_typer(policy_app, name="policy")
+app.add_typer(audit_app, name="audit")
+app.add_typer(sandbox_app, name="sandbox")
+sandbox_app.add_typer(payment_app, name="payment")
+advisor_app = typer.Typer(
+    help="The AI advisor: accuracy and format adherence.", no_args_is_help=True
+)
+app.add_typer(advisor_app, name="advisor")
+
+
+def _settings() -> Settings:
+    try:
+        return load_settings()
+    except ConfigError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+
+
+def _runtime(migrate: bool = True):  # type: ignore[no-untyped-def]
+    from refund_desk.runtime import build
+
+    return build(_settings(), migrate=migrate)
+
+
+def _cli_actor():  # type: ignore[no-untyped-def]
+    from refund_desk.storage.audit import Actor
+
+    return Actor("cli", getpass.getuser())
+
+
+def _fail(message: str, code: int = 1) -> None:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+@app.callback()
+def _main(verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    # The scheduler only fires sweeps; its per-run chatter says nothing an operator needs.
+    logging.getLogger("apscheduler").setLevel(logging.DEBUG if verbose else logging.WARNING)
+
+
+@app.command()
+def serve(
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
+    workers: Annotated[int, typer.Option(help="Worker processes (PostgreSQL only).")] = 1,
+) -> None:
+    """Run the server: HTTP API, Slack endpoint, and the job sweeps."""
+    import uvicorn
+
+    settings = _settings()
+    if workers > 1 and settings.is_sqlite:
+        _fail("SQLite supports one worker; use PostgreSQL (DATABASE_URL) for more", 2)
+    if workers > 1:
+        uvicorn.run("refund_desk.web.main:app", host=host, port=port, workers=workers)
+        return
+    from refund_desk.web.app import create_app
+
+    runtime = _runtime()
+    typer.echo(
+        f"Refund Desk on http://{host}:{port} (database {runtime.db.engine.url.render_as_string()})"
+    )
+    uvicorn.run(create_app(runtime), host=host, port=port, log_level="info")
+
+
+@app.command()
+def demo(
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
+    dir: Annotated[
+        Path | None,
+        typer.Option("--dir", help="Keep the demo's data here (default: a temporary folder)."),
+    ] = None,
+    stream_seconds: Annotated[
+        float, typer.Option(help="Spread the sample refund requests over this many seconds.")
+    ] = 60.0,
+) -> None:
+    """Run the whole product locally with a Slack sandbox and a sample store; no configuration.
+
+    Prints the address to open in a browser. Refuses to run when SLACK_BOT_TOKEN is set."""
+    from refund_desk.demo.runner import DemoRefused, run
+
+    try:
+        run(host=host, port=port, directory=dir, stream_seconds=stream_seconds)
+    except DemoRefused as exc:
+        _fail(str(exc), 2)
+
+
+@db_app.command("upgrade")
+def db_upgrade() -> None:
+    """Bring the database schema up to date."""
+    _runtime(migrate=True)
+    typer.echo("database is up to date")
+
+
+@key_app.command("create")
+def api_key_create(name: Annotated[str, typer.Option(help="Who the key is for.")]) -> None:
+    """Create an API key for the intake API; it is printed once and stored only as a hash."""
+    from refund_desk.web.routes.intake_api import create_api_key
+
+    typer.echo(create_api_key(_runtime().db, name))
+
+
+@policy_app.command("validate")
+def policy_validate(file: Path) -> None:
+    """Check a policy document; report every problem with its rule id."""
+    from refund_desk.policy import PolicyInvalid, parse_policy
+
+    try:
+        doc = parse_policy(_read(file))
+    except PolicyInvalid as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(1) from None
+    typer.echo(f"{file}: valid policy {doc.policy!r} with {len(doc.rules)} rules")
+
+
+@policy_app.command("test")
+def policy_test(file: Path) -> None:
+    """Run the policy's embedded tests."""
+    from refund_desk.policy import PolicyInvalid, parse_policy, run_policy_tests
+
+    try:
+        doc = parse_policy(_read(file))
+    except PolicyInvalid as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(1) from None
+    results = run_policy_tests(doc)
+    for r in results:
+        typer.echo(
+            f"{'PASS' if r.passed else 'FAIL'}  {r.name}" + ("" if r.passed else f": {r.message}")
+        )
+    failed = sum(not r.passed for r in results)
+    typer.echo(f"{len(results) - failed} passed, {failed} failed")
+    if failed:
+        raise typer.Exit(1)
+
+
+@policy_app.command("publish")
+def policy_publish(file: Path) -> None:
+    """Publish a policy as the next version: the same gate as in Slack (valid, tests pass,
+    backtested over the last 30 days; this command runs that backtest and shows it)."""
+    from refund_desk.cases.errors import CaseError
+    from refund_desk.cli.policy import backtest_and_record
+    from refund_desk.governance.versions import BACKTEST_DAYS, check_publishable, publish
+
+    runtime = _runtime()
+    source = _read(file)
+    try:
+        check_publishable(source)  # valid and tested before the (longer) backtest
+        run = backtest_and_record(runtime, file.name, source, BACKTEST_DAYS, None, audited=False)
+        with runtime.db.write() as session:
+            row = publish(
+                session, runtime.desk.audit, source=source, actor=_cli_actor(), backtest="require"
+            )
+    except CaseError as exc:
+        _fail(exc.message)
+    typer.echo(run.text.replace("`", ""))
+    typer.echo(f"published {row.policy_name} v{row.version} ({row.content_hash[:12]})")
+
+
+@audit_app.command("verify")
+def audit_verify() -> None:
+    """Recompute the audit chain; name the first record that does not fit."""
+    from refund_desk.storage.audit import verify_chain
+
+    runtime = _runtime()
+    with runtime.db.read() as session:
+        result = verify_chain(runtime.settings.secret_value(), session)
+    if result.ok:
+        typer.echo(f"ok: {result.count} records, head {result.head_hash}")
+        return
+    _fail(f"audit chain broken at record {result.first_bad_seq}: {result.problem}")
+
+
+@audit_app.command("export")
+def audit_export(
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="File (default stdout).")
+    ] = None,
+) -> None:
+    """Write the audit trail as JSON Lines, ending with the head hash."""
+    from refund_desk.storage.audit import export_jsonl, iter_records
+
+    runtime = _runtime()
+    with runtime.db.read() as session:
+        if output is None:
+            export_jsonl(iter_records(session), sys.stdout)
+        else:
+            with output.open("w") as f:
+                head = export_jsonl(iter_records(session), f)
+            typer.echo(f"wrote {output}; head {head}", err=True)
+
+
+@app.command()
+def reconcile(
+    since: Annotated[
+        str, typer.Option(help="Start of the window: a duration back (7d, 24h) or an ISO date.")
+    ] = "7d",
+    csv_file: Annotated[
+        Path | None, typer.Option("--csv", help="Also write the findings to this CSV file.")
+    ] = None,
+) -> None:
+    """Compare every refund the processor holds since --since with our executions."""
+    from refund_desk.cases.ports import ProcessorError
+    from refund_desk.payments.reconcile import reconcile as run
+
+    runtime = _runtime()
+    try:
+        start = _since(since, runtime.desk.now())
+    except ValueError as exc:
+        _fail(str(exc), 2)
+    try:
+        report = run(runtime.desk, since=start, actor=_cli_actor())
+    except ProcessorError as exc:
+        _fail(f"the processor could not be listed: {exc.message} ({exc.code})")
+    for f in report.findings:
+        mark = "new " if f.key in report.new_keys else "seen"
+        typer.echo(f"{mark}  {f.kind:<20}  {f.refund_id or f.execution_id or '-':<28}  {f.detail}")
+    typer.echo(
+        f"{report.refunds_seen} refunds at the processor, {report.executions_seen} executions; "
+        f"{len(report.findings)} findings ({len(report.new_keys)} new) since {start.isoformat()}"
+    )
+    if csv_file is not None:
+        with csv_file.open("w", newline="") as out:
+            report.write_csv(out)
+        typer.echo(f"wrote {csv_file}", err=True)
+
+
+def _since(text: str, now):  # type: ignore[no-untyped-def]
+    from datetime import UTC, datetime
+
+    from refund_desk.policy.durations import parse_duration
+
+    try:
+        return now - parse_duration(text)
+    except ValueError:
+        pass
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError(
+            f"--since {text!r} is neither a duration like 7d nor an ISO date"
+        ) from None
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value
+
+
+@payment_app.command("create")
+def sandbox_payment_create(
+    amount: Annotated[str, typer.Option(help="Major units, e.g. 25.00")],
+    currency: Annotated[str, typer.Option(help="ISO 4217 code, e.g. usd")],
+    email: Annotated[str, typer.Option(help="The customer's email")],
+    name: Annotated[str | None, typer.Option(help="The customer's name")] = None,
+    age_days: Annotated[int, typer.Option(help="How long ago it was paid")] = 0,
+    chargebacks: Annotated[int, typer.Option(help="Chargebacks on record")] = 0,
+) -> None:
+    """Create a sandbox payment and print its id."""
+    from datetime import timedelta
+
+    from refund_desk import money
+    from refund_desk.storage.types import utcnow
+
+    sandbox = _sandbox()
+    try:
+        minor = money.to_minor(amount, currency)
+    except ValueError as exc:
+        _fail(str(exc), 2)
+    typer.echo(
+        sandbox.create_payment(
+            amount=minor,
+            currency=currency,
+            email=email,
+            name=name,
+            chargebacks=chargebacks,
+            created_at=utcnow() - timedelta(days=age_days),
+        )
+    )
+
+
+@payment_app.command("show")
+def sandbox_payment_show(payment_id: str) -> None:
+    """Print a sandbox payment and every refund the processor holds for it, as JSON."""
+    from refund_desk.cases.ports import PaymentNotFound
+
+    try:
+        typer.echo(json.dumps(_sandbox().show_payment(payment_id), indent=2))
+    except PaymentNotFound as exc:
+        _fail(exc.message)
+
+
+@sandbox_app.command("fault")
+def sandbox_fault(
+    mode: Annotated[
+        str,
+        typer.Argument(help="down | timeout-after-success | decline | crash-after-success | none"),
+    ],
+    times: Annotated[int | None, typer.Option(help="Only for the next N calls")] = None,
+) -> None:
+    """Make the sandbox processor misbehave (reaches a running server through the database)."""
+    try:
+        _sandbox().set_fault(mode, times)
+    except ValueError as exc:
+        _fail(str(exc), 2)
+    typer.echo(f"sandbox fault: {mode}" + (f" for {times} call(s)" if times else ""))
+
+
+@advisor_app.command("eval")
+def advisor_eval(
+    files: Annotated[
+        list[Path] | None,
+        typer.Argument(help="JSON Lines labelled sets (default: the shipped one)"),
+    ] = None,
+    offline: Annotated[bool, typer.Option(help="Use the offline advisor even with a key.")] = False,
+    misses: Annotated[bool, typer.Option(help="List every line it got wrong.")] = False,
+) -> None:
+    """Score the advisor on labelled requests: one line per field, then a confusion table."""
+    from refund_desk.advisor.eval import BUNDLED, EvalError, evaluate, load, render
+    from refund_desk.advisor.offline import OfflineAdvisor
+    from refund_desk.runtime import make_advisor
+
+    try:
+        items = load(files or BUNDLED)
+    except EvalError as exc:
+        _fail(str(exc), 2)
+    advisor = OfflineAdvisor() if offline else make_advisor(Settings())
+    report = evaluate(advisor, items)
+    typer.echo(render(report, model=advisor.name != "offline"))
+    if misses:
+        typer.echo("\n".join(["", "misses:", *report.failures]))
+
+
+@advisor_app.command("stats")
+def advisor_stats() -> None:
+    """Advisor calls per day: format adherence (answers that parsed) and tokens spent."""
+    from refund_desk.cases.advisory import format_by_day
+
+    runtime = _runtime()
+    with runtime.db.read() as session:
+        days = format_by_day(session)
+    if not days:
+        typer.echo("no advisor calls yet")
+    for d in days:
+        share = "n/a" if d.format_adherence is None else f"{100 * d.format_adherence:.1f}%"
+        typer.echo(
+            f"{d.day}  {d.provider:<8} calls {d.calls:>5}  format {share:>6} "
+            f"({d.parsed}/{d.answers} parsed)  tokens {d.tokens}"
+        )
+
+
+def _sandbox():  # type: ignore[no-untyped-def]
+    runtime = _runtime()
+    if runtime.sandbox is None:
+        _fail("the sandbox processor is not in use (REFUND_DESK_PROCESSOR)")
+    return runtime.sandbox
+
+
+def _read(file: Path) -> str:
+    try:
+        return file.read_text()
+    except OSError as exc:
+        _fail(f"cannot read {file}: {exc.strerror}")
+        raise
+
+
+_policy_cli.register(policy_app)  # backtest, diff, history, rollback, mode, pause, resume
+
+
+def main() -> None:
+    app()

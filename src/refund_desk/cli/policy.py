@@ -1,0 +1,288 @@
+"""`refund-desk policy …` beyond validate/test: the admin's and CI's side of the lifecycle.
+
+The same services as `/refund-policy`; the actor is ``cli:<os user>`` and there is no lead
+check (the CLI is the admin's, who also publishes the very first version). When Slack is
+configured, each change is also announced in the policy channel (a queued Slack call that the
+server's sweeps deliver).
+"""
+
+from __future__ import annotations
+
+import getpass
+from collections.abc import Callable
+from contextlib import nullcontext
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+if TYPE_CHECKING:
+    from sqlmodel import Session
+
+    from refund_desk.storage.audit import Actor
+
+
+def _actor() -> Actor:
+    from refund_desk.storage.audit import Actor
+
+    return Actor("cli", getpass.getuser())
+
+
+def _runtime() -> Any:
+    from refund_desk.cli.main import _runtime as runtime
+
+    return runtime()
+
+
+def _fail(message: str) -> None:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(1)
+
+
+def _source(runtime: Any, target: str) -> tuple[str, str]:
+    """(label, YAML) for a file path or a published version ``vN``."""
+    from refund_desk.governance.drafts import parse_ref, source_of
+
+    if target.lower().startswith("v") and target[1:].isdigit():
+        with runtime.db.read() as session:
+            return target, source_of(session, parse_ref(target, allow=("version",)))
+    try:
+        return Path(target).name, Path(target).read_text()
+    except OSError as exc:
+        _fail(f"cannot read {target}: {exc.strerror}")
+        raise
+
+
+def _change(runtime: Any, act: Callable[[Session, Actor], Any]) -> None:
+    """Run one change with its audit record and (with Slack) its announcement."""
+    from refund_desk.bot.app import slack_configured
+    from refund_desk.bot.policy_jobs import announce
+    from refund_desk.cases.errors import CaseError
+
+    try:
+        with runtime.db.write() as session:
+            change = act(session, _actor())
+            if change.announce and slack_configured(runtime.settings):
+                announce(session, runtime.settings.channel, change.announce)
+    except CaseError as exc:
+        _fail(exc.message)
+    typer.echo(_plain(change.reply))
+
+
+def _plain(text: str) -> str:
+    actor = _actor()
+    return text.replace(f"<@{actor.id}>", str(actor)).replace("*", "")
+
+
+def backtest_and_record(
+    runtime: Any, label: str, source: str, days: int, csv: Path | None, *, audited: bool = True
+) -> Any:
+    """Run a backtest (streaming), record it (the gate's evidence), return the run.
+
+    ``audited=False`` when a publish follows at once: its audit record names the backtest.
+    """
+    from refund_desk.governance.backtest import record_backtest, run_backtest
+    from refund_desk.policy import CompiledPolicy, PolicyInvalid, parse_policy
+
+    try:
+        doc = parse_policy(source)
+    except PolicyInvalid as exc:
+        _fail(f"{label} is not valid:\n{exc}")
+        raise
+    with csv.open("w", newline="") if csv else nullcontext() as out:
+        run = run_backtest(
+            runtime.db,
+            CompiledPolicy.compile(doc),
+            label=label,
+            days=days,
+            csv_out=out,
+        )
+    with runtime.db.write() as session:
+        record_backtest(session, runtime.desk.audit, run, actor=_actor(), audited=audited)
+    return run
+
+
+def register(policy_app: typer.Typer) -> None:
+    """Add the lifecycle commands to `refund-desk policy`."""
+
+    @policy_app.command("backtest")
+    def policy_backtest(
+        target: Annotated[str, typer.Argument(help="A policy FILE or a published version vN.")],
+        days: Annotated[int, typer.Option(min=1, max=365, help="Replay this many days.")] = 30,
+        csv: Annotated[
+            Path | None, typer.Option("--csv", help="Write every changed case to this CSV file.")
+        ] = None,
+    ) -> None:
+        """Replay the stored cases' frozen facts against a policy; report what would change."""
+        runtime = _runtime()
+        label, source = _source(runtime, target)
+        run = backtest_and_record(runtime, label, source, days, csv)
+        typer.echo(_plain(run.text.replace("`", "")))
+        typer.echo(f"({run.summary['seconds']}s; recorded for hash {run.content_hash[:12]})")
+
+    @policy_app.command("diff")
+    def policy_diff(
+        old: Annotated[str, typer.Argument(help="FILE or vN")],
+        new: Annotated[str, typer.Argument(help="FILE or vN")],
+    ) -> None:
+        """Rule-level changes between two policies."""
+        from refund_desk.policy import PolicyInvalid, parse_policy
+        from refund_desk.policy.diff import diff_policies, diff_text
+
+        runtime = _runtime()
+        (a_label, a), (b_label, b) = _source(runtime, old), _source(runtime, new)
+        try:
+            changes = diff_policies(parse_policy(a), parse_policy(b))
+        except PolicyInvalid as exc:
+            _fail(str(exc))
+            raise
+        typer.echo(diff_text(changes, old=a_label, new=b_label).replace("`", ""))
+
+    @policy_app.command("history")
+    def policy_history() -> None:
+        """Published versions, newest first (* active)."""
+        from refund_desk.bot.listeners.policy_command import PolicyCommands
+
+        runtime = _runtime()
+        with runtime.db.read() as session:
+            text = PolicyCommands(runtime.desk, None).history(session, [])
+        typer.echo(text.replace("`", ""))
+
+    @policy_app.command("rollback")
+    def policy_rollback(
+        version: Annotated[str, typer.Argument(help="The version, e.g. v1.")],
+    ) -> None:
+        """Make an older version active again, as a new published version."""
+        from refund_desk.cases.errors import CaseError
+        from refund_desk.governance.admin import rollback
+        from refund_desk.governance.drafts import parse_ref
+
+        try:
+            number = parse_ref(version, allow=("version",)).number
+        except CaseError as exc:
+            _fail(exc.message)
+            raise
+        runtime = _runtime()
+        _change(runtime, lambda s, a: rollback(s, runtime.desk.audit, version=number, actor=a))
+
+    @policy_app.command("mode")
+    def policy_mode(
+        mode: Annotated[str, typer.Argument(help="shadow|approve-all|supervised")],
+    ) -> None:
+        """Set the autonomy mode."""
+        from refund_desk.governance.admin import set_mode
+
+        runtime = _runtime()
+        _change(runtime, lambda s, a: set_mode(s, runtime.desk.audit, mode=mode, actor=a))
+
+    @policy_app.command("pause")
+    def policy_pause() -> None:
+        """The kill switch: no refund executes until `policy resume`."""
+        from refund_desk.governance.admin import set_paused
+
+        runtime = _runtime()
+        _change(runtime, lambda s, a: set_paused(s, runtime.desk.audit, paused=True, actor=a))
+
+    @policy_app.command("resume")
+    def policy_resume() -> None:
+        """Lift the kill switch; waiting executions run at the server's next sweep."""
+        from refund_desk.governance.admin import set_paused
+
+        runtime = _runtime()
+        _change(runtime, lambda s, a: set_paused(s, runtime.desk.audit, paused=False, actor=a))
+
+    @policy_app.command("draft")
+    def policy_draft(
+        file: Annotated[Path, typer.Argument(help="The policy YAML.")],
+        draft_id: Annotated[
+            int | None, typer.Option("--id", help="Replace the text of this draft.")
+        ] = None,
+    ) -> None:
+        """Save a policy file as a draft (or replace a draft's text), as leads do in Slack."""
+        from refund_desk.governance.drafts import save_draft
+
+        runtime = _runtime()
+        _, source = _source(runtime, str(file))
+        _change(
+            runtime,
+            lambda s, a: save_draft(
+                s, runtime.desk.audit, source=source, actor=a, draft_id=draft_id
+            )[1],
+        )
+
+    @policy_app.command("drafts")
+    def policy_drafts() -> None:
+        """List the latest drafts with their test and backtest state."""
+        from refund_desk.governance.drafts import list_drafts
+
+        with _runtime().db.read() as session:
+            rows = list_drafts(session)
+            if not rows:
+                typer.echo("No drafts yet.")
+            for d in rows:
+                tested = {True: "tests pass", False: "tests FAIL", None: "untested"}[d.last_test_ok]
+                state = "valid" if d.content_hash else "not valid"
+                published = f", published v{d.published_version}" if d.published_version else ""
+                backtested = ", backtested" if d.last_backtest_hash == d.content_hash else ""
+                typer.echo(
+                    f"d{d.id}  {d.updated_at:%Y-%m-%d %H:%M}  {d.author}  "
+                    f"{state}, {tested}{backtested}{published}"
+                )
+
+    @policy_app.command("shadow")
+    def policy_shadow(
+        action: Annotated[str, typer.Argument(help="start | stop | report")],
+        draft: Annotated[str | None, typer.Argument(help="The draft for `start`, e.g. d3.")] = None,
+    ) -> None:
+        """Run a draft silently beside the live version, and report how often they agree."""
+        from refund_desk.cases.errors import CaseError
+        from refund_desk.governance import shadow
+        from refund_desk.governance.drafts import parse_ref
+
+        runtime = _runtime()
+        if action == "report":
+            with runtime.db.read() as session:
+                typer.echo(_plain(shadow.report(session)))
+            return
+        if action == "stop":
+            _change(runtime, lambda s, a: shadow.stop(s, runtime.desk.audit, actor=a))
+            return
+        if action != "start" or draft is None:
+            _fail("use `policy shadow start DRAFT`, `policy shadow stop` or `policy shadow report`")
+        try:
+            number = parse_ref(str(draft), allow=("draft",)).number
+        except CaseError as exc:
+            _fail(exc.message)
+            raise
+        _change(runtime, lambda s, a: shadow.start(s, runtime.desk.audit, draft_id=number, actor=a))
+
+    @policy_app.command("review-rate")
+    def policy_review_rate(
+        rate: Annotated[str, typer.Argument(help="A share such as 0.05 or 5%, or `policy`.")],
+    ) -> None:
+        """Share of automatic refunds a person re-checks afterwards (`policy`: its own)."""
+        from refund_desk.governance.admin import set_review_rate
+
+        value: float | None = None
+        if rate != "policy":
+            try:
+                value = float(rate[:-1]) / 100 if rate.endswith("%") else float(rate)
+            except ValueError:
+                _fail(f"{rate!r} is not a share such as 0.05 or 5%")
+        runtime = _runtime()
+        _change(runtime, lambda s, a: set_review_rate(s, runtime.desk.audit, rate=value, actor=a))
+
+    @policy_app.command("second-lead")
+    def policy_second_lead(
+        setting: Annotated[str, typer.Argument(help="on | off")],
+    ) -> None:
+        """Whether a publish from Slack needs a second lead to confirm it."""
+        from refund_desk.governance.admin import set_second_lead
+
+        if setting not in ("on", "off"):
+            _fail("use `policy second-lead on` or `policy second-lead off`")
+        runtime = _runtime()
+        _change(
+            runtime,
+            lambda s, a: set_second_lead(s, runtime.desk.audit, on=setting == "on", actor=a),
+        )

@@ -1,0 +1,287 @@
+"""`refund-desk demo`: the whole product on a new user's machine, with no configuration.
+
+The server runs on embedded defaults (SQLite in a temporary or named folder, the sandbox
+processor, the offline advisor, a generated secret) together with the local Slack sandbox,
+mounted in the same process, so there is one address to open. It seeds a sample store: the
+demo policy as v1, sample payments, and a stream of refund requests queued as jobs with due
+times over the first minute, so a restart with the same `--dir` resumes the stream instead of
+losing it. It never talks to real Slack: a set SLACK_BOT_TOKEN makes it refuse to start.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource
+from sqlalchemy import select
+from sqlmodel import col
+
+from refund_desk import money
+from refund_desk.cases.desk import Desk
+from refund_desk.cases.intake import parse_request, submit
+from refund_desk.demo.slack import Channel, Sandbox, User
+from refund_desk.governance.versions import control, publish
+from refund_desk.policy import PolicyDocument, parse_policy
+from refund_desk.runtime import Runtime, build
+from refund_desk.settings import Settings, settle_secret
+from refund_desk.storage.audit import Actor
+from refund_desk.storage.jobs import ClaimedJob, enqueue
+from refund_desk.storage.models import Case
+from refund_desk.storage.types import utcnow
+
+ARRIVE = "demo.request"
+OPERATOR = "U0OPS1"
+STOREFRONT = Actor("api", "demo-storefront")
+NAMES = {
+    OPERATOR: "Olivia Ortiz",
+    "U0LEAD1": "Lee Park",
+    "U0LEAD2": "Lina Haddad",
+    "U0FIN1": "Farah Nasser",
+    "U0FIN2": "Felix Braun",
+    "U0MGR1": "Maya Chen",
+}
+CHANNEL_NAMES = {"approvals": "refunds", "finance": "finance-approvals", "policy": "refund-policy"}
+
+
+class DemoRefused(Exception):
+    """The demo will not start; the message says why."""
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One sample request: when it arrives (share of the stream) and what it is about."""
+
+    at: float
+    paid: str
+    asked: str
+    message: str
+    age_days: int = 5
+    chargebacks: int = 0
+    filed_by: str | None = None  # filed by a person with /refund instead of the storefront
+
+
+SAMPLES = (
+    Sample(0.02, "30.00", "20.00", "The vase arrived broken, shards everywhere.", 3),
+    Sample(0.08, "45.00", "45.00", "I changed my mind about the lamp, please refund it.", 10),
+    Sample(0.14, "75.00", "75.00", "Wrong item: I got a toaster.", filed_by="U0LEAD1"),
+    Sample(0.22, "60.00", "80.00", "The chair wobbles, I want all my money back and more."),
+    Sample(0.30, "320.00", "320.00", "My parcel never arrived, tracking says lost.", 12),
+    Sample(0.40, "60.00", "60.00", "I was charged twice for the same order.", 8, chargebacks=1),
+    Sample(0.50, "35.00", "35.00", "The mug came chipped and cracked.", 2),
+    Sample(0.62, "30.00", "30.00", "The shoes are the wrong size, I ordered 42 and got 39.", 120),
+    Sample(0.75, "25.00", "25.00", "The teapot arrived broken in the box.", 6),
+    Sample(0.90, "150.00", "150.00", "The jacket does not fit, I would like my money back.", 20),
+)
+
+
+class DemoSettings(Settings):
+    """Settings from the demo alone: the environment (a real deployment's) is not read."""
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings,)
+
+
+def policy_source() -> str:
+    return resources.files("refund_desk.demo").joinpath("policy.yaml").read_text()
+
+
+def users_from(doc: PolicyDocument) -> list[User]:
+    """The picker's people, with the roles the demo policy gives them."""
+    roles: dict[str, list[str]] = {OPERATOR: ["operator"]}
+    for group, approvers in doc.approvers.items():
+        for member in approvers.members:
+            roles.setdefault(member, []).append(f"{group} approver")
+    for lead in doc.leads or []:
+        roles.setdefault(lead, []).insert(0, "lead")
+    for manager in doc.managers.members if doc.managers else []:
+        roles.setdefault(manager, []).append("manager")
+    return [User(uid, NAMES.get(uid, uid), ", ".join(r)) for uid, r in roles.items()]
+
+
+def channels_from(doc: PolicyDocument) -> list[Channel]:
+    named = {str(cid): CHANNEL_NAMES.get(key, key) for key, cid in (doc.channels or {}).items()}
+    for group, approvers in doc.approvers.items():
+        if approvers.channel and approvers.channel not in named:
+            named[approvers.channel] = f"{group}-approvals"
+    return [Channel(cid, name) for cid, name in named.items()]
+
+
+def demo_settings(folder: Path, host: str, port: int, sandbox: Sandbox) -> Settings:
+    local = "127.0.0.1" if host in ("0.0.0.0", "", "::") else host
+    base = f"http://{local}:{port}"
+    settings = DemoSettings(
+        DATABASE_URL=f"sqlite:///{folder / 'demo.db'}",
+        SLACK_BOT_TOKEN=sandbox.bot_token,
+        SLACK_SIGNING_SECRET=sandbox.signing_secret,
+        SLACK_API_URL=f"{base}/sandbox/slack/api/",
+        REFUND_DESK_CHANNEL="C0REFUNDS",
+        REFUND_DESK_SWEEP_SECONDS=2,
+        REFUND_DESK_PUBLIC_URL=base,
+        REFUND_DESK_EVIDENCE_DIR=folder / "evidence",
+    )
+    return settle_secret(settings)
+
+
+# ---------------------------------------------------------------- the sample store
+
+
+def seed(runtime: Runtime, *, stream_seconds: float) -> bool:
+    """Publish the demo policy, make the payments and queue the stream; False if done before."""
+    desk = runtime.desk
+    with runtime.db.read() as session:
+        if control(session).active_version is not None:
+            return False
+    with runtime.db.write() as session:
+        publish(session, desk.audit, source=policy_source(), actor=Actor("cli", "demo"))
+    assert runtime.sandbox is not None
+    start = utcnow()
+    payments = [  # the processor is remote: its own transactions, before ours
+        runtime.sandbox.create_payment(
+            amount=money.to_minor(sample.paid, "USD"),
+            currency="usd",
+            email=f"customer{n}@example.com",
+            name=f"Customer {n}",
+            chargebacks=sample.chargebacks,
+            created_at=start - timedelta(days=sample.age_days),
+        )
+        for n, sample in enumerate(SAMPLES, start=1)
+    ]
+    with runtime.db.write() as session:
+        for n, (sample, payment) in enumerate(zip(SAMPLES, payments, strict=True), start=1):
+            email = f"customer{n}@example.com"
+            enqueue(
+                session,
+                kind=ARRIVE,
+                payload={
+                    "n": n,
+                    "request": {
+                        "payment": payment,
+                        "email": email,
+                        "currency": "USD",
+                        "amount": sample.asked,
+                        "message": sample.message,
+                        "source": "slack" if sample.filed_by else "api",
+                    },
+                    "filed_by": sample.filed_by,
+                },
+                due_at=start + timedelta(seconds=1 + sample.at * stream_seconds),
+            )
+    return True
+
+
+def arrive(desk: Desk, job: ClaimedJob) -> None:
+    """A sample request reaches the desk through the same intake as the API and `/refund`."""
+    external_id = f"demo-{job.payload['n']}"
+    with desk.db.read() as session:
+        done = session.scalar(select(col(Case.id)).where(col(Case.external_id) == external_id))
+    if done is not None:
+        return  # a retried job finds the case it already filed
+    filed_by = job.payload.get("filed_by")
+    request = parse_request({**job.payload["request"], "external_id": external_id})
+    actor = Actor("human", filed_by) if filed_by else STOREFRONT
+    submitted = submit(desk, request, actor=actor, requested_by=filed_by)
+    desk.kick(submitted.job_id)
+
+
+def stream_left(runtime: Runtime) -> int:
+    """Sample requests not yet filed (the bench and the test wait for zero)."""
+    with runtime.db.read() as session:
+        filed = session.scalars(
+            select(col(Case.external_id)).where(col(Case.external_id).like("demo-%"))
+        ).all()
+    return len(SAMPLES) - len(filed)
+
+
+# ---------------------------------------------------------------- running it
+
+
+def prepare(
+    *, host: str, port: int, folder: Path, stream_seconds: float
+) -> tuple[Runtime, Sandbox]:
+    if os.environ.get("SLACK_BOT_TOKEN"):
+        raise DemoRefused(
+            "SLACK_BOT_TOKEN is set: the demo never runs against real Slack. "
+            "Unset it for the demo, or use `refund-desk serve` for a real workspace."
+        )
+    if not 0 < stream_seconds <= 3600:
+        raise DemoRefused("--stream-seconds must be more than 0 and at most 3600")
+    doc = parse_policy(policy_source())
+    sandbox = Sandbox.create(users=users_from(doc), channels=channels_from(doc))
+    runtime = build(demo_settings(folder, host, port, sandbox), migrate=True)
+    runtime.desk.jobs.register(ARRIVE, lambda job: arrive(runtime.desk, job))
+    seed(runtime, stream_seconds=stream_seconds)
+    return runtime, sandbox
+
+
+def run(*, host: str, port: int, directory: Path | None, stream_seconds: float) -> None:
+    """Serve the demo until interrupted; a temporary folder is removed afterwards."""
+    import uvicorn
+
+    from refund_desk.web.app import create_app
+
+    # A sweep every two seconds (and an overlapping one skipped) is not news in a demo.
+    logging.getLogger("apscheduler").setLevel(logging.ERROR)
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # every click is a request to the app
+
+    temporary = directory is None
+    folder = (
+        Path(tempfile.mkdtemp(prefix="refund-desk-demo-"))
+        if directory is None
+        else directory.expanduser().resolve()
+    )
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        runtime, sandbox = prepare(
+            host=host, port=port, folder=folder, stream_seconds=stream_seconds
+        )
+        server = uvicorn.Server(
+            uvicorn.Config(
+                create_app(runtime, sandbox=sandbox),
+                host=host,
+                port=port,
+                log_level="warning",
+                access_log=False,
+            )
+        )
+        local = "127.0.0.1" if host in ("0.0.0.0", "", "::") else host
+        threading.Thread(
+            target=_announce, args=(server, f"http://{local}:{port}/sandbox/", folder), daemon=True
+        ).start()
+        server.run()
+        runtime.db.dispose()
+        if not server.started:
+            raise DemoRefused(f"the server could not listen on {host}:{port}")
+    finally:
+        if temporary:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _announce(server: Any, url: str, folder: Path) -> None:
+    """Print the address once the server really listens (the browser test waits for it)."""
+    while not server.started and not server.should_exit:
+        time.sleep(0.05)
+    if server.started:
+        print(f"Refund Desk demo: open {url}", flush=True)
+        print(f"  data in {folder}; sample requests arrive over the next minute", flush=True)
+        print("  press Ctrl+C to stop", flush=True)
+        sys.stdout.flush()

@@ -1,0 +1,213 @@
+"""Changing the live policy: publish a draft, roll back, set the mode, pause and resume.
+
+Each function changes state and appends its audit record in the caller's transaction, and
+returns a ``Change`` (reply + announcement). Who may call them is checked by the surface
+(``drafts.require_lead`` in Slack; the CLI is the admin's).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import func, or_, select, update
+from sqlmodel import Session, col
+
+from refund_desk.cases.errors import InvalidRequest, NotFound
+from refund_desk.governance.drafts import Change, get_draft
+from refund_desk.governance.versions import (
+    MODES,
+    check_publishable,
+    control,
+    publish,
+    require_backtest,
+)
+from refund_desk.policy import parse_policy
+from refund_desk.policy.backtest import summary_text
+from refund_desk.storage.audit import Actor, AuditLog
+from refund_desk.storage.models import Job, PolicyVersion
+from refund_desk.storage.types import utcnow
+
+
+def publish_draft(session: Session, audit: AuditLog, *, draft_id: int, actor: Actor) -> Change:
+    """The gate (valid, tests pass, backtested on this exact content), then the next version.
+
+    With ``publish_needs_second_lead`` on, the first lead's publish is a request and a
+    different lead's publish of the same content confirms it.
+    """
+    draft = get_draft(session, draft_id)
+    if draft.published_version is not None:
+        raise InvalidRequest(
+            "draft_published", f"d{draft_id} is already published as v{draft.published_version}."
+        )
+    doc, results = check_publishable(draft.source, session)
+    assert draft.content_hash is not None  # it parsed
+    ran = require_backtest(session, draft.content_hash)
+    backtest = summary_text(ran.summary, label=f"d{draft_id}", days=ran.days)
+    if control(session).publish_needs_second_lead:
+        requested = draft.publish_requested_hash == draft.content_hash
+        if not requested or draft.publish_requested_by is None:
+            draft.publish_requested_by = str(actor)
+            draft.publish_requested_hash = draft.content_hash
+            session.add(draft)
+            audit.append(
+                session,
+                action="policy.publish_requested",
+                actor=actor,
+                payload={"draft": draft_id, "content_hash": draft.content_hash},
+            )
+            return Change(
+                reply=f"Publishing d{draft_id} needs a second lead: they confirm with "
+                f"`/refund-policy publish d{draft_id}`.",
+                announce=f"<@{actor.id}> asks to publish d{draft_id} (`{doc.policy}`). Another "
+                f"lead confirms with `/refund-policy publish d{draft_id}`.\n{backtest}",
+            )
+        if draft.publish_requested_by == str(actor):
+            raise InvalidRequest(
+                "second_lead_needed",
+                f"You asked to publish d{draft_id}; another lead must confirm.",
+            )
+    row = publish(session, audit, source=draft.source, actor=actor, backtest="require")
+    draft.published_version = row.version
+    session.add(draft)
+    head = (
+        f":rocket: <@{actor.id}> published d{draft_id} as *{row.policy_name} v{row.version}* "
+        f"(hash `{row.content_hash[:12]}`, {len(results)} tests passed)."
+    )
+    return Change(reply=head, announce=f"{head}\n{backtest}")
+
+
+def rollback(session: Session, audit: AuditLog, *, version: int, actor: Actor) -> Change:
+    """Make ``version`` active again as a new published entry: history is never rewritten."""
+    target = session.get(PolicyVersion, version)
+    if target is None:
+        raise NotFound("policy_version_missing", f"There is no policy version v{version}.")
+    switches = control(session)
+    previous = switches.active_version
+    if previous is not None:
+        active = session.get(PolicyVersion, previous)
+        if active is not None and active.content_hash == target.content_hash:
+            raise InvalidRequest(
+                "already_active", f"v{previous}, the active version, already has v{version}'s text."
+            )
+    parse_policy(target.source)  # still readable by this release, or refuse before changing
+    latest = session.scalar(select(func.max(PolicyVersion.version))) or 0
+    now = utcnow()
+    row = PolicyVersion(
+        version=latest + 1,
+        policy_name=target.policy_name,
+        content_hash=target.content_hash,
+        source=target.source,
+        published_by=str(actor),
+        published_at=now,
+        note=f"rollback to v{version}",
+    )
+    session.add(row)
+    switches.active_version, switches.updated_at = row.version, now
+    session.add(switches)
+    audit.append(
+        session,
+        action="policy.rolled_back",
+        actor=actor,
+        policy_version=row.version,
+        payload={"to": version, "from": previous, "content_hash": row.content_hash},
+    )
+    text = (
+        f":rewind: <@{actor.id}> rolled back to v{version}: it is active again as "
+        f"*v{row.version}* (was v{previous or '-'}). Cases keep the version they started with."
+    )
+    return Change(reply=text, announce=text)
+
+
+def set_mode(session: Session, audit: AuditLog, *, mode: str, actor: Actor) -> Change:
+    if mode not in MODES:
+        raise InvalidRequest("bad_mode", f"Mode must be one of {', '.join(MODES)}; got `{mode}`.")
+    switches = control(session)
+    before = switches.mode
+    if before == mode:
+        return Change(reply=f"The mode is already *{mode}*.")
+    switches.mode, switches.updated_at = mode, utcnow()
+    session.add(switches)
+    audit.append(
+        session,
+        action="policy.mode_changed",
+        actor=actor,
+        policy_version=switches.active_version,
+        payload={"from": before, "to": mode},
+    )
+    text = f"<@{actor.id}> set the mode to *{mode}* (was {before})."
+    return Change(reply=text, announce=text)
+
+
+def set_paused(
+    session: Session, audit: AuditLog, *, paused: bool, actor: Actor, now: datetime | None = None
+) -> Change:
+    """The kill switch. Resuming makes every waiting execution due at once: nothing is lost."""
+    switches = control(session)
+    if switches.paused == paused:
+        return Change(reply=f"Execution is already {'paused' if paused else 'running'}.")
+    now = now or utcnow()
+    switches.paused, switches.updated_at = paused, now
+    session.add(switches)
+    jobs: list[int] = []  # the executions waiting for the switch
+    if not paused:
+        jobs = [
+            int(job_id)
+            for job_id in session.scalars(
+                update(Job)
+                .where(
+                    col(Job.kind) == "execute",
+                    col(Job.status) == "pending",
+                    or_(col(Job.lease_expires_at).is_(None), col(Job.lease_expires_at) < now),
+                )
+                .values(due_at=now)
+                .returning(col(Job.id))
+            ).all()
+            if job_id is not None
+        ]
+    audit.append(
+        session,
+        action="policy.paused" if paused else "policy.resumed",
+        actor=actor,
+        policy_version=switches.active_version,
+        payload={} if paused else {"executions_resumed": len(jobs)},
+    )
+    if paused:
+        text = (
+            f":octagonal_sign: <@{actor.id}> paused execution: no refund is paid until "
+            "`/refund-policy resume`. Decisions and approvals are still recorded."
+        )
+    else:
+        text = f":arrow_forward: <@{actor.id}> resumed execution ({len(jobs)} waiting refunds)."
+    return Change(reply=text, announce=text, jobs=jobs)
+
+
+def set_second_lead(session: Session, audit: AuditLog, *, on: bool, actor: Actor) -> Change:
+    """Whether a publish needs a second lead to confirm it."""
+    switches = control(session)
+    switches.publish_needs_second_lead, switches.updated_at = on, utcnow()
+    session.add(switches)
+    audit.append(
+        session,
+        action="policy.setting_changed",
+        actor=actor,
+        payload={"publish_needs_second_lead": on},
+    )
+    text = f"<@{actor.id}> set: publishing {'needs' if on else 'no longer needs'} a second lead."
+    return Change(reply=text, announce=text)
+
+
+def set_review_rate(
+    session: Session, audit: AuditLog, *, rate: float | None, actor: Actor
+) -> Change:
+    """Share of automatic refunds a person re-checks afterwards (None: the policy's own)."""
+    if rate is not None and not 0 <= rate <= 1:
+        raise InvalidRequest("bad_rate", "The sample rate is a share between 0 and 1 (or 5%).")
+    switches = control(session)
+    switches.review_sample_rate, switches.updated_at = rate, utcnow()
+    session.add(switches)
+    audit.append(session, action="policy.review_rate_set", actor=actor, payload={"rate": rate})
+    shown = "the policy's `review_sample_rate`" if rate is None else f"{rate:.0%}"
+    text = f"<@{actor.id}> set the after-the-fact review sample to {shown}."
+    if switches.mode != "supervised":
+        text += " (It applies in supervised mode, where refunds execute automatically.)"
+    return Change(reply=text, announce=text)

@@ -1,0 +1,121 @@
+"""Shadow runs: while a draft is set as the shadow, every new case is also decided by it.
+
+The shadow decision is stored beside the case and has no effect on it. ``record`` runs inside
+the deciding transaction and never raises for a problem of the draft: the live decision must
+not depend on a draft.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlmodel import Session, col
+
+from refund_desk import money
+from refund_desk.cases.errors import InvalidRequest
+from refund_desk.governance.drafts import Change, compiled, get_draft
+from refund_desk.governance.versions import control
+from refund_desk.policy import Decision, PolicyError
+from refund_desk.storage.audit import Actor, AuditLog
+from refund_desk.storage.models import Case, PolicyDraft, ShadowDecision
+from refund_desk.storage.types import utcnow
+
+log = logging.getLogger(__name__)
+SHOWN_DISAGREEMENTS = 10
+
+
+def start(session: Session, audit: AuditLog, *, draft_id: int, actor: Actor) -> Change:
+    draft = get_draft(session, draft_id)
+    if draft.content_hash is None:
+        raise InvalidRequest("policy_invalid", f"d{draft_id} is not valid; `validate` says why.")
+    switches = control(session)
+    switches.shadow_draft, switches.shadow_started_at = draft_id, utcnow()
+    session.add(switches)
+    audit.append(
+        session,
+        action="policy.shadow_started",
+        actor=actor,
+        payload={"draft": draft_id, "content_hash": draft.content_hash},
+    )
+    text = f":ghost: <@{actor.id}> started a shadow run of d{draft_id}: new cases are also "
+    text += "decided by it, without effect. `/refund-policy shadow report` compares."
+    return Change(reply=text, announce=text)
+
+
+def stop(session: Session, audit: AuditLog, *, actor: Actor) -> Change:
+    switches = control(session)
+    draft_id = switches.shadow_draft
+    if draft_id is None:
+        return Change(reply="No shadow run is going on.")
+    switches.shadow_draft = None
+    session.add(switches)
+    audit.append(session, action="policy.shadow_stopped", actor=actor, payload={"draft": draft_id})
+    text = f"<@{actor.id}> stopped the shadow run of d{draft_id}.\n" + report(session, draft_id)
+    return Change(reply=text, announce=text)
+
+
+def record(session: Session, case: Case, context: Mapping[str, Any], live: Decision) -> None:
+    """Decide ``case`` with the shadow draft too, if one is set; no effect on the case."""
+    draft_id = control(session).shadow_draft
+    if draft_id is None:
+        return
+    draft = session.get(PolicyDraft, draft_id)
+    if draft is None or draft.content_hash is None:
+        return
+    try:
+        shadow = compiled(draft.content_hash, draft.source).evaluate(context, counterfactual=False)
+        outcome, rule = str(shadow.outcome), shadow.rule
+    except PolicyError as exc:  # the draft cannot decide this case: that is a disagreement
+        log.warning("shadow draft d%s could not decide case %s: %s", draft_id, case.id, exc)
+        outcome, rule = "error", "error"
+    session.merge(
+        ShadowDecision(
+            case_id=case.id,
+            draft_id=draft_id,
+            content_hash=draft.content_hash,
+            live_outcome=live.outcome,
+            live_rule=live.rule,
+            outcome=outcome,
+            rule=rule,
+            agree=outcome == live.outcome,
+            amount=case.amount,
+            currency=case.currency,
+            created_at=utcnow(),
+        )
+    )
+
+
+def report(session: Session, draft_id: int | None = None) -> str:
+    """Agreement rate of the (current or given) shadow draft and the disagreeing cases."""
+    draft_id = draft_id if draft_id is not None else control(session).shadow_draft
+    if draft_id is None:
+        return "No shadow run is going on; start one with `/refund-policy shadow start DRAFT`."
+    mine = col(ShadowDecision.draft_id) == draft_id
+    total = session.scalar(select(func.count()).select_from(ShadowDecision).where(mine)) or 0
+    if total == 0:
+        return f"Shadow run of d{draft_id}: no new cases yet."
+    agree = (
+        session.scalar(
+            select(func.count()).select_from(ShadowDecision).where(mine, col(ShadowDecision.agree))
+        )
+        or 0
+    )
+    rows = session.scalars(
+        select(ShadowDecision)
+        .where(mine, col(ShadowDecision.agree).is_(False))
+        .order_by(col(ShadowDecision.created_at).desc())
+        .limit(SHOWN_DISAGREEMENTS)
+    ).all()
+    lines = [
+        f"Shadow run of d{draft_id}: {agree} of {total} cases agree ({agree / total:.0%}); "
+        f"{total - agree} disagree."
+    ]
+    lines += [
+        f"• `{r.case_id}` {money.format_money(r.amount, r.currency)}: live {r.live_outcome} "
+        f"(`{r.live_rule}`), shadow {r.outcome} (`{r.rule}`)"
+        for r in rows
+    ]
+    return "\n".join(lines)

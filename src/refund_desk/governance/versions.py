@@ -1,0 +1,167 @@
+"""Published policy versions and the control switches (active version, mode, kill switch).
+
+Versions are immutable once published, so their compiled form is cached by number forever.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, Literal
+
+from sqlalchemy import func, select
+from sqlmodel import Session, col
+
+from refund_desk.cases.errors import CaseError, InvalidRequest
+from refund_desk.policy import (
+    CompiledPolicy,
+    Decision,
+    PolicyDocument,
+    PolicyInvalid,
+    parse_policy,
+    policy_hash,
+    run_policy_tests,
+)
+from refund_desk.storage.audit import Actor, AuditLog
+from refund_desk.storage.models import Control, PolicyBacktest, PolicyVersion
+from refund_desk.storage.types import utcnow
+
+MODES = ("shadow", "approve-all", "supervised")
+BACKTEST_DAYS = 30  # the publishing gate wants a backtest over at least this many days
+
+
+@dataclass(frozen=True)
+class LoadedPolicy:
+    version: int
+    doc: PolicyDocument
+    compiled: CompiledPolicy
+
+
+@lru_cache(maxsize=64)
+def _compile(version: int, content_hash: str, source: str) -> LoadedPolicy:
+    doc = parse_policy(source)
+    return LoadedPolicy(version, doc, CompiledPolicy.compile(doc))
+
+
+def load_version(session: Session, version: int) -> LoadedPolicy:
+    row = session.get(PolicyVersion, version)
+    if row is None:
+        raise CaseError("policy_version_missing", f"Policy version {version} does not exist.")
+    return _compile(row.version, row.content_hash, row.source)
+
+
+def control(session: Session) -> Control:
+    row = session.get(Control, 1)
+    if row is None:  # the migration seeds it; a damaged database should say so
+        raise CaseError("control_missing", "The control row is missing; run `db upgrade`.")
+    return row
+
+
+def check_publishable(
+    source: str, session: Session | None = None
+) -> tuple[PolicyDocument, list[Any]]:
+    """The publishing gate shared by every surface: valid, its embedded tests pass, and (with
+    a session to look in) a backtest over the last 30 days has run on exactly this content."""
+    try:
+        doc = parse_policy(source)
+    except PolicyInvalid as exc:
+        raise InvalidRequest("policy_invalid", str(exc)) from exc
+    results = run_policy_tests(doc)
+    failed = [r for r in results if not r.passed]
+    if failed:
+        lines = "; ".join(f"{r.name}: {r.message}" for r in failed)
+        raise InvalidRequest("policy_tests_failed", f"{len(failed)} policy test(s) failed: {lines}")
+    if session is not None:
+        require_backtest(session, policy_hash(doc))
+    return doc, results
+
+
+def require_backtest(session: Session, content_hash: str) -> PolicyBacktest:
+    """The latest backtest over at least the last 30 days on exactly ``content_hash``."""
+    row = session.scalars(
+        select(PolicyBacktest)
+        .where(
+            col(PolicyBacktest.content_hash) == content_hash,
+            col(PolicyBacktest.days) >= BACKTEST_DAYS,
+        )
+        .order_by(col(PolicyBacktest.id).desc())
+        .limit(1)
+    ).first()
+    if row is None:
+        raise InvalidRequest(
+            "policy_not_backtested",
+            f"No backtest over the last {BACKTEST_DAYS} days has run on this exact policy "
+            f"(hash {content_hash[:12]}); run one first "
+            "(`/refund-policy backtest DRAFT` or `refund-desk policy backtest FILE`).",
+        )
+    return row
+
+
+def publish(
+    session: Session,
+    audit: AuditLog,
+    *,
+    source: str,
+    actor: Actor,
+    backtest: Literal["require", "run"] = "run",
+) -> PolicyVersion:
+    """Freeze the next version and make it active, with an audit record, in one transaction.
+
+    Slack and the CLI pass ``backtest="require"``: a lead or admin has run and seen the
+    backtest before. ``"run"`` (scripts, tests) runs the 30-day backtest here first when none
+    is on record for this content, so the gate below still finds one.
+    """
+    if backtest == "run":
+        from refund_desk.governance.backtest import ensure_backtest
+
+        ensure_backtest(session, audit, source=source, actor=actor)
+    doc, results = check_publishable(source, session)
+    ran = require_backtest(session, policy_hash(doc))
+    latest = session.scalar(select(func.max(PolicyVersion.version))) or 0
+    row = PolicyVersion(
+        version=latest + 1,
+        policy_name=doc.policy,
+        content_hash=policy_hash(doc),
+        source=source,
+        published_by=str(actor),
+        published_at=utcnow(),
+    )
+    session.add(row)
+    switches = control(session)
+    switches.active_version = row.version
+    switches.updated_at = utcnow()
+    session.add(switches)
+    audit.append(
+        session,
+        action="policy.published",
+        actor=actor,
+        policy_version=row.version,
+        payload={
+            "policy": doc.policy,
+            "content_hash": row.content_hash,
+            "tests_passed": len(results),
+            "backtest": {
+                "id": ran.id,
+                "cases": ran.cases,
+                "changed": ran.summary.get("changed", 0),
+                "days": ran.days,
+                "ran_by": ran.ran_by,
+            },
+        },
+    )
+    return row
+
+
+def evaluate(policy: LoadedPolicy | None, context: dict[str, Any]) -> Decision:
+    if policy is None:
+        return Decision(
+            outcome="review",
+            rule="no-policy",
+            tier=3,
+            approvers=None,
+            say=None,
+            error=None,
+            trace=(),
+            policy_rule="no-policy",
+        )
+    return policy.compiled.evaluate(context)

@@ -1,0 +1,176 @@
+"""The one FastAPI app: intake API, Slack, webhooks, health, metrics.
+
+The lifespan starts APScheduler, whose only work is to fire the job sweeps; everything that
+must happen is a row in the jobs table, so nothing is lost when the process goes away.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from apscheduler.schedulers.background import BackgroundScheduler
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST
+from sqlalchemy import text
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from refund_desk.bot.app import build_surface, start_socket_mode
+from refund_desk.cases.errors import CaseError
+from refund_desk.runtime import Runtime
+from refund_desk.web import customer_channels as channels
+from refund_desk.web import metrics
+from refund_desk.web.routes import intake_api as api
+from refund_desk.web.routes import stripe_webhooks as stripe_routes
+
+if TYPE_CHECKING:
+    from refund_desk.demo.slack import Sandbox
+
+log = logging.getLogger(__name__)
+
+
+def error_body(code: str, message: str, fields: dict[str, str] | None = None) -> dict[str, Any]:
+    return {"error": {"code": code, "message": message, "fields": fields or {}}}
+
+
+class Sweeper:
+    """Fires the job sweeps: every REFUND_DESK_SWEEP_SECONDS, sooner when a job is due sooner,
+    and at once when new work is committed. One sweep at a time per replica; a wake-up that
+    arrives while one runs makes it go round again instead of queueing another."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.jobs = runtime.desk.jobs
+        self.period = timedelta(seconds=runtime.settings.sweep_seconds)
+        self.scheduler = BackgroundScheduler(timezone="UTC")
+        self.running = threading.Lock()
+        self.again = threading.Event()
+
+    def start(self) -> None:
+        self.scheduler.add_job(
+            self.sweep,
+            "interval",
+            seconds=self.period.total_seconds(),
+            id="sweep",
+            max_instances=1,
+            coalesce=True,
+            # First sweep right away: a restarted replica resumes due work at once.
+            next_run_time=datetime.now(UTC),
+        )
+        self.scheduler.start()
+
+    def sweep(self) -> None:
+        if not self.running.acquire(blocking=False):
+            self.again.set()
+            return
+        try:
+            while not self.jobs.stopping.is_set():
+                self.again.clear()
+                self.jobs.sweep()
+                if not self.again.is_set():
+                    break
+            upcoming = self.jobs.next_due()
+        except Exception:  # the next period tries again; the jobs table keeps the work
+            log.exception("sweep failed")
+            return
+        finally:
+            self.running.release()
+        now = datetime.now(UTC)
+        if upcoming is not None and upcoming < now + self.period:
+            self._soon(max(upcoming, now) + timedelta(milliseconds=50))
+
+    def wake(self) -> None:
+        """New work was just committed: sweep now instead of at the next period."""
+        if self.running.locked():
+            self.again.set()
+        else:
+            self._soon(datetime.now(UTC))
+
+    def _soon(self, when: datetime) -> None:
+        if self.jobs.stopping.is_set():
+            return
+        self.scheduler.add_job(
+            self.sweep,
+            "date",
+            run_date=when,
+            id="sweep-soon",
+            replace_existing=True,
+            misfire_grace_time=None,
+        )
+
+    def stop(self, timeout: float) -> None:
+        """Stop between jobs; leave what is not started to the other replicas (or a restart)."""
+        self.jobs.stopping.set()
+        self.scheduler.shutdown(wait=False)
+        if self.running.acquire(timeout=timeout):
+            self.running.release()
+
+
+def create_app(
+    runtime: Runtime, *, scheduler: bool = True, sandbox: Sandbox | None = None
+) -> FastAPI:
+    """The app; `sandbox` (only `refund-desk demo` passes one) mounts the local Slack sandbox."""
+    surface = build_surface(runtime.desk, runtime.settings)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        sweeper = Sweeper(runtime) if scheduler else None
+        if sweeper is not None:
+            sweeper.start()
+            runtime.desk.wake = sweeper.wake
+        socket_mode = await start_socket_mode(surface, runtime.settings) if surface else None
+        try:
+            yield
+        finally:
+            if socket_mode is not None:
+                await socket_mode.close_async()
+            if sweeper is not None:
+                runtime.desk.wake = None
+                sweeper.stop(timeout=runtime.desk.jobs.lease.total_seconds())
+
+    app = FastAPI(title="Refund Desk", version="0.1.0", lifespan=lifespan)
+    app.state.runtime = runtime
+    app.include_router(api.router)
+    app.include_router(stripe_routes.router)
+    if surface is not None:
+        app.include_router(surface.router())
+        app.state.slack = surface
+    channels.install(app, runtime, surface)  # web form, email, platform webhooks, appeals
+    if sandbox is not None:
+        app.include_router(sandbox.router())
+
+    @app.exception_handler(CaseError)
+    async def _case_error(request: Request, exc: CaseError) -> JSONResponse:
+        return JSONResponse(error_body(exc.code, exc.message, exc.fields), status_code=exc.status)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+        fields = {".".join(str(p) for p in e["loc"][1:]) or "body": e["msg"] for e in exc.errors()}
+        return JSONResponse(
+            error_body("invalid_request", "The request has invalid fields.", fields),
+            status_code=422,
+        )
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        return JSONResponse(error_body(code, str(exc.detail)), status_code=exc.status_code)
+
+    registry = metrics.registry_for(runtime.db)
+
+    @app.get("/metrics")
+    def metrics_endpoint() -> Response:
+        return Response(metrics.render(registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/healthz")
+    def healthz() -> dict[str, str]:
+        with runtime.db.read() as session:
+            session.execute(text("SELECT 1"))
+        return {"status": "ok"}
+
+    return app

@@ -1,0 +1,108 @@
+"""The intake API: `POST /api/v1/refund-requests`, `GET /api/v1/cases/{id}`.
+
+Handlers are plain `def`s, so FastAPI runs their blocking database work in its thread pool and
+the event loop stays free.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Header, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse
+from sqlalchemy import select
+
+from refund_desk.cases.errors import CaseError, InvalidRequest
+from refund_desk.cases.intake import parse_request, submit
+from refund_desk.cases.views import case_view
+from refund_desk.runtime import Runtime
+from refund_desk.storage.audit import Actor
+from refund_desk.storage.db import Database
+from refund_desk.storage.models import ApiKey
+from refund_desk.storage.types import utcnow
+
+router = APIRouter(prefix="/api/v1")
+KEY_PREFIX = "rdk_"
+
+
+class Unauthorized(CaseError):
+    status = 401
+
+
+def get_runtime(request: Request) -> Runtime:
+    runtime: Runtime = request.app.state.runtime
+    return runtime
+
+
+def hash_key(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def create_api_key(db: Database, name: str) -> str:
+    """Make a key, store only its hash, and return the key (shown once)."""
+    key = KEY_PREFIX + secrets.token_urlsafe(32)
+    with db.write() as session:
+        session.add(ApiKey(name=name, prefix=key[:10], key_hash=hash_key(key), created_at=utcnow()))
+    return key
+
+
+def authenticate(
+    runtime: Annotated[Runtime, Depends(get_runtime)],
+    authorization: Annotated[str | None, Header()] = None,
+) -> ApiKey:
+    scheme, _, key = (authorization or "").partition(" ")
+    if scheme.lower() != "bearer" or not key.strip():
+        raise Unauthorized("unauthorized", "Send an API key as `Authorization: Bearer <key>`.")
+    with runtime.db.read() as session:
+        row = session.scalars(
+            select(ApiKey).where(ApiKey.key_hash == hash_key(key.strip()))  # type: ignore[arg-type]
+        ).first()
+    if row is None or row.revoked_at is not None:
+        raise Unauthorized("unauthorized", "The API key is not valid.")
+    return row
+
+
+@router.post("/refund-requests", status_code=201)
+async def create_refund_request(
+    request: Request,
+    runtime: Annotated[Runtime, Depends(get_runtime)],
+    api_key: Annotated[ApiKey, Depends(authenticate)],
+    idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
+) -> JSONResponse:
+    try:
+        data = json.loads(await request.body() or b"null")
+    except (ValueError, UnicodeDecodeError):
+        raise InvalidRequest("invalid_json", "The body is not valid JSON.") from None
+    view, created = await run_in_threadpool(_create, runtime, data, api_key, idempotency_key)
+    return JSONResponse(view, status_code=201 if created else 200)
+
+
+def _create(
+    runtime: Runtime, data: Any, api_key: ApiKey, idempotency_key: str | None
+) -> tuple[dict[str, Any], bool]:
+    refund_request = parse_request(data)
+    desk = runtime.desk
+    submitted = submit(
+        desk,
+        refund_request,
+        actor=Actor("api", api_key.name),
+        api_key_id=api_key.id,
+        idempotency_key=idempotency_key or None,
+    )
+    desk.kick(submitted.job_id)
+    with runtime.db.read() as session:
+        return case_view(session, submitted.case_id, with_audit=False), submitted.created
+
+
+@router.get("/cases/{case_id}")
+def get_case(
+    case_id: str,
+    runtime: Annotated[Runtime, Depends(get_runtime)],
+    api_key: Annotated[ApiKey, Depends(authenticate)],
+) -> dict[str, Any]:
+    with runtime.db.read() as session:
+        return case_view(session, case_id, with_audit=True)
