@@ -26,13 +26,13 @@ from typing import Any
 from sqlalchemy import create_engine, insert, text
 from sqlalchemy.engine import make_url
 
+from refund_desk import clock
 from refund_desk.cases.decide import decision_record
 from refund_desk.governance.backtest import run_backtest
 from refund_desk.policy import CompiledPolicy, parse_policy
 from refund_desk.storage.db import Database
 from refund_desk.storage.migrate import upgrade
 from refund_desk.storage.models import Case, Payment
-from refund_desk.storage.types import utcnow
 
 ROOT = Path(__file__).resolve().parent.parent
 POLICY = ROOT / "tests" / "fixtures" / "acme.yaml"
@@ -96,7 +96,7 @@ def seed(db: Database, n: int) -> float:
     policy = CompiledPolicy.compile(parse_policy(POLICY.read_text()))
     facts = fact_sets(DISTINCT)
     decided = [decision_record(policy.evaluate(f)) for f in facts]
-    now = utcnow()
+    now = clock.now()
     with db.engine.begin() as conn:
         conn.execute(
             insert(Payment),

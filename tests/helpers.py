@@ -9,13 +9,12 @@ from typing import Any
 from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 
-from refund_desk import money
+from refund_desk import clock, money
 from refund_desk.governance.versions import publish
 from refund_desk.payments.sandbox import SandboxProcessor
 from refund_desk.runtime import Runtime
 from refund_desk.storage.audit import Actor
 from refund_desk.storage.models import AuditRecord, Case
-from refund_desk.storage.types import utcnow
 from refund_desk.web.app import create_app
 from refund_desk.web.routes.intake_api import create_api_key
 
@@ -60,7 +59,7 @@ class Harness:
             email=email,
             name="Ada Lovelace",
             chargebacks=chargebacks,
-            created_at=utcnow() - timedelta(days=age_days),
+            created_at=clock.now() - timedelta(days=age_days),
         )
 
     def post(
@@ -109,7 +108,7 @@ class Harness:
     def sweep(self, seconds_ahead: float = 3600, *, batches: int = 50) -> int:
         """Run what is due `seconds_ahead` from now (each job at most once per batch)."""
         return self.runtime.desk.jobs.sweep(
-            now=utcnow() + timedelta(seconds=seconds_ahead), max_batches=batches
+            now=clock.now() + timedelta(seconds=seconds_ahead), max_batches=batches
         )
 
 

@@ -1,23 +1,35 @@
-"""Build the running system from settings: database, audit, processor, advisor, desk."""
+"""The composition root: build the running system from settings (database, audit, processor,
+advisor, desk, customer delivery) and the one table of job kinds → handlers.
+"""
 
 from __future__ import annotations
 
 import os
 import socket
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import partial
+from typing import TYPE_CHECKING
 
 from refund_desk.advisor.offline import OfflineAdvisor
+from refund_desk.cases import decide, executor, intake, sla
 from refund_desk.cases.desk import Desk
+from refund_desk.cases.notify import NOTIFY
 from refund_desk.cases.ports import Advisor, Processor
+from refund_desk.customers import appeals, couriers
+from refund_desk.customers.outcomes import TELL, Delivery
+from refund_desk.payments import reconcile, webhooks
 from refund_desk.payments.sandbox import SandboxProcessor
 from refund_desk.settings import ConfigError, Settings
 from refund_desk.storage.audit import AuditLog
 from refund_desk.storage.crypto import Vault
 from refund_desk.storage.db import Database
-from refund_desk.storage.jobs import JobQueue
+from refund_desk.storage.jobs import ClaimedJob, Handler, JobQueue
 from refund_desk.storage.migrate import upgrade
 from refund_desk.web.metrics import TimedProcessor
+
+if TYPE_CHECKING:
+    from refund_desk.bot.app import Surface
 
 
 @dataclass
@@ -26,6 +38,8 @@ class Runtime:
     db: Database
     desk: Desk
     sandbox: SandboxProcessor | None
+    delivery: Delivery
+    extra_jobs: dict[str, Handler] = field(default_factory=dict)  # the demo's request stream
 
 
 def replica_id() -> str:
@@ -86,15 +100,44 @@ def build(
         jobs=jobs,
         secret=secret,
     )
-    _payments(desk, schedule=migrate and settings.processor == "stripe")
-    return Runtime(settings=settings, db=db, desk=desk, sandbox=sandbox)
-
-
-def _payments(desk: Desk, *, schedule: bool) -> None:
-    """Processor webhooks and reconciliation; a server on Stripe reconciles every hour."""
-    from refund_desk.payments import reconcile, webhooks
-
-    webhooks.register(desk)
-    reconcile.register(desk)
-    if schedule:
+    delivery = Delivery(
+        desk=desk,
+        couriers=couriers.from_settings(settings),
+        webhook_url=settings.webhook_url,
+        appeal_link=appeals.link_maker(desk, settings.public_url),
+    )
+    runtime = Runtime(settings=settings, db=db, desk=desk, sandbox=sandbox, delivery=delivery)
+    install_jobs(runtime)
+    if migrate and settings.processor == "stripe":  # a server on Stripe reconciles every hour
         reconcile.ensure_scheduled(desk)
+    return runtime
+
+
+def _record_only(job: ClaimedJob) -> None:
+    """Without a chat surface the case itself is the record of what was said."""
+
+
+def job_table(runtime: Runtime, *, slack: Surface | None = None) -> dict[str, Handler]:
+    """Every kind of durable work and who does it: the one place to look."""
+    desk = runtime.desk
+    table: dict[str, Handler] = {
+        intake.ADVANCE: partial(decide.advance, desk),  # advise, decide, route
+        executor.EXECUTE: partial(executor.execute, desk),  # reserve, pay, record
+        sla.REMIND: partial(sla.remind, desk),
+        sla.ESCALATE: partial(sla.escalate, desk),
+        webhooks.EVENT_JOB: partial(webhooks.handle, desk),  # the processor's webhooks
+        reconcile.JOB: partial(reconcile.run_scheduled, desk),
+        TELL: runtime.delivery.run,  # the outcome, through the customer's channel
+        NOTIFY: _record_only,
+    }
+    if slack is not None:
+        slack_jobs = slack.job_handlers()  # NOTIFY: Slack renders and posts what is said
+        assert not (set(slack_jobs) - {NOTIFY}) & set(table), "a job kind with two handlers"
+        table.update(slack_jobs)
+    assert not set(runtime.extra_jobs) & set(table), "a job kind with two handlers"
+    table.update(runtime.extra_jobs)
+    return table
+
+
+def install_jobs(runtime: Runtime, *, slack: Surface | None = None) -> None:
+    runtime.desk.jobs.install(job_table(runtime, slack=slack))

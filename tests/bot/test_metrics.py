@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from refund_desk import clock
 from refund_desk.storage.models import Case
-from refund_desk.storage.types import utcnow
 from tests.helpers import ACME
 from tests.slack_helpers import SlackHarness
 
@@ -31,7 +31,7 @@ def test_metrics_cover_decisions_slas_latency_outbox_and_drift(
     with desk.runtime.db.write() as session:  # its deadline has passed
         case = session.get(Case, waiting)
         assert case is not None
-        case.sla_due_at = utcnow()
+        case.sla_due_at = clock.now()
         session.add(case)
 
     text = desk.client.get("/metrics").text

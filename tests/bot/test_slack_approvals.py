@@ -11,8 +11,8 @@ from datetime import timedelta
 
 import pytest
 
+from refund_desk import clock
 from refund_desk.cases import tokens
-from refund_desk.storage.types import utcnow
 from tests.helpers import ACME
 from tests.slack_helpers import SlackHarness
 
@@ -74,7 +74,7 @@ def test_bad_signature_is_401_and_old_requests_are_refused(desk: SlackHarness) -
         ).status_code
         == 401
     )
-    old = int((utcnow() - timedelta(minutes=6)).timestamp())
+    old = int((clock.now() - timedelta(minutes=6)).timestamp())
     assert desk.click("U0FIN1", "approve", value, timestamp=old).status_code == 401
     desk.settle()
     assert desk.get(case_id)["status"] == "awaiting_approval"
@@ -158,7 +158,7 @@ def test_stale_and_expired_tokens_are_refused(desk: SlackHarness) -> None:
         currency="USD",
         revision=desk.get(case_id)["revision"],
         policy_version=1,
-        now=utcnow() - timedelta(days=30),
+        now=clock.now() - timedelta(days=30),
     )
     desk.click("U0FIN1", "approve", expired)
     desk.settle()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from tests.channels.conftest import PNG
+from tests.customers.conftest import PNG
 from tests.helpers import ACME, CUSTOMER
 from tests.slack_helpers import SlackHarness
 

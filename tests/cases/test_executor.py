@@ -112,7 +112,8 @@ def test_processor_down_too_long_parks(desk: Harness) -> None:
     assert body["status"] == "awaiting_approval"
     # Approved by a person (the Slack path does this through the same two calls).
     with desk.runtime.db.write() as session:
-        from refund_desk.cases.lifecycle import Status, load_for_update, move
+        from refund_desk.cases.lifecycle import Status, move
+        from refund_desk.cases.rows import load_for_update
         from refund_desk.storage.audit import Actor
         from refund_desk.storage.jobs import enqueue
 
@@ -203,7 +204,8 @@ def test_a_reserved_refund_answered_after_the_case_was_parked_is_recorded_once(
     """Timeout after success, then the processor stays down: parked with a reservation.
     A person approves again once it is back; the lookup finds the refund and records it."""
     from refund_desk.cases.executor import enqueue_execution
-    from refund_desk.cases.lifecycle import Status, load_for_update, move
+    from refund_desk.cases.lifecycle import Status, move
+    from refund_desk.cases.rows import load_for_update
     from refund_desk.storage.audit import Actor
 
     payment = desk.payment("30.00")

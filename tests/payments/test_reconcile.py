@@ -11,6 +11,7 @@ import pytest
 from sqlalchemy import delete, select, update
 from typer.testing import CliRunner
 
+from refund_desk import clock
 from refund_desk.cli.main import app
 from refund_desk.payments import reconcile
 from refund_desk.runtime import Runtime
@@ -22,7 +23,6 @@ from refund_desk.storage.models import (
     ProcessorFinding,
     SandboxRefund,
 )
-from refund_desk.storage.types import utcnow
 from tests.helpers import Harness
 from tests.payments.conftest import LocalStripe, StripeHarness
 
@@ -55,7 +55,7 @@ def test_finds_an_outside_refund_and_an_amount_mismatch(desk: Harness) -> None:
     )
     with desk.runtime.db.write() as session:  # our record and the processor now disagree
         session.execute(update(Execution).values(amount=1900))
-    since = utcnow() - timedelta(hours=1)
+    since = clock.now() - timedelta(hours=1)
 
     report = reconcile.reconcile(desk.runtime.desk, since=since)
 
@@ -102,7 +102,7 @@ def test_ours_missing_at_the_processor_and_status_mismatch(desk: Harness) -> Non
             .where(Execution.case_id == second)  # type: ignore[arg-type]
             .values(status="failed")
         )
-    report = reconcile.reconcile(desk.runtime.desk, since=utcnow() - timedelta(hours=1))
+    report = reconcile.reconcile(desk.runtime.desk, since=clock.now() - timedelta(hours=1))
     assert sorted((f.kind, f.case_id) for f in report.findings) == [
         ("missing_at_processor", first),
         ("status_mismatch", second),
@@ -111,7 +111,7 @@ def test_ours_missing_at_the_processor_and_status_mismatch(desk: Harness) -> Non
 
 def test_clean_window_finds_nothing(desk: Harness) -> None:
     _refunded(desk)
-    report = reconcile.reconcile(desk.runtime.desk, since=utcnow() - timedelta(hours=1))
+    report = reconcile.reconcile(desk.runtime.desk, since=clock.now() - timedelta(hours=1))
     assert report.findings == [] and report.refunds_seen == 1 and report.executions_seen == 1
 
 
@@ -130,7 +130,7 @@ def test_scheduled_pass_runs_and_comes_back(desk: Harness) -> None:
         [job] = session.scalars(select(Job).where(Job.kind == "reconcile")).all()
         findings = session.scalars(select(ProcessorFinding)).all()
     assert job.status == "pending" and job.failures == 0
-    assert job.due_at > utcnow() + timedelta(minutes=50)
+    assert job.due_at > clock.now() + timedelta(minutes=50)
     assert [f.kind for f in findings] == ["unknown_refund"]
 
 
@@ -144,7 +144,9 @@ def test_reconcile_against_localstripe(
     outside = localstripe.refund_directly(localstripe.pay(5000), 700)
     with on_localstripe.runtime.db.write() as session:
         session.execute(update(Execution).values(amount=1999))
-    report = reconcile.reconcile(on_localstripe.runtime.desk, since=utcnow() - timedelta(minutes=5))
+    report = reconcile.reconcile(
+        on_localstripe.runtime.desk, since=clock.now() - timedelta(minutes=5)
+    )
     found = {(f.kind, f.refund_id) for f in report.findings}
     assert ("unknown_refund", outside) in found
     assert any(kind == "amount_mismatch" for kind, _ in found)

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
+from refund_desk import clock
 from refund_desk.storage.db import Database
 from refund_desk.storage.jobs import ClaimedJob, JobQueue, RetryLater, enqueue
 from refund_desk.storage.models import Job
-from refund_desk.storage.types import utcnow
 
 LEASE = 60.0
 
@@ -34,7 +34,7 @@ def add_job(db: Database, *, due_at: datetime | None = None, max_attempts: int =
             session,
             kind="test",
             payload={"x": 1},
-            due_at=due_at or utcnow() - timedelta(seconds=1),
+            due_at=due_at or clock.now() - timedelta(seconds=1),
             max_attempts=max_attempts,
         )
         assert job.id is not None
@@ -49,7 +49,7 @@ def load(db: Database, job_id: int) -> Job:
 
 
 def later(seconds: float) -> datetime:
-    return utcnow() + timedelta(seconds=seconds)
+    return clock.now() + timedelta(seconds=seconds)
 
 
 # ---------------------------------------------------------------- leases
@@ -57,7 +57,7 @@ def later(seconds: float) -> datetime:
 
 def test_claim_leases_the_job_to_its_owner(db: Database, queue_a: JobQueue) -> None:
     job_id = add_job(db)
-    before = utcnow()
+    before = clock.now()
 
     [claimed] = queue_a.claim()
 
@@ -206,7 +206,7 @@ def test_handler_exception_is_retried_with_backoff(db: Database, queue_a: JobQue
         raise ValueError("boom")
 
     queue_a.register("test", boom)
-    before = utcnow()
+    before = clock.now()
     assert queue_a.sweep() == 1
 
     row = load(db, job_id)

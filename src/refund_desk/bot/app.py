@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, TypeVar
 
 from fastapi import APIRouter, Request
@@ -22,9 +23,11 @@ from slack_sdk import WebClient
 from slack_sdk.web.async_client import AsyncWebClient
 from starlette.responses import Response
 
-from refund_desk.bot.outbox import Outbox
+from refund_desk.bot.outbox import SLACK_CALL, Outbox
 from refund_desk.cases.desk import Desk
+from refund_desk.cases.notify import NOTIFY
 from refund_desk.settings import Settings
+from refund_desk.storage.jobs import Handler
 from refund_desk.web.metrics import SLACK_ACK_SECONDS
 
 log = logging.getLogger(__name__)
@@ -39,6 +42,24 @@ class Surface:
     settings: Settings
     pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(8, "slack"))
     _background: set[Future[None]] = field(default_factory=set)
+
+    def job_handlers(self) -> dict[str, Handler]:
+        """The job kinds only Slack runs; `runtime.job_table` puts them in the one table."""
+        from refund_desk.bot.home import HOME, publish_home
+        from refund_desk.bot.listeners.refund_command import FILE_CASE, file_case
+        from refund_desk.bot.policy_jobs import BACKTEST_JOB, DRAFT_FILE_JOB, PolicyJobs
+        from refund_desk.governance.review import REVIEW_JOB
+
+        policy_jobs = PolicyJobs(self.desk, self.outbox)
+        return {
+            NOTIFY: self.outbox.on_notify,
+            SLACK_CALL: self.outbox.on_call,
+            BACKTEST_JOB: policy_jobs.backtest,
+            DRAFT_FILE_JOB: policy_jobs.draft_file,
+            REVIEW_JOB: policy_jobs.review,
+            FILE_CASE: partial(file_case, self.desk),
+            HOME: partial(publish_home, self),
+        }
 
     async def blocking(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run database work off the event loop."""
@@ -96,7 +117,7 @@ def build_surface(desk: Desk, settings: Settings) -> Surface | None:
     if not slack_configured(settings):
         return None
     from refund_desk.bot.blocks import modals as views
-    from refund_desk.bot.listeners import actions, events, home
+    from refund_desk.bot.listeners import actions, events
     from refund_desk.bot.listeners import policy_command as policy_commands
     from refund_desk.bot.listeners import refund_command as commands
 
@@ -118,7 +139,6 @@ def build_surface(desk: Desk, settings: Settings) -> Surface | None:
         client=WebClient(token=token, base_url=settings.slack_api_url),
         default_channel=settings.channel,
     )
-    outbox.register()
     surface = Surface(app=app, desk=desk, outbox=outbox, settings=settings)
 
     @app.middleware
@@ -131,7 +151,7 @@ def build_surface(desk: Desk, settings: Settings) -> Surface | None:
             kind = str(body.get("type") or ("command" if "command" in body else "other"))
             SLACK_ACK_SECONDS.labels(kind).observe(time.perf_counter() - start)
 
-    for module in (actions, views, commands, policy_commands, events, home):
+    for module in (actions, views, commands, policy_commands, events):
         module.register(surface)
 
     @app.error

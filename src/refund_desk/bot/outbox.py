@@ -17,15 +17,13 @@ from slack_sdk.errors import SlackApiError
 from sqlalchemy import select
 from sqlmodel import Session, col
 
-from refund_desk import money
+from refund_desk import clock, money
 from refund_desk.bot.blocks import cards
-from refund_desk.cases.approvals import approval_count, approvals_needed
 from refund_desk.cases.desk import Desk
-from refund_desk.cases.notify import NOTIFY
+from refund_desk.cases.quorum import approval_count, approvals_needed
 from refund_desk.governance.versions import LoadedPolicy, control, load_version
 from refund_desk.storage.jobs import ClaimedJob, RetryLater, enqueue
 from refund_desk.storage.models import Approval, Case, Execution, SlackMessage
-from refund_desk.storage.types import utcnow
 
 log = logging.getLogger(__name__)
 SLACK_CALL = "slack.call"
@@ -36,10 +34,6 @@ class Outbox:
     desk: Desk
     client: WebClient
     default_channel: str | None
-
-    def register(self) -> None:
-        self.desk.jobs.register(NOTIFY, self.on_notify)
-        self.desk.jobs.register(SLACK_CALL, self.on_call)
 
     # ------------------------------------------------------------ plain calls
 
@@ -110,7 +104,7 @@ class Outbox:
             approvals=approval_count(session, case),
             needed=approvals_needed(case),
             channel_group=group,
-            now=utcnow(),
+            now=clock.now(),
         )
         return ctx, policy
 
@@ -160,7 +154,7 @@ class Outbox:
         with self.desk.db.write() as session:
             session.add(
                 SlackMessage(
-                    case_id=case_id, kind=kind, channel=channel, ts=ts, created_at=utcnow()
+                    case_id=case_id, kind=kind, channel=channel, ts=ts, created_at=clock.now()
                 )
             )
 

@@ -26,7 +26,6 @@ from refund_desk.bot.blocks.policy import review_blocks
 from refund_desk.bot.outbox import Outbox, enqueue_call
 from refund_desk.cases.desk import Desk
 from refund_desk.cases.errors import CaseError
-from refund_desk.governance import review
 from refund_desk.governance.backtest import record_backtest, run_backtest
 from refund_desk.governance.drafts import (
     MAX_SOURCE,
@@ -85,11 +84,6 @@ def tell(session: Session, user: str, channel: str | None, text: str) -> int:
 class PolicyJobs:
     desk: Desk
     outbox: Outbox
-
-    def register(self) -> None:
-        self.desk.jobs.register(BACKTEST_JOB, self.backtest)
-        self.desk.jobs.register(DRAFT_FILE_JOB, self.draft_file)
-        self.desk.jobs.register(review.REVIEW_JOB, self.review)
 
     # ------------------------------------------------------------ backtest
 

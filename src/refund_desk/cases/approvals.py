@@ -13,22 +13,23 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from sqlalchemy import func, select
+from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col
 
-from refund_desk import money
+from refund_desk import clock, money
 from refund_desk.cases import tokens
 from refund_desk.cases.errors import CaseError
 from refund_desk.cases.executor import enqueue_execution
-from refund_desk.cases.lifecycle import Status, load_for_update, move
+from refund_desk.cases.lifecycle import Status, move
 from refund_desk.cases.notify import notify
 from refund_desk.cases.ports import Provenance
+from refund_desk.cases.quorum import approvals_needed
+from refund_desk.cases.rows import load_for_update
 from refund_desk.governance.versions import LoadedPolicy, control, load_version
 from refund_desk.policy import approver_limit
 from refund_desk.storage.audit import Actor
 from refund_desk.storage.models import Approval, Case
-from refund_desk.storage.types import utcnow
 
 if TYPE_CHECKING:
     from refund_desk.cases.desk import Desk
@@ -182,10 +183,6 @@ def may_vouch(session: Session, case: Case, user: str) -> bool:
     )
 
 
-def approvals_needed(case: Case) -> int:
-    return 2 if int((case.decision or {}).get("tier") or 3) >= 4 else 1
-
-
 def _partial_amount(amount: str | None, token: tokens.ActionToken, case: Case) -> int:
     if amount is None:
         raise Refused("invalid_amount", "Enter the amount to refund.")
@@ -224,7 +221,7 @@ def _record(
             amount=amount,
             reason=reason,
             token_nonce=token.nonce,
-            created_at=utcnow(),
+            created_at=clock.now(),
         )
     )
     session.flush()  # the nonce is consumed here: a concurrent click fails on the unique key
@@ -267,7 +264,7 @@ def _approve(
     needed = approvals_needed(case)
     if len(approvers) + 1 < needed:
         case.revision += 1  # the old card's tokens are now stale; a fresh card is posted
-        case.updated_at = utcnow()
+        case.updated_at = clock.now()
         session.add(case)
         desk.audit.append(
             session,
@@ -329,7 +326,7 @@ def _escalate(
     _record(session, case, token, user, "escalate", None, None)
     case.escalation_level += 1
     case.revision += 1
-    case.updated_at = utcnow()
+    case.updated_at = clock.now()
     session.add(case)
     desk.audit.append(
         session,
@@ -395,18 +392,3 @@ def _record_refusal(
                 **({} if case else {"claimed_case_id": claimed}),
             },
         )
-
-
-def approval_count(session: Session, case: Case) -> int:
-    return int(
-        session.scalar(
-            select(func.count())
-            .select_from(Approval)
-            .where(
-                col(Approval.case_id) == case.id,
-                col(Approval.round) == case.approval_round,
-                col(Approval.decision) == "approve",
-            )
-        )
-        or 0
-    )

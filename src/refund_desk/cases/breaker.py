@@ -14,12 +14,11 @@ from typing import TYPE_CHECKING
 from sqlalchemy import func, select, update
 from sqlmodel import Session, col
 
-from refund_desk import money
+from refund_desk import clock, money
 from refund_desk.cases.notify import notify
 from refund_desk.governance.versions import LoadedPolicy, control, load_version
 from refund_desk.storage.audit import SYSTEM
 from refund_desk.storage.models import Control, Execution
-from refund_desk.storage.types import utcnow
 
 if TYPE_CHECKING:
     from refund_desk.cases.desk import Desk
@@ -37,10 +36,10 @@ def trip(desk: Desk, session: Session, reason: str) -> None:
     if switches.mode != "supervised":
         return  # already stopped (or never automatic): nothing to switch
     switches.mode = "approve-all"
-    switches.breaker_tripped_at = utcnow()
+    switches.breaker_tripped_at = clock.now()
     switches.breaker_reason = reason
     switches.consecutive_failures = 0
-    switches.updated_at = utcnow()
+    switches.updated_at = clock.now()
     session.add(switches)
     policy = _active(session)
     leads = list(policy.doc.leads) if policy and policy.doc.leads else []
@@ -90,7 +89,7 @@ def over_limit(
     breaker = policy.doc.breaker if policy else None
     if breaker is None or policy is None:
         return None
-    since = utcnow() - WINDOW
+    since = clock.now() - WINDOW
     count, total = session.execute(
         select(func.count(), func.coalesce(func.sum(col(Execution.amount)), 0)).where(
             col(Execution.automatic).is_(True),

@@ -9,8 +9,9 @@ from typing import TYPE_CHECKING, Any
 from refund_desk.cases import advisory
 from refund_desk.cases import facts as case_facts
 from refund_desk.cases.executor import enqueue_execution
-from refund_desk.cases.lifecycle import Status, load_for_update, move
+from refund_desk.cases.lifecycle import Status, move
 from refund_desk.cases.ports import AdviceRequest, AdvisorError, ProcessorError, Provenance
+from refund_desk.cases.rows import load_for_update
 from refund_desk.governance import shadow
 from refund_desk.governance.versions import LoadedPolicy, control, evaluate, load_version
 from refund_desk.policy import Decision

@@ -1,7 +1,8 @@
 """The workflow core wired together: capture → advise → decide → route → execute.
 
-`Desk` holds the ports and storage; the steps live in their own modules and take the desk.
-Every step that must survive a crash runs as a job, so a restart simply resumes.
+`Desk` is plain data: the ports and storage. The steps live in their own modules and take the
+desk; every step that must survive a crash runs as a job (the table of job kinds is
+`runtime.job_table`), so a restart simply resumes.
 """
 
 from __future__ import annotations
@@ -10,13 +11,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from refund_desk.cases.notify import NOTIFY
+from refund_desk import clock
 from refund_desk.cases.ports import Advisor, Processor
 from refund_desk.storage.audit import AuditLog
 from refund_desk.storage.crypto import Vault
 from refund_desk.storage.db import Database
 from refund_desk.storage.jobs import JobQueue
-from refund_desk.storage.types import utcnow
 
 
 @dataclass
@@ -28,21 +28,12 @@ class Desk:
     advisor: Advisor
     jobs: JobQueue
     secret: str  # signs action tokens
-    clock: Callable[[], datetime] = field(default=utcnow)
+    clock: Callable[[], datetime] = field(default=clock.now)
     run_inline: bool = True  # run follow-up jobs at once in the process that created them
     wake: Callable[[], None] | None = None  # set by the scheduler: sweep soon, work is waiting
 
     def now(self) -> datetime:
         return self.clock()
-
-    def __post_init__(self) -> None:
-        from refund_desk.cases import decide, executor, sla
-
-        self.jobs.register("advance", lambda job: decide.advance(self, job))
-        self.jobs.register("execute", lambda job: executor.execute(self, job))
-        sla.register(self)
-        # Without a chat surface the case itself is the record; Slack replaces this handler.
-        self.jobs.register(NOTIFY, lambda job: None)
 
     def kick(self, job_id: int | None) -> None:
         """Run a job just created, instead of waiting for the next sweep; a crash loses nothing."""

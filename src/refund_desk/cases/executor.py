@@ -15,26 +15,28 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from sqlalchemy import select
+from sqlmodel import col
 
-from refund_desk import money
+from refund_desk import clock, money
 from refund_desk.cases import breaker
 from refund_desk.cases import facts as case_facts
 from refund_desk.cases.errors import Conflict
 from refund_desk.cases.intake import INLINE_GRACE, new_id
-from refund_desk.cases.lifecycle import Status, load_for_update, move
+from refund_desk.cases.lifecycle import Status, move
 from refund_desk.cases.ports import (
     PaymentFacts,
     ProcessorError,
     ProcessorRefund,
     Provenance,
 )
+from refund_desk.cases.quorum import approval_count, approvals_needed
+from refund_desk.cases.rows import load_for_update
 from refund_desk.governance.review import maybe_sample as sample_for_review
 from refund_desk.governance.versions import control, evaluate, load_version
 from refund_desk.storage.audit import SYSTEM
 from refund_desk.storage.db import lock_payment
 from refund_desk.storage.jobs import ClaimedJob, RetryLater, backoff, enqueue
 from refund_desk.storage.models import Case, Execution
-from refund_desk.storage.types import utcnow
 
 if TYPE_CHECKING:
     from sqlmodel import Session
@@ -61,6 +63,7 @@ class Parked(Exception):
         self.reason = reason
 
 
+EXECUTE = "execute"  # job kind: reserve, pay, record
 DEFAULT_REFUNDED = "Your refund of {amount} has been issued."
 
 
@@ -76,10 +79,10 @@ def enqueue_execution(session: Session, case: Case) -> int:
     """
     job = enqueue(
         session,
-        kind="execute",
+        kind=EXECUTE,
         payload={"case_id": case.id, "revision": case.revision},
         dedupe_key=f"execute:{case.id}:{case.revision}",
-        due_at=utcnow() + INLINE_GRACE,  # whoever queued it runs it at once (Desk.kick)
+        due_at=clock.now() + INLINE_GRACE,  # whoever queued it runs it at once (Desk.kick)
     )
     assert job.id is not None  # flushed by enqueue
     return job.id
@@ -126,8 +129,8 @@ def execute(desk: Desk, job: ClaimedJob) -> None:
 def _open_execution(session: Session, case_id: str) -> Execution | None:
     return session.scalars(
         select(Execution).where(
-            Execution.case_id == case_id,  # type: ignore[arg-type]
-            Execution.status == case_facts.OPEN_EXECUTION,  # type: ignore[arg-type]
+            col(Execution.case_id) == case_id,
+            col(Execution.status) == case_facts.OPEN_EXECUTION,
         )
     ).first()
 
@@ -212,8 +215,6 @@ def _reserve(
 
 def _check_approvals(session: Session, case: Case) -> None:
     """Defence in depth: a case a person must approve pays only with those approvals on record."""
-    from refund_desk.cases.approvals import approval_count, approvals_needed
-
     have, needed = approval_count(session, case), approvals_needed(case)
     if have < needed:
         raise Parked(f"Only {have} of {needed} required approvals are on record.")
@@ -425,7 +426,7 @@ def settle(desk: Desk, refund: ProcessorRefund) -> str:
         row = session.get(Execution, execution_id) if execution_id else None
         if row is None:
             row = session.scalars(
-                select(Execution).where(Execution.processor_refund_id == refund.id)  # type: ignore[arg-type]
+                select(Execution).where(col(Execution.processor_refund_id) == refund.id)
             ).first()
     if row is None:
         return "not_ours"

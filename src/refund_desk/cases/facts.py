@@ -38,8 +38,8 @@ def refundable(session: Session, payment: PaymentFacts) -> Refundable:
     """
     open_rows = session.execute(
         select(col(Execution.id), col(Execution.amount)).where(
-            Execution.payment_id == payment.id,  # type: ignore[arg-type]
-            Execution.status == OPEN_EXECUTION,  # type: ignore[arg-type]
+            col(Execution.payment_id) == payment.id,
+            col(Execution.status) == OPEN_EXECUTION,
         )
     ).all()
     ids = frozenset(r[0] for r in open_rows)
@@ -60,18 +60,18 @@ def customer_history(
         select(func.count())
         .select_from(Case)
         .where(
-            Case.email_hash == email_hash,  # type: ignore[arg-type]
-            Case.status == Status.refunded,  # type: ignore[arg-type]
-            Case.created_at >= now - timedelta(days=90),  # type: ignore[arg-type,operator]
+            col(Case.email_hash) == email_hash,
+            col(Case.status) == Status.refunded,
+            col(Case.created_at) >= now - timedelta(days=90),
         )
     )
     open_cases = session.scalar(
         select(func.count())
         .select_from(Case)
         .where(
-            Case.email_hash == email_hash,  # type: ignore[arg-type]
-            Case.status.not_in([str(s) for s in FINAL]),  # type: ignore[attr-defined]
-            Case.id != exclude,  # type: ignore[arg-type]
+            col(Case.email_hash) == email_hash,
+            col(Case.status).not_in([str(s) for s in FINAL]),
+            col(Case.id) != exclude,
         )
     )
     return {"refunds_90d": int(refunds_90d or 0), "open_cases": int(open_cases or 0)}

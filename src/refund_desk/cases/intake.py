@@ -19,7 +19,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col
 
-from refund_desk import money
+from refund_desk import clock, money
 from refund_desk.cases import facts as case_facts
 from refund_desk.cases.errors import Conflict, InvalidRequest, Unavailable
 from refund_desk.cases.lifecycle import FINAL, Status
@@ -29,10 +29,11 @@ from refund_desk.storage.audit import Actor, canonical
 from refund_desk.storage.db import lock_payment
 from refund_desk.storage.jobs import enqueue
 from refund_desk.storage.models import Case, Execution, IntakeKey, Payment
-from refund_desk.storage.types import utcnow
 
 if TYPE_CHECKING:
     from refund_desk.cases.desk import Desk
+
+ADVANCE = "advance"  # job kind: advise, decide and route a new case
 
 SOURCES = ("api", "web_form", "shopify", "zendesk", "gorgias", "slack", "email")
 DUPLICATE_WINDOW = timedelta(hours=24)
@@ -302,7 +303,7 @@ def _capture(
             )
         # Run inline by the request (Desk.kick); a sweep takes over only after the grace.
         job = enqueue(
-            session, kind="advance", payload={"case_id": case.id}, due_at=now + INLINE_GRACE
+            session, kind=ADVANCE, payload={"case_id": case.id}, due_at=now + INLINE_GRACE
         )
         return Submitted(case.id, created=True, job_id=job.id)
 
@@ -340,22 +341,22 @@ def _find_duplicate(session: Session, payment_id: str, amount: int, now: object)
     open_case = session.scalar(
         select(col(Case.id))
         .where(
-            Case.payment_id == payment_id,  # type: ignore[arg-type]
-            Case.status.not_in([str(s) for s in FINAL]),  # type: ignore[attr-defined]
+            col(Case.payment_id) == payment_id,
+            col(Case.status).not_in([str(s) for s in FINAL]),
         )
-        .order_by(Case.created_at)  # type: ignore[arg-type]
+        .order_by(col(Case.created_at))
         .limit(1)
     )
     if open_case:
         return str(open_case)
-    since = utcnow() - DUPLICATE_WINDOW
+    since = clock.now() - DUPLICATE_WINDOW
     recent = session.scalar(
         select(col(Execution.case_id))
         .where(
-            Execution.payment_id == payment_id,  # type: ignore[arg-type]
-            Execution.amount == amount,  # type: ignore[arg-type]
-            Execution.status.in_(["reserved", "succeeded"]),  # type: ignore[attr-defined]
-            Execution.created_at >= since,  # type: ignore[arg-type,operator]
+            col(Execution.payment_id) == payment_id,
+            col(Execution.amount) == amount,
+            col(Execution.status).in_(["reserved", "succeeded"]),
+            col(Execution.created_at) >= since,
         )
         .limit(1)
     )

@@ -6,15 +6,15 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import select
 from sqlmodel import Session
 
-from refund_desk.cases.errors import Conflict, NotFound
+from refund_desk import clock
+from refund_desk.cases.errors import Conflict
 from refund_desk.cases.notify import NOTIFY_ON, notify
+from refund_desk.cases.sla import start_clock
 from refund_desk.customers.outcomes import TELL_ON, tell
 from refund_desk.storage.audit import Actor, AuditLog
 from refund_desk.storage.models import Case
-from refund_desk.storage.types import utcnow
 
 
 class Status(StrEnum):
@@ -58,22 +58,6 @@ def can_move(src: str, dst: str) -> bool:
     return target in _ALLOWED[source]
 
 
-def load_for_update(session: Session, case_id: str, *, revision: int | None = None) -> Case:
-    """Lock the case row for this transaction and, if given, insist on the expected revision."""
-    stmt = select(Case).where(Case.id == case_id)  # type: ignore[arg-type]
-    if session.get_bind().dialect.name == "postgresql":
-        stmt = stmt.with_for_update()
-    case = session.scalars(stmt).first()
-    if case is None:
-        raise NotFound("case_not_found", f"No case {case_id} exists.")
-    if revision is not None and case.revision != revision:
-        raise Conflict(
-            "stale_revision",
-            f"Case {case_id} changed since you looked (revision {revision}, now {case.revision}).",
-        )
-    return case
-
-
 def move(
     session: Session,
     audit: AuditLog,
@@ -91,7 +75,7 @@ def move(
     if to in (Status.awaiting_approval, Status.parked):
         case.approval_round += 1  # a new round: earlier approvals do not count towards it
     case.revision += 1
-    case.updated_at = utcnow()
+    case.updated_at = clock.now()
     session.add(case)
     audit.append(
         session,
@@ -103,8 +87,6 @@ def move(
         payload={"from": previous, "to": str(to), "revision": case.revision, **(payload or {})},
     )
     if to in (Status.awaiting_approval, Status.parked):
-        from refund_desk.cases.sla import start_clock  # sla reads policies, which import us
-
         start_clock(session, case)
     if to in NOTIFY_ON:
         notify(session, event=f"case.{to}", case_id=case.id)

@@ -13,13 +13,14 @@ from typing import TYPE_CHECKING
 
 from sqlmodel import Session
 
+from refund_desk import clock
 from refund_desk.cases.notify import notify
+from refund_desk.cases.rows import load_for_update
 from refund_desk.governance.versions import LoadedPolicy, control, load_version
 from refund_desk.policy.durations import add_time, sla_period
 from refund_desk.storage.audit import SYSTEM
 from refund_desk.storage.jobs import ClaimedJob, enqueue
 from refund_desk.storage.models import Case
-from refund_desk.storage.types import utcnow
 
 if TYPE_CHECKING:
     from refund_desk.cases.desk import Desk
@@ -47,7 +48,7 @@ def start_clock(session: Session, case: Case, *, now: datetime | None = None) ->
     if policy is None or period is None:
         case.sla_due_at = None
         return
-    start = now or utcnow()
+    start = now or clock.now()
     case.sla_due_at = add_time(policy.doc, start, period)
     share = policy.doc.reminder_at if policy.doc.reminder_at is not None else DEFAULT_REMINDER_AT
     remind_at = add_time(policy.doc, start, period * share)
@@ -84,8 +85,6 @@ def _still_waiting(case: Case | None, job: ClaimedJob) -> bool:
 
 
 def remind(desk: Desk, job: ClaimedJob) -> None:
-    from refund_desk.cases.lifecycle import load_for_update
-
     with desk.db.write() as session:
         case = load_for_update(session, job.payload["case_id"])
         if not _still_waiting(case, job):
@@ -104,15 +103,13 @@ def remind(desk: Desk, job: ClaimedJob) -> None:
 
 def escalate(desk: Desk, job: ClaimedJob) -> None:
     """Deadline passed: one level up, managers told, and the next level queued one period on."""
-    from refund_desk.cases.lifecycle import load_for_update
-
     with desk.db.write() as session:
         case = load_for_update(session, job.payload["case_id"])
         if not _still_waiting(case, job):
             return
         case.escalation_level += 1
         case.revision += 1  # the cards are re-rendered: managers' buttons carry fresh tokens
-        case.updated_at = utcnow()
+        case.updated_at = clock.now()
         session.add(case)
         desk.audit.append(
             session,
@@ -135,8 +132,3 @@ def escalate(desk: Desk, job: ClaimedJob) -> None:
         if policy is not None and period is not None:
             due = add_time(policy.doc, datetime.fromisoformat(job.payload["due"]), period)
             _queue_escalation(session, case, due=due, level=case.escalation_level + 1)
-
-
-def register(desk: Desk) -> None:
-    desk.jobs.register(REMIND, lambda job: remind(desk, job))
-    desk.jobs.register(ESCALATE, lambda job: escalate(desk, job))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import select
-from sqlmodel import Session
+from sqlmodel import Session, col
 
 from refund_desk import money
 from refund_desk.cases.errors import NotFound
@@ -22,7 +22,9 @@ def case_view(session: Session, case_id: str, *, with_audit: bool) -> dict[str, 
     if case is None:
         raise NotFound("case_not_found", f"No case {case_id} exists.")
     executions = session.scalars(
-        select(Execution).where(Execution.case_id == case_id).order_by(Execution.created_at)  # type: ignore[arg-type]
+        select(Execution)
+        .where(col(Execution.case_id) == case_id)
+        .order_by(col(Execution.created_at))
     ).all()
     decision = case.decision or {}
     view: dict[str, Any] = {
@@ -75,7 +77,9 @@ def case_view(session: Session, case_id: str, *, with_audit: bool) -> dict[str, 
         view["advice"] = case.advice
         view["provenance"] = case.provenance
         records = session.scalars(
-            select(AuditRecord).where(AuditRecord.case_id == case_id).order_by(AuditRecord.seq)  # type: ignore[arg-type]
+            select(AuditRecord)
+            .where(col(AuditRecord.case_id) == case_id)
+            .order_by(col(AuditRecord.seq))
         ).all()
         view["audit"] = [record_json(r) for r in records]
     return view

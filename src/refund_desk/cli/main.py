@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import getpass
 import json
 import logging
 import sys
@@ -12,7 +11,12 @@ from typing import Annotated
 import typer
 
 from refund_desk.cli import policy as _policy_cli
-from refund_desk.settings import ConfigError, Settings, load_settings
+from refund_desk.cli.common import cli_actor as _cli_actor
+from refund_desk.cli.common import fail as _fail
+from refund_desk.cli.common import open_runtime as _runtime
+from refund_desk.cli.common import read_text as _read
+from refund_desk.cli.common import sandbox as _sandbox
+from refund_desk.cli.common import settings as _settings
 
 app = typer.Typer(
     help="Refund Desk: refunds decided by policy, approved in Slack, paid once.",
@@ -38,31 +42,6 @@ advisor_app = typer.Typer(
     help="The AI advisor: accuracy and format adherence.", no_args_is_help=True
 )
 app.add_typer(advisor_app, name="advisor")
-
-
-def _settings() -> Settings:
-    try:
-        return load_settings()
-    except ConfigError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
-
-
-def _runtime(migrate: bool = True):  # type: ignore[no-untyped-def]
-    from refund_desk.runtime import build
-
-    return build(_settings(), migrate=migrate)
-
-
-def _cli_actor():  # type: ignore[no-untyped-def]
-    from refund_desk.storage.audit import Actor
-
-    return Actor("cli", getpass.getuser())
-
-
-def _fail(message: str, code: int = 1) -> None:
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(code)
 
 
 @app.callback()
@@ -176,8 +155,10 @@ def policy_publish(file: Path) -> None:
     """Publish a policy as the next version: the same gate as in Slack (valid, tests pass,
     backtested over the last 30 days; this command runs that backtest and shows it)."""
     from refund_desk.cases.errors import CaseError
-    from refund_desk.cli.policy import backtest_and_record
-    from refund_desk.governance.versions import BACKTEST_DAYS, check_publishable, publish
+
+    backtest_and_record = _policy_cli.backtest_and_record
+    from refund_desk.governance.backtest import BACKTEST_DAYS
+    from refund_desk.governance.versions import check_publishable, publish
 
     runtime = _runtime()
     source = _read(file)
@@ -262,7 +243,7 @@ def reconcile(
         typer.echo(f"wrote {csv_file}", err=True)
 
 
-def _since(text: str, now):  # type: ignore[no-untyped-def]
+def _since(text: str, now):
     from datetime import UTC, datetime
 
     from refund_desk.policy.durations import parse_duration
@@ -292,8 +273,7 @@ def sandbox_payment_create(
     """Create a sandbox payment and print its id."""
     from datetime import timedelta
 
-    from refund_desk import money
-    from refund_desk.storage.types import utcnow
+    from refund_desk import clock, money
 
     sandbox = _sandbox()
     try:
@@ -307,7 +287,7 @@ def sandbox_payment_create(
             email=email,
             name=name,
             chargebacks=chargebacks,
-            created_at=utcnow() - timedelta(days=age_days),
+            created_at=clock.now() - timedelta(days=age_days),
         )
     )
 
@@ -352,6 +332,7 @@ def advisor_eval(
     from refund_desk.advisor.eval import BUNDLED, EvalError, evaluate, load, render
     from refund_desk.advisor.offline import OfflineAdvisor
     from refund_desk.runtime import make_advisor
+    from refund_desk.settings import Settings
 
     try:
         items = load(files or BUNDLED)
@@ -380,21 +361,6 @@ def advisor_stats() -> None:
             f"{d.day}  {d.provider:<8} calls {d.calls:>5}  format {share:>6} "
             f"({d.parsed}/{d.answers} parsed)  tokens {d.tokens}"
         )
-
-
-def _sandbox():  # type: ignore[no-untyped-def]
-    runtime = _runtime()
-    if runtime.sandbox is None:
-        _fail("the sandbox processor is not in use (REFUND_DESK_PROCESSOR)")
-    return runtime.sandbox
-
-
-def _read(file: Path) -> str:
-    try:
-        return file.read_text()
-    except OSError as exc:
-        _fail(f"cannot read {file}: {exc.strerror}")
-        raise
 
 
 _policy_cli.register(policy_app)  # backtest, diff, history, rollback, mode, pause, resume

@@ -8,7 +8,6 @@ server's sweeps deliver).
 
 from __future__ import annotations
 
-import getpass
 from collections.abc import Callable
 from contextlib import nullcontext
 from pathlib import Path
@@ -16,27 +15,14 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from refund_desk.cli.common import cli_actor as _actor
+from refund_desk.cli.common import fail as _fail
+from refund_desk.cli.common import open_runtime as _runtime
+
 if TYPE_CHECKING:
     from sqlmodel import Session
 
     from refund_desk.storage.audit import Actor
-
-
-def _actor() -> Actor:
-    from refund_desk.storage.audit import Actor
-
-    return Actor("cli", getpass.getuser())
-
-
-def _runtime() -> Any:
-    from refund_desk.cli.main import _runtime as runtime
-
-    return runtime()
-
-
-def _fail(message: str) -> None:
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(1)
 
 
 def _source(runtime: Any, target: str) -> tuple[str, str]:

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from refund_desk.cases.errors import CaseError, InvalidRequest, NotFound
-from refund_desk.cases.lifecycle import load_for_update
 from refund_desk.cases.ports import Provenance
+from refund_desk.cases.rows import load_for_update
 from refund_desk.storage.audit import Actor
 from refund_desk.storage.crypto import derive_key
 from refund_desk.storage.models import Case

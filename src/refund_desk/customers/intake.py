@@ -17,15 +17,15 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col
 
+from refund_desk import clock
 from refund_desk.cases.errors import Conflict, InvalidRequest
 from refund_desk.cases.facts import customer_verified
 from refund_desk.cases.intake import Submitted, fetch_payment, parse_request, submit, to_major_text
-from refund_desk.cases.lifecycle import load_for_update
 from refund_desk.cases.notify import notify
+from refund_desk.cases.rows import load_for_update
 from refund_desk.customers import evidence
 from refund_desk.storage.audit import Actor
 from refund_desk.storage.models import ApiKey, Case, CustomerMessage, IntakeKey
-from refund_desk.storage.types import utcnow
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -77,7 +77,7 @@ def channel_key(desk: Desk, source: str) -> int:
         return row.id
     try:
         with desk.db.write() as session:
-            row = ApiKey(name=marker, prefix="channel", key_hash=marker, revoked_at=utcnow())
+            row = ApiKey(name=marker, prefix="channel", key_hash=marker, revoked_at=clock.now())
             session.add(row)
             session.flush()
             assert row.id is not None

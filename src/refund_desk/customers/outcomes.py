@@ -19,11 +19,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 from sqlalchemy import select
 from sqlmodel import Session, col
 
-from refund_desk import money
+from refund_desk import clock, money
 from refund_desk.storage.audit import SYSTEM
 from refund_desk.storage.jobs import ClaimedJob, RetryLater, backoff, enqueue
 from refund_desk.storage.models import Approval, Case, CustomerMessage
-from refund_desk.storage.types import utcnow
 
 if TYPE_CHECKING:
     from refund_desk.cases.desk import Desk
@@ -98,7 +97,7 @@ def tell(session: Session, case: Case) -> int | None:
         case_revision=case.revision,
         body=text,
         expected_by=expected,
-        created_at=utcnow(),
+        created_at=clock.now(),
     )
     session.add(message)
     session.flush()
@@ -116,7 +115,7 @@ def compose(session: Session, case: Case) -> tuple[str, str, datetime | None]:
     if case.status == "denied":
         return "denied", (case.customer_message or DEFAULT_DENIAL), None
     if case.status == "parked":
-        expected = case.sla_due_at or utcnow() + DEFAULT_WAIT
+        expected = case.sla_due_at or clock.now() + DEFAULT_WAIT
         text = (
             "Your refund request needs a closer look by our team. We expect to answer by "
             f"{expected:%A %d %B %Y, %H:%M} UTC."
@@ -164,9 +163,6 @@ class Delivery:
     couriers: dict[str, Courier]
     webhook_url: str | None = None  # the integrator's endpoint for API requests without one
     appeal_link: Any = None  # Callable[[Case], str | None]
-
-    def register(self) -> None:
-        self.desk.jobs.register(TELL, self.run)
 
     def run(self, job: ClaimedJob) -> None:
         desk = self.desk

@@ -19,6 +19,7 @@ import threading
 import time
 from dataclasses import dataclass
 from datetime import timedelta
+from functools import partial
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -27,18 +28,17 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource
 from sqlalchemy import select
 from sqlmodel import col
 
-from refund_desk import money
+from refund_desk import clock, money
 from refund_desk.cases.desk import Desk
 from refund_desk.cases.intake import parse_request, submit
 from refund_desk.demo.slack import Channel, Sandbox, User
 from refund_desk.governance.versions import control, publish
 from refund_desk.policy import PolicyDocument, parse_policy
-from refund_desk.runtime import Runtime, build
+from refund_desk.runtime import Runtime, build, install_jobs
 from refund_desk.settings import Settings, settle_secret
 from refund_desk.storage.audit import Actor
 from refund_desk.storage.jobs import ClaimedJob, enqueue
 from refund_desk.storage.models import Case
-from refund_desk.storage.types import utcnow
 
 ARRIVE = "demo.request"
 OPERATOR = "U0OPS1"
@@ -153,7 +153,7 @@ def seed(runtime: Runtime, *, stream_seconds: float) -> bool:
     with runtime.db.write() as session:
         publish(session, desk.audit, source=policy_source(), actor=Actor("cli", "demo"))
     assert runtime.sandbox is not None
-    start = utcnow()
+    start = clock.now()
     payments = [  # the processor is remote: its own transactions, before ours
         runtime.sandbox.create_payment(
             amount=money.to_minor(sample.paid, "USD"),
@@ -227,7 +227,8 @@ def prepare(
     doc = parse_policy(policy_source())
     sandbox = Sandbox.create(users=users_from(doc), channels=channels_from(doc))
     runtime = build(demo_settings(folder, host, port, sandbox), migrate=True)
-    runtime.desk.jobs.register(ARRIVE, lambda job: arrive(runtime.desk, job))
+    runtime.extra_jobs[ARRIVE] = partial(arrive, runtime.desk)
+    install_jobs(runtime)
     seed(runtime, stream_seconds=stream_seconds)
     return runtime, sandbox
 

@@ -12,20 +12,21 @@ from datetime import datetime
 from sqlalchemy import func, or_, select, update
 from sqlmodel import Session, col
 
+from refund_desk import clock
 from refund_desk.cases.errors import InvalidRequest, NotFound
+from refund_desk.cases.executor import EXECUTE
+from refund_desk.governance.backtest import require_backtest
 from refund_desk.governance.drafts import Change, get_draft
 from refund_desk.governance.versions import (
     MODES,
     check_publishable,
     control,
     publish,
-    require_backtest,
 )
 from refund_desk.policy import parse_policy
 from refund_desk.policy.backtest import summary_text
 from refund_desk.storage.audit import Actor, AuditLog
 from refund_desk.storage.models import Job, PolicyVersion
-from refund_desk.storage.types import utcnow
 
 
 def publish_draft(session: Session, audit: AuditLog, *, draft_id: int, actor: Actor) -> Change:
@@ -91,7 +92,7 @@ def rollback(session: Session, audit: AuditLog, *, version: int, actor: Actor) -
             )
     parse_policy(target.source)  # still readable by this release, or refuse before changing
     latest = session.scalar(select(func.max(PolicyVersion.version))) or 0
-    now = utcnow()
+    now = clock.now()
     row = PolicyVersion(
         version=latest + 1,
         policy_name=target.policy_name,
@@ -125,7 +126,7 @@ def set_mode(session: Session, audit: AuditLog, *, mode: str, actor: Actor) -> C
     before = switches.mode
     if before == mode:
         return Change(reply=f"The mode is already *{mode}*.")
-    switches.mode, switches.updated_at = mode, utcnow()
+    switches.mode, switches.updated_at = mode, clock.now()
     session.add(switches)
     audit.append(
         session,
@@ -145,7 +146,7 @@ def set_paused(
     switches = control(session)
     if switches.paused == paused:
         return Change(reply=f"Execution is already {'paused' if paused else 'running'}.")
-    now = now or utcnow()
+    now = now or clock.now()
     switches.paused, switches.updated_at = paused, now
     session.add(switches)
     jobs: list[int] = []  # the executions waiting for the switch
@@ -155,7 +156,7 @@ def set_paused(
             for job_id in session.scalars(
                 update(Job)
                 .where(
-                    col(Job.kind) == "execute",
+                    col(Job.kind) == EXECUTE,
                     col(Job.status) == "pending",
                     or_(col(Job.lease_expires_at).is_(None), col(Job.lease_expires_at) < now),
                 )
@@ -184,7 +185,7 @@ def set_paused(
 def set_second_lead(session: Session, audit: AuditLog, *, on: bool, actor: Actor) -> Change:
     """Whether a publish needs a second lead to confirm it."""
     switches = control(session)
-    switches.publish_needs_second_lead, switches.updated_at = on, utcnow()
+    switches.publish_needs_second_lead, switches.updated_at = on, clock.now()
     session.add(switches)
     audit.append(
         session,
@@ -203,7 +204,7 @@ def set_review_rate(
     if rate is not None and not 0 <= rate <= 1:
         raise InvalidRequest("bad_rate", "The sample rate is a share between 0 and 1 (or 5%).")
     switches = control(session)
-    switches.review_sample_rate, switches.updated_at = rate, utcnow()
+    switches.review_sample_rate, switches.updated_at = rate, clock.now()
     session.add(switches)
     audit.append(session, action="policy.review_rate_set", actor=actor, payload={"rate": rate})
     shown = "the policy's `review_sample_rate`" if rate is None else f"{rate:.0%}"

@@ -19,8 +19,8 @@ import orjson
 from sqlalchemy import Text, cast, select
 from sqlmodel import Session, col
 
+from refund_desk import clock
 from refund_desk.cases.errors import InvalidRequest
-from refund_desk.governance.versions import BACKTEST_DAYS, require_backtest
 from refund_desk.policy import CompiledPolicy, PolicyInvalid, parse_policy, policy_hash
 from refund_desk.policy.backtest import (
     CSV_COLUMNS,
@@ -32,13 +32,36 @@ from refund_desk.policy.backtest import (
 from refund_desk.storage.audit import Actor, AuditLog
 from refund_desk.storage.db import Database
 from refund_desk.storage.models import Case, PolicyBacktest, PolicyDraft
-from refund_desk.storage.types import utcnow
 
 BATCH = 2000
 DEFAULT_DAYS = 30
 PROGRESS_EVERY = 2000
 
 SessionFactory = Callable[[], AbstractContextManager[Session]]
+
+
+BACKTEST_DAYS = 30  # the publishing gate wants a backtest over at least this many days
+
+
+def require_backtest(session: Session, content_hash: str) -> PolicyBacktest:
+    """The latest backtest over at least the last 30 days on exactly ``content_hash``."""
+    row = session.scalars(
+        select(PolicyBacktest)
+        .where(
+            col(PolicyBacktest.content_hash) == content_hash,
+            col(PolicyBacktest.days) >= BACKTEST_DAYS,
+        )
+        .order_by(col(PolicyBacktest.id).desc())
+        .limit(1)
+    ).first()
+    if row is None:
+        raise InvalidRequest(
+            "policy_not_backtested",
+            f"No backtest over the last {BACKTEST_DAYS} days has run on this exact policy "
+            f"(hash {content_hash[:12]}); run one first "
+            "(`/refund-policy backtest DRAFT` or `refund-desk policy backtest FILE`).",
+        )
+    return row
 
 
 @dataclass(frozen=True)
@@ -118,7 +141,7 @@ def run_backtest(
     """
     if days < 1:
         raise ValueError("a backtest needs at least one day")
-    now = now or utcnow()
+    now = now or clock.now()
     since = now - timedelta(days=days)
     started = time.perf_counter()
     if csv_out is not None:
@@ -158,7 +181,7 @@ def record_backtest(
 
     ``audited=False`` when the run is part of a publish: the publish record then names it.
     """
-    now = utcnow()
+    now = clock.now()
     row = PolicyBacktest(
         content_hash=run.content_hash,
         label=run.label,

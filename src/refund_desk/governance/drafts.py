@@ -13,6 +13,7 @@ from functools import lru_cache
 from sqlalchemy import select
 from sqlmodel import Session, col
 
+from refund_desk import clock
 from refund_desk.cases.errors import CaseError, InvalidRequest, NotFound
 from refund_desk.governance.versions import control, load_version
 from refund_desk.policy import (
@@ -25,7 +26,6 @@ from refund_desk.policy import (
 )
 from refund_desk.storage.audit import Actor, AuditLog
 from refund_desk.storage.models import PolicyDraft, PolicyVersion
-from refund_desk.storage.types import utcnow
 
 MAX_SOURCE = 200_000  # characters: a policy is a page or two, not a data dump
 _REF = re.compile(r"^(?:(d|draft)?(\d+)|v(\d+))$", re.IGNORECASE)
@@ -130,7 +130,7 @@ def save_draft(
 ) -> tuple[PolicyDraft, Change]:
     """Create a draft, or replace the text of ``draft_id``. Invalid text is kept (to fix)."""
     _checked(source)
-    now = utcnow()
+    now = clock.now()
     if draft_id is None:
         draft = PolicyDraft(source=source, author=str(actor), created_at=now, updated_at=now)
         action = "policy.draft_created"

@@ -14,12 +14,12 @@ from sqlalchemy import case as sa_case
 from sqlalchemy import func, select
 from sqlmodel import Session, col
 
+from refund_desk import clock
 from refund_desk.cases.errors import InvalidRequest, NotFound
 from refund_desk.governance.versions import control, load_version
 from refund_desk.storage.audit import Actor, AuditLog
 from refund_desk.storage.jobs import enqueue
 from refund_desk.storage.models import Case, ReviewSample
-from refund_desk.storage.types import utcnow
 
 if TYPE_CHECKING:
     from refund_desk.cases.desk import Desk
@@ -78,7 +78,7 @@ def answer(
         raise InvalidRequest(
             "already_reviewed", f"Case {case_id} was already reviewed by {sample.answered_by}."
         )
-    sample.answer, sample.answered_by, sample.answered_at = verdict, str(actor), utcnow()
+    sample.answer, sample.answered_by, sample.answered_at = verdict, str(actor), clock.now()
     session.add(sample)
     audit.append(
         session,

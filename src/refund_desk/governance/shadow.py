@@ -14,14 +14,13 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlmodel import Session, col
 
-from refund_desk import money
+from refund_desk import clock, money
 from refund_desk.cases.errors import InvalidRequest
 from refund_desk.governance.drafts import Change, compiled, get_draft
 from refund_desk.governance.versions import control
 from refund_desk.policy import Decision, PolicyError
 from refund_desk.storage.audit import Actor, AuditLog
 from refund_desk.storage.models import Case, PolicyDraft, ShadowDecision
-from refund_desk.storage.types import utcnow
 
 log = logging.getLogger(__name__)
 SHOWN_DISAGREEMENTS = 10
@@ -32,7 +31,7 @@ def start(session: Session, audit: AuditLog, *, draft_id: int, actor: Actor) -> 
     if draft.content_hash is None:
         raise InvalidRequest("policy_invalid", f"d{draft_id} is not valid; `validate` says why.")
     switches = control(session)
-    switches.shadow_draft, switches.shadow_started_at = draft_id, utcnow()
+    switches.shadow_draft, switches.shadow_started_at = draft_id, clock.now()
     session.add(switches)
     audit.append(
         session,
@@ -83,7 +82,7 @@ def record(session: Session, case: Case, context: Mapping[str, Any], live: Decis
             agree=outcome == live.outcome,
             amount=case.amount,
             currency=case.currency,
-            created_at=utcnow(),
+            created_at=clock.now(),
         )
     )
 

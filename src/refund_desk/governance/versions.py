@@ -10,9 +10,11 @@ from functools import lru_cache
 from typing import Any, Literal
 
 from sqlalchemy import func, select
-from sqlmodel import Session, col
+from sqlmodel import Session
 
+from refund_desk import clock
 from refund_desk.cases.errors import CaseError, InvalidRequest
+from refund_desk.governance.backtest import ensure_backtest, require_backtest
 from refund_desk.policy import (
     CompiledPolicy,
     Decision,
@@ -23,11 +25,9 @@ from refund_desk.policy import (
     run_policy_tests,
 )
 from refund_desk.storage.audit import Actor, AuditLog
-from refund_desk.storage.models import Control, PolicyBacktest, PolicyVersion
-from refund_desk.storage.types import utcnow
+from refund_desk.storage.models import Control, PolicyVersion
 
 MODES = ("shadow", "approve-all", "supervised")
-BACKTEST_DAYS = 30  # the publishing gate wants a backtest over at least this many days
 
 
 @dataclass(frozen=True)
@@ -76,27 +76,6 @@ def check_publishable(
     return doc, results
 
 
-def require_backtest(session: Session, content_hash: str) -> PolicyBacktest:
-    """The latest backtest over at least the last 30 days on exactly ``content_hash``."""
-    row = session.scalars(
-        select(PolicyBacktest)
-        .where(
-            col(PolicyBacktest.content_hash) == content_hash,
-            col(PolicyBacktest.days) >= BACKTEST_DAYS,
-        )
-        .order_by(col(PolicyBacktest.id).desc())
-        .limit(1)
-    ).first()
-    if row is None:
-        raise InvalidRequest(
-            "policy_not_backtested",
-            f"No backtest over the last {BACKTEST_DAYS} days has run on this exact policy "
-            f"(hash {content_hash[:12]}); run one first "
-            "(`/refund-policy backtest DRAFT` or `refund-desk policy backtest FILE`).",
-        )
-    return row
-
-
 def publish(
     session: Session,
     audit: AuditLog,
@@ -112,8 +91,6 @@ def publish(
     is on record for this content, so the gate below still finds one.
     """
     if backtest == "run":
-        from refund_desk.governance.backtest import ensure_backtest
-
         ensure_backtest(session, audit, source=source, actor=actor)
     doc, results = check_publishable(source, session)
     ran = require_backtest(session, policy_hash(doc))
@@ -124,12 +101,12 @@ def publish(
         content_hash=policy_hash(doc),
         source=source,
         published_by=str(actor),
-        published_at=utcnow(),
+        published_at=clock.now(),
     )
     session.add(row)
     switches = control(session)
     switches.active_version = row.version
-    switches.updated_at = utcnow()
+    switches.updated_at = clock.now()
     session.add(switches)
     audit.append(
         session,

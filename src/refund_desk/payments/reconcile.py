@@ -321,10 +321,6 @@ def run_scheduled(desk: Desk, job: ClaimedJob) -> None:
     raise RetryLater(EVERY.total_seconds(), "next reconciliation", failed=False)
 
 
-def register(desk: Desk) -> None:
-    desk.jobs.register(JOB, lambda job: run_scheduled(desk, job))
-
-
 def ensure_scheduled(desk: Desk) -> None:
     """Put the recurring reconciliation job in the jobs table once (replicas race harmlessly)."""
     try:

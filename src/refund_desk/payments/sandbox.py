@@ -20,8 +20,9 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import select
-from sqlmodel import Session
+from sqlmodel import Session, col
 
+from refund_desk import clock
 from refund_desk.cases.ports import (
     PaymentFacts,
     PaymentNotFound,
@@ -33,7 +34,6 @@ from refund_desk.cases.ports import (
 )
 from refund_desk.storage.db import Database
 from refund_desk.storage.models import SandboxFault, SandboxPayment, SandboxRefund
-from refund_desk.storage.types import utcnow
 
 FAULT_MODES = ("none", "down", "timeout-after-success", "decline", "crash-after-success")
 CRASH_EXIT_CODE = 86
@@ -72,7 +72,7 @@ class SandboxProcessor:
             email=email,
             name=name,
             chargebacks=chargebacks,
-            created_at=created_at or utcnow(),
+            created_at=created_at or clock.now(),
         )
         with self.db.write() as session:
             session.add(payment)
@@ -166,7 +166,7 @@ class SandboxProcessor:
                 status="succeeded",
                 idempotency_key=idempotency_key,
                 meta=dict(metadata),
-                created_at=utcnow(),
+                created_at=clock.now(),
             )
             session.add(refund)
         if fault == "crash-after-success":
@@ -190,10 +190,10 @@ class SandboxProcessor:
     ) -> list[ProcessorRefund]:
         with self.db.read() as session:
             if self._armed(session, ("down",)) is None:
-                stmt = select(SandboxRefund).where(SandboxRefund.created_at >= since)  # type: ignore[arg-type,operator]
+                stmt = select(SandboxRefund).where(col(SandboxRefund.created_at) >= since)
                 if until is not None:
-                    stmt = stmt.where(SandboxRefund.created_at < until)  # type: ignore[arg-type,operator]
-                rows = session.scalars(stmt.order_by(SandboxRefund.created_at)).all()  # type: ignore[arg-type]
+                    stmt = stmt.where(col(SandboxRefund.created_at) < until)
+                rows = session.scalars(stmt.order_by(col(SandboxRefund.created_at))).all()
                 return [self._to_refund(r) for r in rows]
         self._take_fault(("down",))
         return self.list_refunds_since(since, until)
@@ -202,14 +202,14 @@ class SandboxProcessor:
 
     @staticmethod
     def _locked(session: Session, payment_id: str) -> Any:
-        stmt = select(SandboxPayment).where(SandboxPayment.id == payment_id)  # type: ignore[arg-type]
+        stmt = select(SandboxPayment).where(col(SandboxPayment.id) == payment_id)
         return stmt.with_for_update() if session.get_bind().dialect.name == "postgresql" else stmt
 
     def _refunds(self, session: Session, payment_id: str) -> list[ProcessorRefund]:
         rows = session.scalars(
             select(SandboxRefund)
-            .where(SandboxRefund.payment_id == payment_id)  # type: ignore[arg-type]
-            .order_by(SandboxRefund.created_at)  # type: ignore[arg-type]
+            .where(col(SandboxRefund.payment_id) == payment_id)
+            .order_by(col(SandboxRefund.created_at))
         ).all()
         return [self._to_refund(r) for r in rows]
 
@@ -229,7 +229,7 @@ class SandboxProcessor:
         payment = session.get(SandboxPayment, payment_id)
         if payment is None:
             raise PaymentNotFound("payment_not_found", f"No payment {payment_id} exists.")
-        since = utcnow() - timedelta(days=365)
+        since = clock.now() - timedelta(days=365)
         return PaymentFacts(
             id=payment.id,
             amount=payment.amount,

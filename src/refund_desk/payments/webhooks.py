@@ -90,10 +90,6 @@ def handle(desk: Desk, job: ClaimedJob) -> None:
         log.warning("stripe event %s: %s (%s)", job.payload.get("event_id"), exc.message, exc.code)
 
 
-def register(desk: Desk) -> None:
-    desk.jobs.register(EVENT_JOB, lambda job: handle(desk, job))
-
-
 # ---------------------------------------------------------------- the table
 
 

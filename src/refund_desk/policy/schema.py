@@ -271,7 +271,7 @@ class _Loader(yaml.SafeLoader):
 def _construct_mapping(loader: _Loader, node: yaml.MappingNode, deep: bool = False) -> Any:
     seen: set[Any] = set()
     for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+        key = loader.construct_object(key_node, deep=deep)
         if not isinstance(key, str | int):
             continue
         if key in seen:
@@ -291,7 +291,7 @@ def _load_yaml(text: str) -> tuple[Any, list[Problem]]:
     except yaml.YAMLError as exc:
         return None, [Problem(None, "", f"not valid YAML: {exc}")]
     finally:
-        loader.dispose()  # type: ignore[no-untyped-call]
+        loader.dispose()
     return data, [Problem(None, "", f"duplicate {d}") for d in loader.duplicates]
 
 

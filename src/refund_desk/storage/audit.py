@@ -16,11 +16,11 @@ from datetime import UTC, datetime
 from typing import IO, Any
 
 from sqlalchemy import select
-from sqlmodel import Session
+from sqlmodel import Session, col
 
+from refund_desk import clock
 from refund_desk.storage.crypto import derive_key
 from refund_desk.storage.models import AuditHead, AuditRecord
-from refund_desk.storage.types import utcnow
 
 GENESIS = "0" * 64
 
@@ -80,7 +80,7 @@ class AuditLog:
         at: datetime | None = None,
     ) -> AuditRecord:
         """Append inside the caller's transaction; it commits or rolls back with the change."""
-        stmt = select(AuditHead).where(AuditHead.id == 1)  # type: ignore[arg-type]
+        stmt = select(AuditHead).where(col(AuditHead.id) == 1)
         if session.get_bind().dialect.name == "postgresql":
             stmt = stmt.with_for_update()
         head = session.scalars(stmt).one()
@@ -88,7 +88,7 @@ class AuditLog:
         stored_payload = json.loads(canonical(payload or {}))
         record = AuditRecord(
             seq=head.seq + 1,
-            at=(at or utcnow()).astimezone(UTC),  # hashed as stored: in UTC
+            at=(at or clock.now()).astimezone(UTC),  # hashed as stored: in UTC
             case_id=case_id,
             correlation_id=correlation_id,
             actor_kind=actor.kind,
@@ -156,8 +156,8 @@ def iter_records(session: Session, *, batch: int = 5000) -> Iterator[AuditRecord
     while True:
         rows = session.scalars(
             select(AuditRecord)
-            .where(AuditRecord.seq > last)  # type: ignore[arg-type]
-            .order_by(AuditRecord.seq)  # type: ignore[arg-type]
+            .where(col(AuditRecord.seq) > last)
+            .order_by(col(AuditRecord.seq))
             .limit(batch)
         ).all()
         if not rows:

@@ -13,7 +13,7 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event, select
-from sqlmodel import Session
+from sqlmodel import Session, col
 
 from refund_desk.storage.models import Payment
 
@@ -91,7 +91,7 @@ class Database:
 
 def lock_payment(session: Session, payment_id: str) -> Payment | None:
     """Lock a payment's row for the rest of the transaction (SQLite: BEGIN IMMEDIATE did)."""
-    stmt = select(Payment).where(Payment.id == payment_id)  # type: ignore[arg-type]
+    stmt = select(Payment).where(col(Payment.id) == payment_id)
     if session.get_bind().dialect.name == "postgresql":
         stmt = stmt.with_for_update()
     return session.scalars(stmt).first()

@@ -18,9 +18,9 @@ from typing import Any
 from sqlalchemy import and_, case, func, or_, select, update
 from sqlmodel import Session, col
 
+from refund_desk import clock
 from refund_desk.storage.db import Database
 from refund_desk.storage.models import Job
-from refund_desk.storage.types import utcnow
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ def enqueue(
     job = Job(
         kind=kind,
         payload=payload,
-        due_at=due_at or utcnow(),
+        due_at=due_at or clock.now(),
         dedupe_key=dedupe_key,
         max_attempts=max_attempts,
     )
@@ -88,22 +88,29 @@ class JobQueue:
         self.handlers: dict[str, Handler] = {}
         self.stopping = threading.Event()  # set on shutdown: sweeps stop between jobs
 
+    def install(self, table: dict[str, Handler]) -> None:
+        """Take the whole table of job kinds at once (`runtime.job_table` builds it)."""
+        self.handlers = dict(table)
+
     def register(self, kind: str, handler: Handler) -> None:
+        """Add one kind (tests); a kind already handled is refused, never silently replaced."""
+        if kind in self.handlers:
+            raise ValueError(f"job kind {kind!r} already has a handler")
         self.handlers[kind] = handler
 
     # ------------------------------------------------------------ claiming
 
     def _claimable(self, now: datetime) -> Any:
         return and_(
-            Job.status == "pending",  # type: ignore[arg-type]
-            Job.due_at <= now,  # type: ignore[arg-type]
+            col(Job.status) == "pending",
+            col(Job.due_at) <= now,
             or_(col(Job.lease_expires_at).is_(None), col(Job.lease_expires_at) < now),
         )
 
     def claim(
         self, *, now: datetime | None = None, limit: int = 20, skip: frozenset[int] = frozenset()
     ) -> list[ClaimedJob]:
-        now = now or utcnow()
+        now = now or clock.now()
         with self.db.write() as session:
             where = self._claimable(now)
             if skip:
@@ -116,7 +123,7 @@ class JobQueue:
     def claim_one(self, job_id: int, *, now: datetime | None = None) -> ClaimedJob | None:
         """Claim a specific job now, even before it is due: the request that created it runs
         it inline, and its due time is only the grace after which a sweep takes over."""
-        now = now or utcnow()
+        now = now or clock.now()
         free = and_(
             col(Job.id) == job_id,
             col(Job.status) == "pending",
@@ -133,7 +140,7 @@ class JobQueue:
             .values(
                 lease_owner=self.owner,
                 lease_expires_at=now + self.lease,
-                attempt=Job.attempt + 1,  # type: ignore[operator]
+                attempt=Job.attempt + 1,
             )
             .returning(
                 col(Job.id),
@@ -150,10 +157,10 @@ class JobQueue:
 
     def _fenced(self, job: ClaimedJob) -> Any:
         return and_(
-            Job.id == job.id,  # type: ignore[arg-type]
-            Job.attempt == job.attempt,  # type: ignore[arg-type]
-            Job.lease_owner == self.owner,  # type: ignore[arg-type]
-            Job.status == "pending",  # type: ignore[arg-type]
+            col(Job.id) == job.id,
+            col(Job.attempt) == job.attempt,
+            col(Job.lease_owner) == self.owner,
+            col(Job.status) == "pending",
         )
 
     def complete(self, job: ClaimedJob) -> bool:
@@ -161,14 +168,14 @@ class JobQueue:
             done = session.execute(
                 update(Job)
                 .where(self._fenced(job))
-                .values(status="done", finished_at=utcnow(), lease_expires_at=None)
+                .values(status="done", finished_at=clock.now(), lease_expires_at=None)
             )
         if done.rowcount == 0:  # type: ignore[attr-defined]
             log.warning("job %s attempt %s finished after its lease was lost", job.id, job.attempt)
         return bool(done.rowcount)  # type: ignore[attr-defined]
 
     def retry(self, job: ClaimedJob, *, delay: float, error: str, failed: bool = True) -> bool:
-        now = utcnow()
+        now = clock.now()
         failures = job.failures + (1 if failed else 0)
         dead = failures >= job.max_attempts
         with self.db.write() as session:

@@ -13,7 +13,8 @@ from sqlalchemy import JSON, BigInteger, Column, Index, Text, UniqueConstraint
 from sqlalchemy.sql import false
 from sqlmodel import Field, SQLModel
 
-from refund_desk.storage.types import UTCDateTime, utcnow
+from refund_desk import clock
+from refund_desk.storage.types import UTCDateTime
 
 
 def _optional_ts() -> Any:
@@ -31,7 +32,7 @@ class ApiKey(SQLModel, table=True):
     prefix: str = Field(max_length=16)
     key_hash: str = Field(max_length=64, unique=True)
     created_at: datetime = Field(
-        default_factory=utcnow, sa_column=Column(UTCDateTime(), nullable=False)
+        default_factory=clock.now, sa_column=Column(UTCDateTime(), nullable=False)
     )
     revoked_at: datetime | None = _optional_ts()
 
@@ -46,7 +47,7 @@ class PolicyVersion(SQLModel, table=True):
     source: str = Field(sa_column=Column(Text, nullable=False))
     published_by: str = Field(max_length=100)
     published_at: datetime = Field(
-        default_factory=utcnow, sa_column=Column(UTCDateTime(), nullable=False)
+        default_factory=clock.now, sa_column=Column(UTCDateTime(), nullable=False)
     )
     note: str | None = None
 
@@ -71,7 +72,7 @@ class Control(SQLModel, table=True):
     breaker_tripped_at: datetime | None = _optional_ts()
     breaker_reason: str | None = Field(default=None, sa_column=Column(Text))
     updated_at: datetime = Field(
-        default_factory=utcnow, sa_column=Column(UTCDateTime(), nullable=False)
+        default_factory=clock.now, sa_column=Column(UTCDateTime(), nullable=False)
     )
 
 
@@ -87,7 +88,7 @@ class Payment(SQLModel, table=True):
     email_hash: str | None = Field(default=None, max_length=64, index=True)
     created_at: datetime = Field(sa_column=Column(UTCDateTime(), nullable=False))
     seen_at: datetime = Field(
-        default_factory=utcnow, sa_column=Column(UTCDateTime(), nullable=False)
+        default_factory=clock.now, sa_column=Column(UTCDateTime(), nullable=False)
     )
 
 
@@ -134,10 +135,10 @@ class Case(SQLModel, table=True):
     reply_enc: str | None = Field(default=None, sa_column=Column(Text))  # encrypted JSON
     sla_due_at: datetime | None = _optional_ts()
     created_at: datetime = Field(
-        default_factory=utcnow, sa_column=Column(UTCDateTime(), nullable=False)
+        default_factory=clock.now, sa_column=Column(UTCDateTime(), nullable=False)
     )
     updated_at: datetime = Field(
-        default_factory=utcnow, sa_column=Column(UTCDateTime(), nullable=False)
+        default_factory=clock.now, sa_column=Column(UTCDateTime(), nullable=False)
     )
 
 
@@ -150,7 +151,7 @@ class IntakeKey(SQLModel, table=True):
     body_hash: str = Field(max_length=64)
     case_id: str = Field(foreign_key="cases.id", max_length=40)
     created_at: datetime = Field(
-        default_factory=utcnow, sa_column=Column(UTCDateTime(), nullable=False)
+        default_factory=clock.now, sa_column=Column(UTCDateTime(), nullable=False)
     )
 
 
@@ -172,7 +173,7 @@ class Execution(SQLModel, table=True):
     error_code: str | None = Field(default=None, max_length=60)
     error_message: str | None = Field(default=None, sa_column=Column(Text))
     created_at: datetime = Field(
-        default_factory=utcnow, sa_column=Column(UTCDateTime(), nullable=False)
+        default_factory=clock.now, sa_column=Column(UTCDateTime(), nullable=False)
     )
     finished_at: datetime | None = _optional_ts()
 
@@ -191,7 +192,7 @@ class Approval(SQLModel, table=True):
     reason: str | None = Field(default=None, sa_column=Column(Text))
     token_nonce: str = Field(max_length=64, unique=True)
     created_at: datetime = Field(
-        default_factory=utcnow, sa_column=Column(UTCDateTime(), nullable=False)
+        default_factory=clock.now, sa_column=Column(UTCDateTime(), nullable=False)
     )
 
 
@@ -205,7 +206,7 @@ class SlackMessage(SQLModel, table=True):
     channel: str = Field(max_length=40)
     ts: str = Field(max_length=40)
     created_at: datetime = Field(
-        default_factory=utcnow, sa_column=Column(UTCDateTime(), nullable=False)
+        default_factory=clock.now, sa_column=Column(UTCDateTime(), nullable=False)
     )
 
 
@@ -227,7 +228,7 @@ class Job(SQLModel, table=True):
     lease_expires_at: datetime | None = _optional_ts()
     last_error: str | None = Field(default=None, sa_column=Column(Text))
     created_at: datetime = Field(
-        default_factory=utcnow, sa_column=Column(UTCDateTime(), nullable=False)
+        default_factory=clock.now, sa_column=Column(UTCDateTime(), nullable=False)
     )
     finished_at: datetime | None = _optional_ts()
 
@@ -270,7 +271,7 @@ class SandboxPayment(SQLModel, table=True):
     name: str | None = Field(default=None, max_length=200)
     chargebacks: int = 0
     created_at: datetime = Field(
-        default_factory=utcnow, sa_column=Column(UTCDateTime(), nullable=False)
+        default_factory=clock.now, sa_column=Column(UTCDateTime(), nullable=False)
     )
 
 
@@ -284,7 +285,7 @@ class SandboxRefund(SQLModel, table=True):
     idempotency_key: str | None = Field(default=None, max_length=200)
     meta: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
     created_at: datetime = Field(
-        default_factory=utcnow, sa_column=Column(UTCDateTime(), nullable=False)
+        default_factory=clock.now, sa_column=Column(UTCDateTime(), nullable=False)
     )
 
 
@@ -309,7 +310,7 @@ class ProcessorEvent(SQLModel, table=True):
     type: str = Field(max_length=80)
     object_id: str | None = Field(default=None, max_length=100)
     received_at: datetime = Field(
-        default_factory=utcnow, sa_column=Column(UTCDateTime(), nullable=False)
+        default_factory=clock.now, sa_column=Column(UTCDateTime(), nullable=False)
     )
 
 
@@ -330,7 +331,7 @@ class ProcessorFinding(SQLModel, table=True):
     our_status: str | None = Field(default=None, max_length=30)
     detail: str = Field(sa_column=Column(Text, nullable=False))
     found_at: datetime = Field(
-        default_factory=utcnow, sa_column=Column(UTCDateTime(), nullable=False)
+        default_factory=clock.now, sa_column=Column(UTCDateTime(), nullable=False)
     )
 
 
@@ -343,7 +344,7 @@ class AdvisorCall(SQLModel, table=True):
     __tablename__ = "advisor_calls"
     __table_args__ = (Index("ix_advisor_calls_day", "day", "provider"),)
     id: int | None = Field(default=None, primary_key=True)
-    at: datetime = Field(default_factory=utcnow, sa_column=Column(UTCDateTime(), nullable=False))
+    at: datetime = Field(default_factory=clock.now, sa_column=Column(UTCDateTime(), nullable=False))
     day: str = Field(max_length=10)  # UTC date, ISO: the unit of the format-adherence figure
     case_id: str | None = Field(default=None, max_length=40, index=True)
     provider: str = Field(max_length=30)
@@ -366,10 +367,10 @@ class PolicyDraft(SQLModel, table=True):
     content_hash: str | None = Field(default=None, max_length=64)  # None while invalid
     author: str = Field(max_length=100)
     created_at: datetime = Field(
-        default_factory=utcnow, sa_column=Column(UTCDateTime(), nullable=False)
+        default_factory=clock.now, sa_column=Column(UTCDateTime(), nullable=False)
     )
     updated_at: datetime = Field(
-        default_factory=utcnow, sa_column=Column(UTCDateTime(), nullable=False)
+        default_factory=clock.now, sa_column=Column(UTCDateTime(), nullable=False)
     )
     last_test_ok: bool | None = None
     last_test_summary: str | None = Field(default=None, sa_column=Column(Text))
@@ -392,7 +393,7 @@ class PolicyBacktest(SQLModel, table=True):
     cases: int
     ran_by: str = Field(max_length=100)
     ran_at: datetime = Field(
-        default_factory=utcnow, sa_column=Column(UTCDateTime(), nullable=False)
+        default_factory=clock.now, sa_column=Column(UTCDateTime(), nullable=False)
     )
     summary: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
 
@@ -412,7 +413,7 @@ class ShadowDecision(SQLModel, table=True):
     amount: int = Field(sa_column=Column(BigInteger, nullable=False))
     currency: str = Field(max_length=3)
     created_at: datetime = Field(
-        default_factory=utcnow, sa_column=Column(UTCDateTime(), nullable=False)
+        default_factory=clock.now, sa_column=Column(UTCDateTime(), nullable=False)
     )
 
 
@@ -426,7 +427,7 @@ class ReviewSample(SQLModel, table=True):
     amount: int = Field(sa_column=Column(BigInteger, nullable=False))
     currency: str = Field(max_length=3)
     sampled_at: datetime = Field(
-        default_factory=utcnow, sa_column=Column(UTCDateTime(), nullable=False)
+        default_factory=clock.now, sa_column=Column(UTCDateTime(), nullable=False)
     )
     answer: str | None = Field(default=None, max_length=20)  # right | wrong
     answered_by: str | None = Field(default=None, max_length=100)
@@ -452,7 +453,7 @@ class CustomerMessage(SQLModel, table=True):
     status: str = Field(default="queued", max_length=20)  # queued | sent | recorded | received
     external_ref: str | None = Field(default=None, max_length=300)  # Message-ID, delivery id
     created_at: datetime = Field(
-        default_factory=utcnow, sa_column=Column(UTCDateTime(), nullable=False)
+        default_factory=clock.now, sa_column=Column(UTCDateTime(), nullable=False)
     )
     sent_at: datetime | None = _optional_ts()
 

@@ -30,7 +30,3 @@ class UTCDateTime(TypeDecorator[datetime]):
         if value.tzinfo is None:
             return value.replace(tzinfo=UTC)
         return value.astimezone(UTC)
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)

@@ -23,7 +23,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from refund_desk.bot.app import build_surface, start_socket_mode
 from refund_desk.cases.errors import CaseError
-from refund_desk.runtime import Runtime
+from refund_desk.runtime import Runtime, install_jobs
 from refund_desk.web import customer_channels as channels
 from refund_desk.web import metrics
 from refund_desk.web.routes import intake_api as api
@@ -116,6 +116,7 @@ def create_app(
 ) -> FastAPI:
     """The app; `sandbox` (only `refund-desk demo` passes one) mounts the local Slack sandbox."""
     surface = build_surface(runtime.desk, runtime.settings)
+    install_jobs(runtime, slack=surface)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

@@ -14,8 +14,7 @@ from refund_desk.bot.blocks.evidence import ACTION
 from refund_desk.bot.listeners.actions import channel_of, tell
 from refund_desk.cases.errors import CaseError
 from refund_desk.cases.notify import notify
-from refund_desk.customers import appeals, couriers, evidence
-from refund_desk.customers.outcomes import Delivery
+from refund_desk.customers import evidence
 from refund_desk.runtime import Runtime
 from refund_desk.web.routes import appeals as appeal_routes
 from refund_desk.web.routes import inbound, web_form
@@ -27,13 +26,6 @@ if TYPE_CHECKING:
 def install(app: FastAPI, runtime: Runtime, surface: Surface | None) -> None:
     for router in (web_form.router, inbound.router, appeal_routes.router):
         app.include_router(router)
-    settings = runtime.settings
-    Delivery(
-        desk=runtime.desk,
-        couriers=couriers.from_settings(settings),
-        webhook_url=settings.webhook_url,
-        appeal_link=appeals.link_maker(runtime.desk, settings.public_url),
-    ).register()
     if surface is not None:
         register_slack(surface)
 

@@ -20,10 +20,10 @@ from prometheus_client.registry import Collector
 from sqlalchemy import func, select
 from sqlmodel import Session, col
 
+from refund_desk import clock
 from refund_desk.cases.ports import PaymentFacts, Processor, ProcessorRefund
 from refund_desk.storage.db import Database
 from refund_desk.storage.models import AdvisorCall, Approval, AuditHead, Case, Execution, Job
-from refund_desk.storage.types import utcnow
 
 LATENCY = CollectorRegistry(auto_describe=True)
 PROCESSOR_SECONDS = Histogram(
@@ -101,7 +101,7 @@ class StateCollector(Collector):
             labels=["reason", "window"],
         )
         audit = g("refund_desk_audit_records", "Records in the audit chain.")
-        now = utcnow()
+        now = clock.now()
         with self.db.read() as session:
             for status, n in session.execute(
                 select(col(Case.status), func.count()).group_by(col(Case.status))
@@ -208,21 +208,21 @@ class TimedProcessor:
             PROCESSOR_SECONDS.labels(call, result).observe(time.perf_counter() - start)
 
     def payment(self, payment_id: str) -> PaymentFacts:
-        return self._timed("payment", self.inner.payment, payment_id)  # type: ignore[no-any-return]
+        return self._timed("payment", self.inner.payment, payment_id)
 
     def list_refunds(self, payment_id: str) -> list[ProcessorRefund]:
-        return self._timed("list_refunds", self.inner.list_refunds, payment_id)  # type: ignore[no-any-return]
+        return self._timed("list_refunds", self.inner.list_refunds, payment_id)
 
     def create_refund(self, **kwargs: Any) -> ProcessorRefund:
-        return self._timed("create_refund", self.inner.create_refund, **kwargs)  # type: ignore[no-any-return]
+        return self._timed("create_refund", self.inner.create_refund, **kwargs)
 
     def retrieve_refund(self, refund_id: str) -> ProcessorRefund:
-        return self._timed("retrieve_refund", self.inner.retrieve_refund, refund_id)  # type: ignore[no-any-return]
+        return self._timed("retrieve_refund", self.inner.retrieve_refund, refund_id)
 
     def list_refunds_since(
         self, since: datetime, until: datetime | None = None
     ) -> list[ProcessorRefund]:
-        return self._timed("list_refunds_since", self.inner.list_refunds_since, since, until)  # type: ignore[no-any-return]
+        return self._timed("list_refunds_since", self.inner.list_refunds_since, since, until)
 
     def refusal(self, amount: int, currency: str) -> str | None:
         return self.inner.refusal(amount, currency)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from refund_desk.bot.listeners.home import HOME, queue_home
+from refund_desk.bot.home import HOME, queue_home
 
 if TYPE_CHECKING:
     from refund_desk.bot.app import Surface

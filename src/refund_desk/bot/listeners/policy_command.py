@@ -28,7 +28,6 @@ from refund_desk.bot.blocks.policy import (
 from refund_desk.bot.policy_jobs import (
     BACKTEST_JOB,
     DRAFT_FILE_JOB,
-    PolicyJobs,
     announce,
     clip,
     policy_channel,
@@ -470,7 +469,6 @@ def _draft_state(draft: Any) -> str:
 def register(surface: Surface) -> None:
     app, desk = surface.app, surface.desk
     commands = PolicyCommands(desk, surface.outbox.default_channel)
-    PolicyJobs(desk, surface.outbox).register()
 
     @app.command("/refund-policy")
     async def on_policy(ack: Any, command: dict[str, Any], client: Any) -> None:

@@ -64,7 +64,6 @@ def file_case(desk: Desk, job: ClaimedJob) -> None:
 
 def register(surface: Surface) -> None:
     app = surface.app
-    surface.desk.jobs.register(FILE_CASE, lambda job: file_case(surface.desk, job))
 
     @app.command("/refund")
     async def on_refund(ack: Any, body: dict[str, Any], client: Any) -> None:

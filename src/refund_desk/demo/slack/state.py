@@ -89,7 +89,7 @@ class Workspace:
     triggers: dict[str, Trigger] = field(default_factory=dict)
     version: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
-    _seq: itertools.count = field(default_factory=lambda: itertools.count(1))  # type: ignore[type-arg]
+    _seq: itertools.count = field(default_factory=lambda: itertools.count(1))
     _epoch: int = field(default_factory=lambda: int(time.time()))
 
     # ------------------------------------------------------------ helpers (lock held)

@@ -15,7 +15,9 @@ from fastapi import APIRouter, Depends, Header, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 from sqlalchemy import select
+from sqlmodel import col
 
+from refund_desk import clock
 from refund_desk.cases.errors import CaseError, InvalidRequest
 from refund_desk.cases.intake import parse_request, submit
 from refund_desk.cases.views import case_view
@@ -23,7 +25,6 @@ from refund_desk.runtime import Runtime
 from refund_desk.storage.audit import Actor
 from refund_desk.storage.db import Database
 from refund_desk.storage.models import ApiKey
-from refund_desk.storage.types import utcnow
 
 router = APIRouter(prefix="/api/v1")
 KEY_PREFIX = "rdk_"
@@ -46,7 +47,9 @@ def create_api_key(db: Database, name: str) -> str:
     """Make a key, store only its hash, and return the key (shown once)."""
     key = KEY_PREFIX + secrets.token_urlsafe(32)
     with db.write() as session:
-        session.add(ApiKey(name=name, prefix=key[:10], key_hash=hash_key(key), created_at=utcnow()))
+        session.add(
+            ApiKey(name=name, prefix=key[:10], key_hash=hash_key(key), created_at=clock.now())
+        )
     return key
 
 
@@ -59,7 +62,7 @@ def authenticate(
         raise Unauthorized("unauthorized", "Send an API key as `Authorization: Bearer <key>`.")
     with runtime.db.read() as session:
         row = session.scalars(
-            select(ApiKey).where(ApiKey.key_hash == hash_key(key.strip()))  # type: ignore[arg-type]
+            select(ApiKey).where(col(ApiKey.key_hash) == hash_key(key.strip()))
         ).first()
     if row is None or row.revoked_at is not None:
         raise Unauthorized("unauthorized", "The API key is not valid.")

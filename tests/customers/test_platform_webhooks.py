@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from tests.channels.conftest import GORGIAS_SECRET, Channels
+from tests.customers.conftest import GORGIAS_SECRET, Channels
 from tests.helpers import CUSTOMER
 
 

@@ -19,13 +19,12 @@ from slack_sdk.models.views import View
 from sqlalchemy import select
 from sqlmodel import Session, col
 
-from refund_desk import money
+from refund_desk import clock, money
 from refund_desk.bot.blocks.cards import DECIDABLE, _clip
 from refund_desk.cases.desk import Desk
 from refund_desk.governance.versions import control, load_version
 from refund_desk.storage.jobs import ClaimedJob, enqueue
 from refund_desk.storage.models import Case
-from refund_desk.storage.types import utcnow
 from refund_desk.web.metrics import DRIFT_ALERT, reason_drift
 
 if TYPE_CHECKING:
@@ -125,9 +124,5 @@ def home_view(session: Session, user: str, now: datetime) -> View:
 def publish_home(surface: Surface, job: ClaimedJob) -> None:
     user = str(job.payload["user"])
     with surface.desk.db.read() as session:
-        view = home_view(session, user, utcnow())
+        view = home_view(session, user, clock.now())
     surface.outbox.call("views.publish", user_id=user, view=view.to_dict())
-
-
-def register(surface: Surface) -> None:
-    surface.desk.jobs.register(HOME, lambda job: publish_home(surface, job))

@@ -11,8 +11,8 @@ import pytest
 
 from refund_desk.cases import approvals, tokens
 from refund_desk.customers import appeals
-from tests.channels.conftest import Channels
-from tests.channels.test_customer_tell import _act, _form
+from tests.customers.conftest import Channels
+from tests.customers.test_customer_tell import _act, _form
 from tests.helpers import CUSTOMER
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import re
 
-from tests.channels.conftest import PNG, Channels
+from tests.customers.conftest import PNG, Channels
 from tests.helpers import CUSTOMER
 
 

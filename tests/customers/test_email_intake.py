@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 
 from refund_desk.customers import mail as mail_parsing
-from tests.channels.conftest import PNG, Channels, raw_email
+from tests.customers.conftest import PNG, Channels, raw_email
 from tests.helpers import CUSTOMER
 
 
@@ -60,7 +60,7 @@ def test_reply_to_our_outcome_threads_onto_the_same_case(channels: Channels) -> 
         raw_email(subject=f"Refund {payment}", text="Amount: 600.00\nIt never worked.")
     ).json()
     case_id = first["case"]
-    from tests.channels.test_customer_tell import _act
+    from tests.customers.test_customer_tell import _act
 
     _act(channels, case_id, "deny", "U0FIN1", reason="We need a photo of the damage.")
     channels.sweep()

@@ -7,7 +7,7 @@ import hmac
 import json
 
 from refund_desk.cases import approvals, tokens
-from tests.channels.conftest import WEBHOOK_SECRET, Channels
+from tests.customers.conftest import WEBHOOK_SECRET, Channels
 from tests.fakes.receiver import Receiver
 from tests.helpers import CUSTOMER
 
@@ -129,7 +129,8 @@ def test_partial_approval_says_so(channels: Channels) -> None:
 def test_parked_case_tells_the_customer_when_to_expect_an_answer(channels: Channels) -> None:
     case_id = _form(channels, channels.payment("30.00"))
     desk = channels.runtime.desk
-    from refund_desk.cases.lifecycle import Status, load_for_update, move
+    from refund_desk.cases.lifecycle import Status, move
+    from refund_desk.cases.rows import load_for_update
     from refund_desk.storage.audit import SYSTEM
 
     with desk.db.write() as session:  # a refund reversed by the processor reopens the case

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from refund_desk import clock
 from refund_desk.cases.errors import InvalidRequest
 from refund_desk.customers import evidence, ratelimit
 from refund_desk.storage.db import Database
-from refund_desk.storage.types import utcnow
 from tests.conftest import make_settings
 
 
@@ -56,7 +56,7 @@ def test_evidence_folder_defaults_beside_the_database(tmp_path: Path) -> None:
 def test_rate_limit_counts_per_window_on_both_databases(any_db_url: str) -> None:
     db = Database.from_url(any_db_url)
     try:
-        now = utcnow()
+        now = clock.now()
         answers = [ratelimit.hit(db, "k", limit=3, window_seconds=3600, now=now) for _ in range(4)]
         assert answers == [True, True, True, False]
         assert ratelimit.hit(db, "other", limit=3, window_seconds=3600, now=now)

@@ -1,0 +1,25 @@
+"""Reading a case row for change: locked for the transaction, at the revision the caller saw."""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+from sqlmodel import Session, col
+
+from refund_desk.cases.errors import Conflict, NotFound
+from refund_desk.storage.models import Case
+
+
+def load_for_update(session: Session, case_id: str, *, revision: int | None = None) -> Case:
+    """Lock the case row for this transaction and, if given, insist on the expected revision."""
+    stmt = select(Case).where(col(Case.id) == case_id)
+    if session.get_bind().dialect.name == "postgresql":
+        stmt = stmt.with_for_update()
+    case = session.scalars(stmt).first()
+    if case is None:
+        raise NotFound("case_not_found", f"No case {case_id} exists.")
+    if revision is not None and case.revision != revision:
+        raise Conflict(
+            "stale_revision",
+            f"Case {case_id} changed since you looked (revision {revision}, now {case.revision}).",
+        )
+    return case
