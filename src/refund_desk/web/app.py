@@ -11,7 +11,7 @@ import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from apscheduler.schedulers.background import BackgroundScheduler
 from fastapi import FastAPI, Request
@@ -26,6 +26,7 @@ from refund_desk.cases.errors import CaseError
 from refund_desk.runtime import Runtime, install_jobs
 from refund_desk.web import customer_channels as channels
 from refund_desk.web import metrics
+from refund_desk.web.errors import error_body
 from refund_desk.web.routes import intake_api as api
 from refund_desk.web.routes import stripe_webhooks as stripe_routes
 
@@ -33,10 +34,6 @@ if TYPE_CHECKING:
     from refund_desk.demo.slack import Sandbox
 
 log = logging.getLogger(__name__)
-
-
-def error_body(code: str, message: str, fields: dict[str, str] | None = None) -> dict[str, Any]:
-    return {"error": {"code": code, "message": message, "fields": fields or {}}}
 
 
 class Sweeper:

@@ -13,12 +13,12 @@ import re
 import secrets
 from dataclasses import dataclass, field
 from html import escape
-from typing import Any
 
 from fastapi import Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 
 from refund_desk.storage.crypto import derive_key
+from refund_desk.web.errors import error_response
 
 CSRF_COOKIE = "rd_form"
 CSRF_MAX_AGE = 2 * 3600
@@ -163,5 +163,4 @@ def wants_json(request: Request) -> bool:
 
 
 def json_error(code: str, message: str, fields: dict[str, str], status: int) -> JSONResponse:
-    body: dict[str, Any] = {"error": {"code": code, "message": message, "fields": fields}}
-    return JSONResponse(body, status_code=status)
+    return error_response(code, message, status, fields)

@@ -30,6 +30,7 @@ from refund_desk.customers import intake as channels
 from refund_desk.runtime import Runtime
 from refund_desk.storage.audit import Actor
 from refund_desk.storage.models import Case
+from refund_desk.web.errors import error_response
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/webhooks")
@@ -51,9 +52,7 @@ SHOPIFY_REASONS = {
 def _error(
     code: str, message: str, status: int, fields: dict[str, str] | None = None
 ) -> JSONResponse:
-    return JSONResponse(
-        {"error": {"code": code, "message": message, "fields": fields or {}}}, status_code=status
-    )
+    return error_response(code, message, status, fields)
 
 
 def _refuse(platform: str, code: str, message: str, status: int) -> JSONResponse:

@@ -2,21 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
 from refund_desk.payments import webhooks
 from refund_desk.payments.stripe_api import WebhookRejected
+from refund_desk.web.errors import error_response
 
 router = APIRouter()
 
 
 def _error(code: str, message: str, status: int) -> JSONResponse:
-    body: dict[str, Any] = {"error": {"code": code, "message": message, "fields": {}}}
-    return JSONResponse(body, status_code=status)
+    return error_response(code, message, status)
 
 
 @router.post("/webhooks/stripe")
