@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import time
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -32,18 +33,26 @@ from typing import Any
 import z3
 
 from refund_desk import money
-from refund_desk.policy.context import FACTS, MONEY_FACTS
+from refund_desk.policy.context import (
+    AMOUNT_SOURCES,
+    FACTS,
+    MAX_EXACT_MINOR,
+    MONEY_FACTS,
+    PROVENANCES,
+)
 from refund_desk.policy.engine import CompiledPolicy, Decision
 from refund_desk.policy.errors import PolicyError
 from refund_desk.policy.schema import PolicyDocument, parse_policy, policy_hash
 from refund_desk.policy.smt import (
     GUARDRAIL_FACTS,
+    KNOWN_SOURCES,
     Encoded,
     Unsupported,
     Universe,
     Verdict,
     describe_number,
     encode_policy,
+    number_literals,
     rule_trees,
     string_literals,
 )
@@ -256,8 +265,13 @@ def _differ(a: dict[str, z3.ArithRef], b: dict[str, z3.ArithRef]) -> z3.BoolRef:
     )
 
 
-def prove(old: PolicyDocument | str, new: PolicyDocument | str) -> ProofReport:
-    """Every region where ``new`` decides differently from ``old``, most important first."""
+def prove(
+    old: PolicyDocument | str, new: PolicyDocument | str, *, describe: bool = True
+) -> ProofReport:
+    """Every region where ``new`` decides differently from ``old``, most important first.
+
+    ``describe=False`` skips the per-fact bounds (regions, witnesses and engine checks stay).
+    """
     started = time.perf_counter()
     old_doc, new_doc = load_policy(old), load_policy(new)
     old_trees, new_trees = rule_trees(old_doc), rule_trees(new_doc)
@@ -277,6 +291,7 @@ def prove(old: PolicyDocument | str, new: PolicyDocument | str) -> ProofReport:
     solver.add(*uni.constraints, *def_old, *def_new, _differ(t_old, t_new))
     engines = (CompiledPolicy.compile(old_doc), CompiledPolicy.compile(new_doc))
     ctx = _Run(solver, uni, enc_old, enc_new, engines, literals)
+    ctx.describe = describe
     regions: list[Region] = []
     finished = True
     while True:
@@ -334,6 +349,16 @@ class _Run:
         literals: set[str],
     ) -> None:
         self.literals = literals
+        self.describe = True
+        self.numbers: set[Decimal] = set()
+        for enc in (old, new):
+            if enc.doc.advisor.min_confidence is not None:
+                self.numbers.add(Decimal(repr(enc.doc.advisor.min_confidence)))
+            for tree in rule_trees(enc.doc).values():
+                if isinstance(tree, tuple):
+                    self.numbers |= {abs(n) for n in number_literals(tree)}
+                    self.numbers |= {-abs(n) for n in number_literals(tree)}
+        self.numbers |= {Decimal(0), Decimal(1)}
         self.solver = solver
         self.uni = uni
         self.old = old
@@ -384,6 +409,14 @@ class _Run:
                 amount == refunded + refundable,
             ]
         )
+        known = {
+            "request.source": KNOWN_SOURCES,
+            "request.amount_source": AMOUNT_SOURCES,
+            "request.reason_source": PROVENANCES,
+        }
+        groups.append(
+            [z3.Or(*[v[n] == uni.code(t) for t in values]) for n, values in known.items()]
+        )
         groups.append([z3.Not(null[n]) for n in FACTS])
         lits = []
         for i, constraints in enumerate(groups):
@@ -405,7 +438,7 @@ class _Run:
         witness = self._witness(model)
         given = _given(witness)
         confirmed = self._confirm(witness, old_path, new_path, kind)
-        facts = self._facts_for(old_path, new_path)
+        facts = self._facts_for(old_path, new_path) if self.describe else []
         bounds = tuple(b for b in (self._bound(f) for f in facts) if b is not None)
         return Region(
             kind=kind,
@@ -482,16 +515,14 @@ class _Run:
         return Bound(name, f"{text} or null" if can_null else text)
 
     def _range(self, name: str, kind: str) -> str | None:
-        v, null = self.uni.value[name], self.uni.null[name]
-        opt = z3.Optimize()
-        opt.set("timeout", CHECK_TIMEOUT_MS)
-        opt.add(*self.solver.assertions())
-        opt.add(z3.Not(null))
-        lo = _optimum(opt, v, minimize=True)
-        hi = _optimum(opt, v, minimize=False)
-        self.checks += 2
+        v = self.uni.value[name]
+        term = z3.ToReal(v) if kind in ("money", "int") else v
+        lo = self._least(term, name, sign=1)
+        hi = self._least(-term, name, sign=-1)
+        if hi is not None:
+            hi = (-hi[0], hi[1])
         floor = Fraction(0) if kind == "money" else None
-        ceiling = Fraction(10**15 - 1) if kind == "money" else None
+        ceiling = Fraction(MAX_EXACT_MINOR - 1) if kind == "money" else None
         lo_open = lo is None or (lo[0] == floor and not lo[1])
         hi_open = hi is None or (hi[0] == ceiling and not hi[1])
         if lo_open and hi_open:
@@ -508,13 +539,72 @@ class _Run:
         right = "below" if hi[1] else "to"
         return f"{left} {show(lo[0])} {right} {show(hi[0])}"
 
+    def _candidates(self, name: str) -> list[Fraction]:
+        """Where a bound of ``name`` can lie: the literals the policies compare with."""
+        kind = FACTS[name][0]
+        out: set[Fraction] = set()
+        for lit in self.numbers:
+            if kind == "money":
+                for exp in set(money.CURRENCIES.values()):
+                    out.add(Fraction(lit) * 10**exp)
+            else:
+                out.add(Fraction(lit))
+        more: set[Fraction] = set()
+        for c in out:
+            if kind in ("money", "int"):
+                more |= {Fraction(math.floor(c)), Fraction(math.ceil(c))}
+                more |= {Fraction(math.floor(c)) - 1, Fraction(math.ceil(c)) + 1}
+            else:
+                more.add(c)
+        if kind == "money":
+            more |= {Fraction(0), Fraction(MAX_EXACT_MINOR - 1)}
+            more = {c for c in more if 0 <= c < MAX_EXACT_MINOR}
+        return sorted(more)
+
+    def _least(self, term: Any, name: str, sign: int) -> tuple[Fraction, bool] | None:
+        """(infimum, strict) of ``term`` over the region by search; None when unbounded.
+
+        Bounds come from the literals rules compare with, so a binary search over them
+        (plus a few passes down from a model) finds the exact infimum in a handful of checks.
+        """
+        kind = FACTS[name][0]
+        known = z3.Not(self.uni.null[name])
+        far = Fraction(-(10**16))
+        if kind != "money" and self.check(known, term < _rv(far)) == z3.sat:
+            return None
+        cands = sorted(sign * c for c in self._candidates(name))
+        lo_i, hi_i = 0, len(cands)
+        while lo_i < hi_i:  # least candidate c with some point <= c
+            mid = (lo_i + hi_i) // 2
+            if self.check(known, term <= _rv(cands[mid])) == z3.sat:
+                hi_i = mid
+            else:
+                lo_i = mid + 1
+        below = cands[lo_i - 1] if lo_i > 0 else None
+        ceiling = cands[lo_i] if lo_i < len(cands) else None
+        # the infimum lies in (below, ceiling]: walk down from models a few times
+        best: Fraction | None = ceiling
+        for _ in range(8):
+            if best is None:
+                if self.check(known) != z3.sat:
+                    return None
+            elif self.check(known, term < _rv(best)) != z3.sat:
+                return best, False
+            value = self.solver.model().eval(term, model_completion=True)
+            best = Fraction(value.numerator_as_long(), value.denominator_as_long())
+        if below is not None and kind == "number":
+            eps = Fraction(1, 10**9)
+            if self.check(known, term < _rv(below + eps)) == z3.sat:
+                return below, True
+        return best, False
+
     def _show(self, name: str) -> Any:
         if name in MONEY_FACTS:
             currency = self.old.doc.currency
 
             def money_text(value: Fraction) -> str:
                 if value.denominator == 1:
-                    return money.format_money(int(value), currency) + " (if in policy currency)"
+                    return money.format_money(int(value), currency)
                 return describe_number(value)
 
             return money_text
@@ -541,6 +631,10 @@ class _Run:
         if not excluded:
             return None
         return "anything but " + ", ".join(sorted(names[c] for c in excluded))
+
+
+def _rv(value: Fraction) -> z3.ArithRef:
+    return z3.RealVal(f"{value.numerator}/{value.denominator}")
 
 
 def _optimum(opt: z3.Optimize, term: Any, *, minimize: bool) -> tuple[Fraction, bool] | None:

@@ -251,6 +251,23 @@ def string_literals(node: Node) -> Iterable[str]:
                         yield from string_literals(item)
 
 
+def number_literals(node: Node) -> Iterable[Decimal]:
+    """Every number literal in a tree (interval bounds included)."""
+    if node[0] == "num":
+        yield Decimal(node[1])
+    if node[0] == "interval":
+        yield node[2]
+        yield node[3]
+    for child in node[1:]:
+        if isinstance(child, tuple):
+            if child and isinstance(child[0], str):
+                yield from number_literals(child)
+            else:
+                for item in child:
+                    if isinstance(item, tuple):
+                        yield from number_literals(item)
+
+
 def facts_of(node: Node) -> set[str]:
     """Facts a tree reads."""
     if node[0] == "fact":
@@ -739,7 +756,7 @@ def _guardrail_paths(
     if outcome == "approve":
         low: Any = _F
         if doc.advisor.min_confidence is not None:
-            bar = _real(Fraction(doc.advisor.min_confidence))
+            bar = _real(Decimal(repr(doc.advisor.min_confidence)))
             low = z3.Or(null["advisor.confidence"], v["advisor.confidence"] < bar)
         model = z3.And(
             z3.Not(null["request.amount_source"]),
