@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import threading
 import time
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -72,6 +73,7 @@ KINDS: dict[str, tuple[bool, str]] = {
 
 EXIT_NOWHERE, EXIT_ERROR, EXIT_SOMEWHERE = 0, 2, 3
 CHECK_TIMEOUT_MS = 20_000
+_LOCK = threading.Lock()
 
 
 class ProveError(PolicyError):
@@ -271,7 +273,18 @@ def prove(
     """Every region where ``new`` decides differently from ``old``, most important first.
 
     ``describe=False`` skips the per-fact bounds (regions, witnesses and engine checks stay).
+    Each proof runs in a fresh z3 context, so the same pair always gives the same report.
     """
+    with _LOCK:
+        saved = z3.z3._main_ctx
+        z3.z3._main_ctx = z3.Context()
+        try:
+            return _prove(old, new, describe=describe)
+        finally:
+            z3.z3._main_ctx = saved
+
+
+def _prove(old: PolicyDocument | str, new: PolicyDocument | str, *, describe: bool) -> ProofReport:
     started = time.perf_counter()
     old_doc, new_doc = load_policy(old), load_policy(new)
     old_trees, new_trees = rule_trees(old_doc), rule_trees(new_doc)
@@ -329,11 +342,8 @@ def prove(
 
 
 def _importance(region: Region) -> tuple[Any, ...]:
-    top = -1
-    for bound in region.bounds:
-        if bound.fact == "request.amount":
-            top = 1
-    return (list(KINDS).index(region.kind), -top, region.old.path, region.new.path)
+    """Kind first (``KINDS`` order), then the decision paths: stable, description-free."""
+    return (list(KINDS).index(region.kind), region.old.path, region.new.path)
 
 
 class _Run:

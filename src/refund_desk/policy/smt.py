@@ -286,10 +286,20 @@ def facts_of(node: Node) -> set[str]:
 
 # --- facts as solver variables ---------------------------------------------------------------
 
-_T = z3.BoolVal(True)
-_F = z3.BoolVal(False)
-_ZERO = z3.RealVal(0)
-_NOSTR = z3.IntVal(-1)
+def _true() -> Any:
+    return z3.BoolVal(True)
+
+
+def _false() -> Any:
+    return z3.BoolVal(False)
+
+
+def _zero() -> Any:
+    return z3.RealVal(0)
+
+
+def _nostr() -> Any:
+    return z3.IntVal(-1)
 
 
 def _real(value: Decimal | Fraction | int) -> z3.ArithRef:
@@ -373,7 +383,7 @@ class Universe:
         """The section's money is read with exponent ``exp`` (a null currency: the policy's)."""
         var = self.value[currency_fact]
         codes = [c for c, (_, e) in self.currency_info.items() if e == exp]
-        named = z3.Or(*[var == c for c in codes]) if codes else _F
+        named = z3.Or(*[var == c for c in codes]) if codes else _false()
         if money.CURRENCIES[policy_currency] == exp:
             return z3.Or(self.null[currency_fact], named)
         return z3.And(z3.Not(self.null[currency_fact]), named)
@@ -382,7 +392,7 @@ class Universe:
         """The currency fact is set and names ``code`` in any case."""
         var = self.value[currency_fact]
         codes = [c for c, (up, _) in self.currency_info.items() if up == code]
-        return z3.And(z3.Not(self.null[currency_fact]), z3.Or(*[var == c for c in codes] or [_F]))
+        return z3.And(z3.Not(self.null[currency_fact]), z3.Or(*[var == c for c in codes] or [_false()]))
 
     def same_upper(self, a: str, b: str) -> z3.BoolRef:
         """Both currency facts set and equal ignoring case."""
@@ -411,14 +421,14 @@ class Sym:
     and ``s`` carry the boolean, number (major units) and string code.
     """
 
-    err: Any = _F
-    null: Any = _F
-    isb: Any = _F
-    isn: Any = _F
-    iss: Any = _F
-    b: Any = _F
-    n: Any = _ZERO
-    s: Any = _NOSTR
+    err: Any = field(default_factory=_false)
+    null: Any = field(default_factory=_false)
+    isb: Any = field(default_factory=_false)
+    isn: Any = field(default_factory=_false)
+    iss: Any = field(default_factory=_false)
+    b: Any = field(default_factory=_false)
+    n: Any = field(default_factory=_zero)
+    s: Any = field(default_factory=_nostr)
 
 
 def _ite(c: Any, x: Sym, y: Sym) -> Sym:
@@ -435,7 +445,7 @@ def _ite(c: Any, x: Sym, y: Sym) -> Sym:
 
 
 def _boolean(err: Any, value: Any) -> Sym:
-    return Sym(err=err, isb=_T, b=value)
+    return Sym(err=err, isb=_true(), b=value)
 
 
 def _equal(x: Sym, y: Sym) -> Any:
@@ -492,13 +502,13 @@ class Translator:
     def sym(self, node: Node) -> Sym:
         tag = node[0]
         if tag == "num":
-            return Sym(isn=_T, n=_real(node[1]))
+            return Sym(isn=_true(), n=_real(node[1]))
         if tag == "str":
-            return Sym(iss=_T, s=z3.IntVal(self.uni.code(node[1])))
+            return Sym(iss=_true(), s=z3.IntVal(self.uni.code(node[1])))
         if tag == "bool":
-            return Sym(isb=_T, b=z3.BoolVal(node[1]))
+            return Sym(isb=_true(), b=z3.BoolVal(node[1]))
         if tag == "null":
-            return Sym(null=_T)
+            return Sym(null=_true())
         if tag == "fact":
             return self.fact(node[1])
         if tag == "not":
@@ -506,14 +516,14 @@ class Translator:
             return _boolean(z3.Or(x.err, z3.Not(x.isb)), z3.Not(x.b))
         if tag == "neg":
             x = self.sym(node[1])
-            return Sym(err=z3.Or(x.err, z3.Not(x.isn)), isn=_T, n=-x.n)
+            return Sym(err=z3.Or(x.err, z3.Not(x.isn)), isn=_true(), n=-x.n)
         if tag == "bin":
             return self.binary(node[1], node[2], node[3])
         if tag == "in":
             x = self.sym(node[1])
             items = [self.sym(item) for item in node[2]]
             err = z3.Or(x.err, *[i.err for i in items])
-            hit = z3.Or(*[_equal(x, i) for i in items]) if items else _F
+            hit = z3.Or(*[_equal(x, i) for i in items]) if items else _false()
             return _boolean(err, z3.Not(hit) if node[3] else hit)
         if tag == "interval":
             x = self.sym(node[1])
@@ -539,12 +549,12 @@ class Translator:
         if op == "and":
             y = self.sym(right)
             err = z3.Or(x.err, z3.Not(x.isb), z3.And(x.b, y.err))
-            rest = _ite(x.b, y, Sym(isb=_T, b=_F))
+            rest = _ite(x.b, y, Sym(isb=_true(), b=_false()))
             return Sym(err, rest.null, rest.isb, rest.isn, rest.iss, rest.b, rest.n, rest.s)
         if op == "or":
             y = self.sym(right)
             err = z3.Or(x.err, z3.Not(x.isb), z3.And(z3.Not(x.b), y.err))
-            rest = _ite(x.b, Sym(isb=_T, b=_T), y)
+            rest = _ite(x.b, Sym(isb=_true(), b=_true()), y)
             return Sym(err, rest.null, rest.isb, rest.isn, rest.iss, rest.b, rest.n, rest.s)
         y = self.sym(right)
         err = z3.Or(x.err, y.err)
@@ -564,16 +574,16 @@ class Translator:
         if op == "+" and self._may_be_string(left) and self._may_be_string(right):
             raise Unsupported("string concatenation")
         if op == "+":
-            return Sym(err=numeric, isn=_T, n=x.n + y.n)
+            return Sym(err=numeric, isn=_true(), n=x.n + y.n)
         if op == "-":
-            return Sym(err=numeric, isn=_T, n=x.n - y.n)
+            return Sym(err=numeric, isn=_true(), n=x.n - y.n)
         if op == "*":
-            return Sym(err=numeric, isn=_T, n=x.n * y.n)
+            return Sym(err=numeric, isn=_true(), n=x.n * y.n)
         divisor = _literal_number(right)
         assert divisor is not None
         if divisor == 0:  # zen gives null for a division by zero
-            return Sym(err=numeric, null=_T)
-        return Sym(err=numeric, isn=_T, n=x.n / _real(divisor))
+            return Sym(err=numeric, null=_true())
+        return Sym(err=numeric, isn=_true(), n=x.n / _real(divisor))
 
     def _may_be_string(self, node: Node) -> bool:
         if node[0] == "str":
@@ -667,7 +677,7 @@ def encode_policy(
     facts: set[str] = set()
     # (rule id, error?, decides, condition) before guardrails
     pre: list[tuple[str, bool, Decides, Any]] = []
-    reached: Any = _T
+    reached: Any = _true()
     for rule in doc.rules:
         tree = trees[rule.id]
         sym: Sym | None = None
@@ -729,14 +739,14 @@ def _guardrail_paths(
         outcome, tier = decides.outcome, decides.tier
         own = _verdict(doc, decides)
     v, null = uni.value, uni.null
-    dup = _F if error else uni.is_true("request.possible_duplicate")
+    dup = _false() if error else uni.is_true("request.possible_duplicate")
     out: list[Path] = []
 
     def add(suffix: str | None, verdict: Verdict, c: Any) -> None:
         name = label if suffix is None else f"{label} -> {suffix}"
         out.append(Path(name, rule_id, error, suffix, verdict, z3.And(cond, c)))
 
-    rest: Any = _T
+    rest: Any = _true()
     if outcome == "deny":
         add(None, own, z3.Not(dup))
         rest = dup
@@ -754,7 +764,7 @@ def _guardrail_paths(
         fired.append(("possible-duplicate", dup))
     fired.append(("currency-mismatch", z3.Not(same)))
     if outcome == "approve":
-        low: Any = _F
+        low: Any = _false()
         if doc.advisor.min_confidence is not None:
             bar = _real(Decimal(repr(doc.advisor.min_confidence)))
             low = z3.Or(null["advisor.confidence"], v["advisor.confidence"] < bar)
@@ -771,7 +781,7 @@ def _guardrail_paths(
             ("unknown-amount", z3.Not(known)),
         ]
     person = _review_verdict(doc, decides, max(3, tier))
-    none_before: Any = _T
+    none_before: Any = _true()
     for name, c in fired:
         add(f"guardrail:{name}", person, z3.And(rest, none_before, c))
         none_before = z3.And(none_before, z3.Not(c))
