@@ -27,6 +27,15 @@ PEOPLE = ("U0OPS1", "U0LEAD1", "U0LEAD2", "U0FIN1", "U0FIN2", "U0MGR1", "U0STRAN
 CHANNELS = {"C0REFUNDS": "refunds", "C0FINANCE": "finance-approvals", "C0POLICY": "refund-policy"}
 
 
+def slack_specs() -> Path | None:
+    """Slack's own descriptions of its platform (`shared/slack/`: the Web API's OpenAPI, the
+    manifest schema), beside the project or in a folder above it; None where absent."""
+    root = Path(__file__).resolve().parents[1]
+    return next(
+        (p / "shared" / "slack" for p in root.parents if (p / "shared/slack").is_dir()), None
+    )
+
+
 def fixture(name: str) -> dict[str, Any]:
     return dict(json.loads((FIXTURES / name).read_text()))
 

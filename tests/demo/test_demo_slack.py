@@ -1,5 +1,5 @@
-"""The Slack sandbox answers like Slack (and refuses what Slack refuses); the demo's policy covers
-every tier; the demo never starts with real Slack credentials."""
+"""The demo's Slack emulator answers like Slack (and refuses what Slack refuses); the demo's
+policy covers every tier; the demo never starts with real Slack credentials."""
 
 from __future__ import annotations
 
