@@ -18,10 +18,8 @@ from tests.slack_helpers import SIGNING_SECRET, TOKEN, SlackHarness, emulator
 
 @pytest.fixture()
 def slack() -> Iterator[SlackEmulator]:
-    served = emulator()
-    served.start()
-    yield served
-    served.stop()
+    with emulator() as served:
+        yield served
 
 
 @pytest.fixture()

@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,18 +18,10 @@ from refund_desk.demo.slack import SlackEmulator
 from tests.conftest import TEST_SECRET
 from tests.helpers import ACME
 from tests.process_helpers import Env
-from tests.slack_helpers import SIGNING_SECRET, TOKEN, emulator
+from tests.slack_helpers import SIGNING_SECRET, TOKEN
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 CASES = 12
-
-
-@pytest.fixture()
-def slack() -> Iterator[SlackEmulator]:
-    served = emulator()
-    served.start()
-    yield served
-    served.stop()
 
 
 @pytest.fixture()

@@ -41,9 +41,8 @@ def slack() -> Iterator[SlackEmulator]:
     ws.channels["C0OUTSIDE"] = Channel("C0OUTSIDE", "outside", member=False)
     ws.channels["C0OLD"] = Channel("C0OLD", "old", archived=True)
     ws.usergroups["S0FINANCE"] = ["U0FIN1", "U0FIN2"]
-    served.start()
-    yield served
-    served.stop()
+    with served:
+        yield served
 
 
 @pytest.fixture()

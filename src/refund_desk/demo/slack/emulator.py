@@ -100,6 +100,14 @@ class SlackEmulator:
         self.base_url = f"http://127.0.0.1:{port}/"
         return self.api_url
 
+    def __enter__(self) -> SlackEmulator:
+        """`with emulator as slack:` serves it on loopback for the block."""
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
     def stop(self) -> None:
         if self._server is not None and self._thread is not None:
             self._server.should_exit = True
