@@ -1,10 +1,9 @@
-"""Drive the Slack surface the way Slack does: signed HTTP requests built from fixtures."""
+"""Drive the Slack surface the way Slack does: signed HTTP requests built from fixtures, and the
+Slack emulator (the demo's, served on loopback) as the workspace the app talks to."""
 
 from __future__ import annotations
 
 import copy
-import hashlib
-import hmac
 import json
 import time
 from pathlib import Path
@@ -14,35 +13,55 @@ from urllib.parse import urlencode
 from fastapi.testclient import TestClient
 
 from refund_desk.bot.app import Surface
+from refund_desk.demo.slack import Channel, SlackEmulator, User
+from refund_desk.demo.slack import requests as slack_requests
 from refund_desk.runtime import Runtime
 from refund_desk.web.app import create_app
-from tests.fakes.slack_fake import FakeSlack
 from tests.helpers import Harness
 
 FIXTURES = Path(__file__).parent / "bot" / "fixtures" / "slack"
+TOKEN = "xoxb-test-token"
 SIGNING_SECRET = "slack-signing-secret-for-tests"
+# The test workspace: the acme policy's people, two who are in no group, and its channels.
+PEOPLE = ("U0OPS1", "U0LEAD1", "U0LEAD2", "U0FIN1", "U0FIN2", "U0MGR1", "U0STRANGER", "U0NOBODY")
+CHANNELS = {"C0REFUNDS": "refunds", "C0FINANCE": "finance-approvals", "C0POLICY": "refund-policy"}
+
+
+def slack_specs() -> Path | None:
+    """Slack's own descriptions of its platform (`shared/slack/`: the Web API's OpenAPI, the
+    manifest schema), beside the project or in a folder above it; None where absent."""
+    root = Path(__file__).resolve().parents[1]
+    return next(
+        (p / "shared" / "slack" for p in root.parents if (p / "shared/slack").is_dir()), None
+    )
 
 
 def fixture(name: str) -> dict[str, Any]:
     return dict(json.loads((FIXTURES / name).read_text()))
 
 
+def emulator() -> SlackEmulator:
+    """The test workspace, with the bot in every channel (not yet served: call start())."""
+    return SlackEmulator.create(
+        users=[User(uid, uid, "") for uid in PEOPLE],
+        channels=[Channel(cid, name) for cid, name in CHANNELS.items()],
+        bot_token=TOKEN,
+        signing_secret=SIGNING_SECRET,
+    )
+
+
 def sign(
     body: str, *, timestamp: int | None = None, secret: str = SIGNING_SECRET
 ) -> dict[str, str]:
-    ts = str(timestamp if timestamp is not None else int(time.time()))
-    digest = hmac.new(secret.encode(), f"v0:{ts}:{body}".encode(), hashlib.sha256).hexdigest()
-    return {
-        "X-Slack-Request-Timestamp": ts,
-        "X-Slack-Signature": f"v0={digest}",
-        "Content-Type": "application/x-www-form-urlencoded",
-    }
+    """Slack's request signature (the emulator's signer) on a form body."""
+    headers = slack_requests.sign(secret, body, timestamp)
+    return {**headers, "Content-Type": "application/x-www-form-urlencoded"}
 
 
 class SlackHarness(Harness):
-    def __init__(self, runtime: Runtime, fake: FakeSlack) -> None:
+    def __init__(self, runtime: Runtime, slack: SlackEmulator) -> None:
         super().__init__(runtime)
-        self.fake = fake
+        self.slack = slack
         self.client = TestClient(create_app(runtime, scheduler=False))
         surface = self.client.app.state.slack  # type: ignore[attr-defined]
         assert isinstance(surface, Surface)
@@ -57,6 +76,14 @@ class SlackHarness(Harness):
         body = urlencode({"payload": json.dumps(payload)})
         return self.post_slack(body, sign(body, **sign_kw))
 
+    def _from_slack(self, user: str, channel: str, message_ts: str | None = None) -> dict[str, str]:
+        """What Slack adds to an interaction: a fresh trigger_id and a response_url."""
+        base = self.slack.base_url or "http://slack.invalid/"
+        return {
+            "trigger_id": self.slack.workspace.issue_trigger(user),
+            "response_url": self.slack.response_url(base, user, channel, message_ts),
+        }
+
     def click(
         self, user: str, action: str, value: str, channel: str = "C0FINANCE", **sign_kw: Any
     ) -> Any:
@@ -65,6 +92,7 @@ class SlackHarness(Harness):
         payload["channel"]["id"] = channel
         payload["container"]["channel_id"] = channel
         payload["actions"][0].update(action_id=action, value=value)
+        payload.update(self._from_slack(user, channel, payload["container"].get("message_ts")))
         return self.interaction(payload, **sign_kw)
 
     def submit(
@@ -72,6 +100,7 @@ class SlackHarness(Harness):
     ) -> Any:
         payload = fixture("view_submission.json")
         payload["user"]["id"] = user
+        payload["trigger_id"] = self.slack.workspace.issue_trigger(user)
         view = payload["view"]
         view["callback_id"] = callback_id
         view["private_metadata"] = private_metadata
@@ -89,6 +118,7 @@ class SlackHarness(Harness):
     def slash(self, user: str, command: str, text: str = "") -> Any:
         form = fixture("slash_command.json")
         form.update(user_id=user, command=command, text=text)
+        form.update(self._from_slack(user, form["channel_id"]))
         body = urlencode(form)
         return self.post_slack(body)
 
@@ -112,12 +142,12 @@ class SlackHarness(Harness):
     # ------------------------------------------------------------ reading Slack
 
     def card(self, channel: str = "C0FINANCE") -> Any:
-        cards = self.fake.in_channel(channel)
-        assert cards, f"no card in {channel}: {self.fake.methods()}"
+        cards = self.slack.in_channel(channel)
+        assert cards, f"no card in {channel}: {self.slack.methods()}"
         return cards[-1]
 
     def buttons(self, channel: str = "C0FINANCE") -> dict[str, str]:
-        return self.fake.buttons(self.card(channel))
+        return self.slack.buttons(self.card(channel))
 
     def refusals(self, case_id: str) -> list[dict[str, Any]]:
         return [r for r in self.get(case_id)["audit"] if r["action"] == "approval.refused"]

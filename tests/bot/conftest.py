@@ -1,4 +1,4 @@
-"""Slack fixtures: a fake Slack Web API on loopback and a desk wired to it."""
+"""Slack fixtures: the Slack emulator served on loopback and a desk wired to it."""
 
 from __future__ import annotations
 
@@ -7,25 +7,23 @@ from pathlib import Path
 
 import pytest
 
+from refund_desk.demo.slack import SlackEmulator
 from refund_desk.payments.sandbox import SandboxProcessor
 from refund_desk.runtime import build
 from refund_desk.settings import load_settings
 from refund_desk.storage.db import Database
 from tests.conftest import _raise_crash, make_settings
-from tests.fakes.slack_fake import TOKEN, FakeSlack
-from tests.slack_helpers import SIGNING_SECRET, SlackHarness
+from tests.slack_helpers import SIGNING_SECRET, TOKEN, SlackHarness, emulator
 
 
 @pytest.fixture()
-def fake() -> Iterator[FakeSlack]:
-    slack = FakeSlack()
-    slack.url = slack.start()  # type: ignore[attr-defined]
-    yield slack
-    slack.stop()
+def slack() -> Iterator[SlackEmulator]:
+    with emulator() as served:
+        yield served
 
 
 @pytest.fixture()
-def slack_desk(fake: FakeSlack) -> Iterator[Callable[[str, str], SlackHarness]]:
+def slack_desk(slack: SlackEmulator) -> Iterator[Callable[[str, str], SlackHarness]]:
     """Make a desk on `url` with Slack configured and `policy` published."""
     made: list[tuple[SlackHarness, Database]] = []
 
@@ -34,12 +32,12 @@ def slack_desk(fake: FakeSlack) -> Iterator[Callable[[str, str], SlackHarness]]:
             url,
             SLACK_BOT_TOKEN=TOKEN,
             SLACK_SIGNING_SECRET=SIGNING_SECRET,
-            SLACK_API_URL=fake.url,  # type: ignore[attr-defined]
+            SLACK_API_URL=slack.api_url,
             REFUND_DESK_CHANNEL="C0REFUNDS",
         )
         db = Database.from_url(url)
         runtime = build(settings, db=db, processor=SandboxProcessor(db, crash=_raise_crash))
-        harness = SlackHarness(runtime, fake)
+        harness = SlackHarness(runtime, slack)
         harness.publish(policy)
         made.append((harness, db))
         return harness

@@ -10,8 +10,11 @@ import jsonschema
 import pytest
 import yaml
 
+from tests.slack_helpers import slack_specs
+
 ROOT = Path(__file__).resolve().parents[2]
-SCHEMA = ROOT.parent / "shared" / "slack" / "manifest.schema.1.0.0.json"
+SPECS = slack_specs()
+SCHEMA = (SPECS or ROOT.parent / "shared" / "slack") / "manifest.schema.1.0.0.json"
 MANIFEST = ROOT / "manifest.yml"
 SLACK_CODE = ROOT / "src" / "refund_desk" / "bot"
 

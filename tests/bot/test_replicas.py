@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,33 +14,25 @@ import pytest
 import yaml
 from sqlalchemy import create_engine, text
 
+from refund_desk.demo.slack import SlackEmulator
 from tests.conftest import TEST_SECRET
-from tests.fakes.slack_fake import TOKEN, FakeSlack
 from tests.helpers import ACME
 from tests.process_helpers import Env
-from tests.slack_helpers import SIGNING_SECRET
+from tests.slack_helpers import SIGNING_SECRET, TOKEN
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 CASES = 12
 
 
 @pytest.fixture()
-def fake() -> Iterator[FakeSlack]:
-    slack = FakeSlack()
-    slack.url = slack.start()  # type: ignore[attr-defined]
-    yield slack
-    slack.stop()
-
-
-@pytest.fixture()
-def env(tmp_path: Path, pg_url: str, fake: FakeSlack) -> Env:
+def env(tmp_path: Path, pg_url: str, slack: SlackEmulator) -> Env:
     env = Env(tmp_path)
     env.env.update(
         DATABASE_URL=pg_url,
         REFUND_DESK_SECRET=TEST_SECRET,
         SLACK_BOT_TOKEN=TOKEN,
         SLACK_SIGNING_SECRET=SIGNING_SECRET,
-        SLACK_API_URL=fake.url,  # type: ignore[attr-defined]
+        SLACK_API_URL=slack.api_url,
         REFUND_DESK_LEASE_SECONDS="3",
     )
     raw = yaml.safe_load(ACME.read_text())
@@ -76,7 +67,7 @@ def _post(url: str, key: str, body: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_two_replicas_send_one_reminder_and_one_escalation_per_case(
-    env: Env, pg_url: str, fake: FakeSlack
+    env: Env, pg_url: str, slack: SlackEmulator
 ) -> None:
     key = env.api_key()
     payments = [env.payment("900.00", f"c{i}@example.com") for i in range(CASES)]
@@ -102,13 +93,13 @@ def test_two_replicas_send_one_reminder_and_one_escalation_per_case(
         env.stop(first)
         env.stop(second)
     assert all(level >= 1 for level in _levels(pg_url).values()), _levels(pg_url)
-    cards = fake.in_channel("C0FINANCE")
+    cards = slack.in_channel("C0FINANCE")
     assert len(cards) == CASES, "one card per case, posted once"
     for card in cards:
-        lines = [m.text for m in fake.thread(card)]
+        lines = [m.text for m in slack.thread(card)]
         assert sum("Reminder" in line for line in lines) == 1, lines
         assert sum("level 1" in line for line in lines) == 1, lines
-    dms = [m for m in fake.messages if m.channel == "D0MGR1"]
+    dms = [m for m in slack.messages if m.channel == "D0MGR1"]
     assert len(dms) == CASES, "one escalation DM per case"
 
 

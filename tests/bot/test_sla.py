@@ -1,4 +1,4 @@
-"""SLA clocks with the fake Slack: a reminder, then one escalation per level, never a decision.
+"""SLA clocks with the Slack emulator: a reminder, then one escalation per level, never a decision.
 
 Time is moved, not waited for: the sweeps are run as if it were later.
 """
@@ -29,11 +29,11 @@ def desk(any_db_url: str, slack_desk: Callable[[str, str], SlackHarness]) -> Sla
 
 
 def thread_lines(desk: SlackHarness) -> list[str]:
-    return [m.text for m in desk.fake.thread(desk.card())]
+    return [m.text for m in desk.slack.thread(desk.card())]
 
 
 def manager_dms(desk: SlackHarness) -> list[object]:
-    return [m for m in desk.fake.messages if m.channel == "D0MGR1"]
+    return [m for m in desk.slack.messages if m.channel == "D0MGR1"]
 
 
 def test_reminder_then_escalation_levels_then_a_manager_decides(desk: SlackHarness) -> None:
@@ -66,7 +66,7 @@ def test_reminder_then_escalation_levels_then_a_manager_decides(desk: SlackHarne
     assert [r["action"] for r in case["audit"]].count("case.escalated") == 2
 
     [dm] = manager_dms(desk)
-    desk.click("U0MGR1", "approve", desk.fake.buttons(dm)["approve"], channel="D0MGR1")
+    desk.click("U0MGR1", "approve", desk.slack.buttons(dm)["approve"], channel="D0MGR1")
     desk.settle()
     assert desk.get(case_id)["status"] == "refunded"
     desk.sweep(seconds_ahead=20 * HOUR)  # later clocks find nothing left to chase

@@ -1,5 +1,5 @@
 """The Slack click path: buttons that cannot be abused, checked through signed HTTP requests
-against a fake Slack Web API on loopback."""
+against the Slack emulator on loopback."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def review_case(
 def test_a_case_for_review_becomes_a_card_with_buttons(desk: SlackHarness) -> None:
     review_case(desk)
     card = desk.card("C0FINANCE")  # the `large` rule names finance, whose channel is C0FINANCE
-    assert set(desk.fake.buttons(card)) == {"approve", "approve_partial", "deny", "escalate"}
+    assert set(desk.slack.buttons(card)) == {"approve", "approve_partial", "deny", "escalate"}
     text = json.dumps(card.blocks)
     assert "600.00 USD" in text and "large" in text and "policy v1" in text
     assert "Advisory (AI" in text
@@ -51,8 +51,8 @@ def test_an_authorized_click_refunds_once_and_updates_the_card(desk: SlackHarnes
     assert case["status"] == "refunded"
     assert len(desk.refunds_at_processor(case["payment"])) == 1
     card = desk.card()
-    assert card.updates >= 1 and desk.fake.buttons(card) == {}, "decided cards lose buttons"
-    replies = [m.text for m in desk.fake.thread(card)]
+    assert card.updates >= 1 and desk.slack.buttons(card) == {}, "decided cards lose buttons"
+    replies = [m.text for m in desk.slack.thread(card)]
     assert any("Approved by <@U0FIN1>" in r for r in replies)
     assert any("Refunded 600.00 USD" in r for r in replies)
     approvals = [r for r in case["audit"] if r["action"] == "case.approved"]
@@ -91,7 +91,7 @@ def test_a_replayed_click_moves_no_money_and_is_recorded(desk: SlackHarness) -> 
     assert len(desk.refunds_at_processor(case["payment"])) == 1
     [refusal] = desk.refusals(case_id)
     assert refusal["payload"]["code"] == "already_decided"
-    assert any("Already decided by <@U0FIN1>" in m.text for m in desk.fake.ephemeral)
+    assert any("Already decided by <@U0FIN1>" in m.text for m in desk.slack.ephemeral)
 
 
 def test_twenty_concurrent_clicks_are_one_refund(desk: SlackHarness) -> None:
@@ -193,7 +193,7 @@ def test_tier_four_needs_two_approvers_the_second_on_the_fresh_card(desk: SlackH
     desk.click("U0FIN1", "approve", desk.buttons()["approve"])  # the same person again
     desk.click("U0FIN2", "approve", first_card["approve"])  # a used token from before
     desk.click("U0FIN2", "deny", first_card["deny"])  # an unused token from before
-    [view] = desk.fake.views
+    [view] = desk.slack.views
     desk.submit("U0FIN2", "deny_modal", view["private_metadata"], {"reason": "no"})
     desk.settle()
     assert [r["payload"]["code"] for r in desk.refusals(case_id)] == [
@@ -213,7 +213,7 @@ def test_tier_four_needs_two_approvers_the_second_on_the_fresh_card(desk: SlackH
 def test_deny_through_the_modal_tells_the_customer_the_reason(desk: SlackHarness) -> None:
     case_id = review_case(desk)
     desk.click("U0FIN1", "deny", desk.buttons()["deny"])
-    [view] = desk.fake.views
+    [view] = desk.slack.views
     assert view["callback_id"] == "deny_modal"
     desk.submit(
         "U0FIN1",
@@ -231,7 +231,7 @@ def test_deny_through_the_modal_tells_the_customer_the_reason(desk: SlackHarness
 def test_partial_approval_never_above_the_card_amount(desk: SlackHarness) -> None:
     case_id = review_case(desk)
     desk.click("U0FIN1", "approve_partial", desk.buttons()["approve_partial"])
-    [view] = desk.fake.views
+    [view] = desk.slack.views
     too_much = desk.submit(
         "U0FIN1", "partial_modal", view["private_metadata"], {"amount": "600.01", "reason": None}
     )

@@ -51,7 +51,7 @@ def test_card_shows_evidence_and_an_approver_marks_it_checked(
 
     desk.click("U0NOBODY", "evidence_checked:1", buttons["evidence_checked:1"])
     desk.settle()
-    assert any("approvers may mark" in m.text for m in desk.fake.ephemeral)
+    assert any("approvers may mark" in m.text for m in desk.slack.ephemeral)
     assert desk.get(case_id)["evidence"][0]["provenance"] == "customer_input"
 
     desk.click("U0FIN1", "evidence_checked:1", buttons["evidence_checked:1"])

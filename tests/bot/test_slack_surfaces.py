@@ -8,9 +8,9 @@ import pytest
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 
-from tests.fakes.slack_fake import TOKEN, FakeSlack
+from refund_desk.demo.slack import SlackEmulator
 from tests.helpers import ACME
-from tests.slack_helpers import SlackHarness, fixture
+from tests.slack_helpers import TOKEN, SlackHarness, fixture
 
 
 @pytest.fixture()
@@ -21,7 +21,7 @@ def desk(sqlite_url: str, slack_desk: Callable[[str, str], SlackHarness]) -> Sla
 def test_refund_command_files_a_case_with_the_operator_as_requester(desk: SlackHarness) -> None:
     payment = desk.payment("900.00")
     assert desk.slash("U0FIN1", "/refund").status_code == 200
-    [view] = desk.fake.views
+    [view] = desk.slack.views
     assert view["callback_id"] == "file_case_modal"
     bad = desk.submit(
         "U0FIN1",
@@ -51,7 +51,7 @@ def test_refund_command_files_a_case_with_the_operator_as_requester(desk: SlackH
         },
     )
     desk.settle()
-    told = [m for m in desk.fake.ephemeral if m.user == "U0FIN1"]
+    told = [m for m in desk.slack.ephemeral if m.to == "U0FIN1"]
     assert told and "Filed case" in told[-1].text
     case_id = told[-1].text.split("`")[1]
     case = desk.get(case_id)
@@ -67,7 +67,7 @@ def test_refund_command_files_a_case_with_the_operator_as_requester(desk: SlackH
 
 def test_refund_command_reports_an_unknown_payment(desk: SlackHarness) -> None:
     desk.slash("U0FIN1", "/refund")
-    [view] = desk.fake.views
+    [view] = desk.slack.views
     desk.submit(
         "U0FIN1",
         "file_case_modal",
@@ -82,7 +82,7 @@ def test_refund_command_reports_an_unknown_payment(desk: SlackHarness) -> None:
         },
     )
     desk.settle()
-    assert "not filed" in desk.fake.ephemeral[-1].text
+    assert "not filed" in desk.slack.ephemeral[-1].text
     assert desk.counts()[0] == 0
 
 
@@ -100,14 +100,14 @@ def test_app_home_shows_the_viewers_queue(desk: SlackHarness) -> None:
     desk.settle()
     assert desk.event(fixture("app_home_opened.json")).status_code == 200
     desk.settle()
-    home = desk.fake.home["U0FIN1"]
+    home = desk.slack.home["U0FIN1"]
     text = str(home["blocks"])
     assert case_id in text and "Waiting for you" in text and "Rules fired this week" in text
     other = fixture("app_home_opened.json")
     other["event"]["user"] = "U0LEAD1"  # not in finance: the case is not in their queue
     desk.event(other)
     desk.settle()
-    assert case_id not in str(desk.fake.home["U0LEAD1"]["blocks"]).split("Recent decisions")[0]
+    assert case_id not in str(desk.slack.home["U0LEAD1"]["blocks"]).split("Recent decisions")[0]
 
 
 def test_escalation_sends_the_card_to_managers_who_may_approve(desk: SlackHarness) -> None:
@@ -117,28 +117,28 @@ def test_escalation_sends_the_card_to_managers_who_may_approve(desk: SlackHarnes
     desk.click("U0MGR1", "approve", desk.buttons()["approve"])  # not yet escalated
     desk.click("U0FIN1", "escalate", desk.buttons()["escalate"])
     desk.settle()
-    [dm] = [m for m in desk.fake.messages if m.channel == "D0MGR1"]
-    assert "approve" in desk.fake.buttons(dm)
-    desk.click("U0MGR1", "approve", desk.fake.buttons(dm)["approve"], channel="D0MGR1")
+    [dm] = [m for m in desk.slack.messages if m.channel == "D0MGR1"]
+    assert "approve" in desk.slack.buttons(dm)
+    desk.click("U0MGR1", "approve", desk.slack.buttons(dm)["approve"], channel="D0MGR1")
     desk.settle()
     assert desk.get(case_id)["status"] == "refunded"
-    assert desk.fake.buttons(dm) == {} and desk.fake.buttons(desk.card()) == {}
+    assert desk.slack.buttons(dm) == {} and desk.slack.buttons(desk.card()) == {}
     assert [r["payload"]["code"] for r in desk.refusals(case_id)] == ["not_an_approver"]
 
 
 def test_outbox_waits_out_a_rate_limit_and_loses_nothing(desk: SlackHarness) -> None:
-    desk.fake.rate_limits["chat.postMessage"] = 2
+    desk.slack.rate_limits["chat.postMessage"] = 2
     payment = desk.payment("900.00")
     desk.post(desk.request(payment, "600.00"))
     desk.settle()
-    assert desk.fake.in_channel("C0FINANCE") == []  # rate limited: waiting, not failed
+    assert desk.slack.in_channel("C0FINANCE") == []  # rate limited: waiting, not failed
     desk.sweep(seconds_ahead=5)
     desk.sweep(seconds_ahead=10)
-    assert len(desk.fake.in_channel("C0FINANCE")) == 1
+    assert len(desk.slack.in_channel("C0FINANCE")) == 1
 
 
-def test_the_fake_refuses_what_slack_refuses(fake: FakeSlack) -> None:
-    client = WebClient(token=TOKEN, base_url=fake.url)  # type: ignore[attr-defined]
+def test_the_emulator_refuses_what_slack_refuses(slack: SlackEmulator) -> None:
+    client = WebClient(token=TOKEN, base_url=slack.api_url)
     with pytest.raises(SlackApiError, match="invalid_blocks"):
         client.chat_postMessage(channel="C0REFUNDS", text="x", blocks=[{"type": "divider"}] * 51)
     with pytest.raises(SlackApiError, match="invalid_blocks"):
@@ -150,4 +150,4 @@ def test_the_fake_refuses_what_slack_refuses(fake: FakeSlack) -> None:
     with pytest.raises(SlackApiError, match="unknown_method"):
         client.api_call("chat.teleport")
     with pytest.raises(SlackApiError, match="invalid_auth"):
-        WebClient(token="xoxb-wrong", base_url=fake.url).auth_test()  # type: ignore[attr-defined]
+        WebClient(token="xoxb-wrong", base_url=slack.api_url).auth_test()

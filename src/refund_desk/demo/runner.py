@@ -31,7 +31,7 @@ from sqlmodel import col
 from refund_desk import clock, money
 from refund_desk.cases.desk import Desk
 from refund_desk.cases.intake import parse_request, submit
-from refund_desk.demo.slack import Channel, Sandbox, User
+from refund_desk.demo.slack import Channel, SlackEmulator, User
 from refund_desk.governance.versions import control, publish
 from refund_desk.policy import PolicyDocument, parse_policy
 from refund_desk.runtime import Runtime, build, install_jobs
@@ -125,7 +125,7 @@ def channels_from(doc: PolicyDocument) -> list[Channel]:
     return [Channel(cid, name) for cid, name in named.items()]
 
 
-def demo_settings(folder: Path, host: str, port: int, sandbox: Sandbox) -> Settings:
+def demo_settings(folder: Path, host: str, port: int, sandbox: SlackEmulator) -> Settings:
     local = "127.0.0.1" if host in ("0.0.0.0", "", "::") else host
     base = f"http://{local}:{port}"
     settings = DemoSettings(
@@ -216,7 +216,7 @@ def stream_left(runtime: Runtime) -> int:
 
 def prepare(
     *, host: str, port: int, folder: Path, stream_seconds: float
-) -> tuple[Runtime, Sandbox]:
+) -> tuple[Runtime, SlackEmulator]:
     if os.environ.get("SLACK_BOT_TOKEN"):
         raise DemoRefused(
             "SLACK_BOT_TOKEN is set: the demo never runs against real Slack. "
@@ -225,7 +225,7 @@ def prepare(
     if not 0 < stream_seconds <= 3600:
         raise DemoRefused("--stream-seconds must be more than 0 and at most 3600")
     doc = parse_policy(policy_source())
-    sandbox = Sandbox.create(users=users_from(doc), channels=channels_from(doc))
+    sandbox = SlackEmulator.create(users=users_from(doc), channels=channels_from(doc))
     runtime = build(demo_settings(folder, host, port, sandbox), migrate=True)
     runtime.extra_jobs[ARRIVE] = partial(arrive, runtime.desk)
     install_jobs(runtime)

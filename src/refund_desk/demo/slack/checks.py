@@ -1,5 +1,7 @@
-"""Slack's documented limits on messages, blocks and views, so the sandbox refuses what Slack
-would refuse (and a card that works here does not fail in a real workspace)."""
+"""Slack's documented limits on messages, blocks and views, so the emulator refuses what Slack
+would refuse (and a card that works here does not fail in a real workspace): 50 blocks in a
+message and 100 in a modal or App Home, 3,000 characters in a section's text, button values up to
+2,000 characters, action_ids up to 255 and unique within their block."""
 
 from __future__ import annotations
 
@@ -122,8 +124,13 @@ def check_blocks(blocks: Any, *, limit: int) -> None:
             elements = block.get("elements") or []
             if not elements or len(elements) > 25:
                 raise InvalidBlocks(f"{where}: actions need 1 to 25 elements")
+            actions: set[str] = set()
             for i, item in enumerate(elements):
                 _element(item, f"{where}.elements[{i}]")
+                action_id = item.get("action_id")
+                if action_id is not None and action_id in actions:
+                    raise InvalidBlocks(f"{where}.elements[{i}]: action_id must be unique")
+                actions.add(action_id)
         elif kind == "input":
             _text(block.get("label"), 2000, f"{where}.label", plain=True)
             _element(block.get("element"), f"{where}.element")

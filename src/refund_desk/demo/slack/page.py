@@ -26,7 +26,7 @@ from refund_desk.storage.audit import verify_chain
 from refund_desk.storage.models import Case, SlackMessage
 
 if TYPE_CHECKING:
-    from refund_desk.demo.slack import Sandbox
+    from refund_desk.demo.slack.emulator import SlackEmulator
     from refund_desk.runtime import Runtime
 
 STATIC = {"page.js": "text/javascript", "page.css": "text/css", "index.html": "text/html"}
@@ -95,7 +95,7 @@ def _cases(runtime: Runtime) -> tuple[list[dict[str, Any]], dict[str, str]]:
     return cases, shown
 
 
-def router(sandbox: Sandbox) -> APIRouter:
+def router(sandbox: SlackEmulator) -> APIRouter:
     ws = sandbox.workspace
     page = APIRouter()
 

@@ -23,7 +23,7 @@ from refund_desk.demo.slack.state import Message, Modal
 if TYPE_CHECKING:
     from starlette.types import ASGIApp
 
-    from refund_desk.demo.slack import Sandbox
+    from refund_desk.demo.slack.emulator import SlackEmulator
 
 TEAM = {"id": "T0DEMO", "domain": "demo-store"}
 APP_ID = "A0REFUNDDESK"
@@ -64,7 +64,7 @@ async def deliver(app: ASGIApp, secret: str, body: str, content_type: str) -> An
     return Answer(response.status_code, data if isinstance(data, dict) else {}, seconds)
 
 
-def _user(sandbox: Sandbox, user: str) -> dict[str, str]:
+def _user(sandbox: SlackEmulator, user: str) -> dict[str, str]:
     return {"id": user, "username": user.lower(), "name": user.lower(), "team_id": TEAM["id"]}
 
 
@@ -73,7 +73,7 @@ def _form(payload: dict[str, Any]) -> tuple[str, str]:
 
 
 def block_actions(
-    sandbox: Sandbox, base: str, user: str, message: Message, action: dict[str, Any]
+    sandbox: SlackEmulator, base: str, user: str, message: Message, action: dict[str, Any]
 ) -> tuple[str, str]:
     channel = sandbox.workspace.channels[message.channel]
     payload = {
@@ -97,14 +97,14 @@ def block_actions(
             "blocks": message.blocks,
             **({"thread_ts": message.thread_ts} if message.thread_ts else {}),
         },
-        "response_url": sandbox.response_url(base, user, message.channel),
+        "response_url": sandbox.response_url(base, user, message.channel, message.ts),
         "actions": [{**action, "action_ts": f"{time.time():.6f}"}],
     }
     return _form(payload)
 
 
 def view_submission(
-    sandbox: Sandbox, user: str, modal: Modal, values: dict[str, dict[str, Any]]
+    sandbox: SlackEmulator, user: str, modal: Modal, values: dict[str, dict[str, Any]]
 ) -> tuple[str, str]:
     view = modal.view
     payload = {
@@ -133,7 +133,7 @@ def view_submission(
 
 
 def slash_command(
-    sandbox: Sandbox, base: str, user: str, channel: str, command: str, text: str
+    sandbox: SlackEmulator, base: str, user: str, channel: str, command: str, text: str
 ) -> tuple[str, str]:
     name = sandbox.workspace.channels[channel].name
     form = {

@@ -1,5 +1,5 @@
-"""The sandbox's in-memory workspace: users, channels, messages and threads, ephemerals, modals
-and App Home views per user, uploaded files.
+"""The emulator's in-memory workspace: users, user groups, channels (with the bot's membership),
+messages and threads, ephemerals, modals and App Home views per user, uploaded files.
 
 Everything is guarded by one lock and every method is quick (no I/O), so the Web API handlers
 can call it from the event loop. `version` grows with each change; the page polls it.
@@ -17,6 +17,7 @@ from typing import Any
 TRIGGER_SECONDS = 3.0  # Slack's trigger_id expires three seconds after the interaction
 MAX_MESSAGES = 2000  # the oldest messages go first: the demo must not grow without bound
 MAX_EPHEMERALS = 50  # per user
+MAX_VIEWS = 200  # the modals opened, newest last (a record for tests)
 
 
 @dataclass
@@ -31,6 +32,8 @@ class Channel:
     id: str
     name: str
     is_dm: bool = False
+    member: bool = True  # the bot is in the channel (it must be invited to post there)
+    archived: bool = False
 
 
 @dataclass
@@ -40,8 +43,13 @@ class Message:
     text: str
     blocks: list[dict[str, Any]] = field(default_factory=list)
     thread_ts: str | None = None
-    edited: bool = False
+    updates: int = 0  # chat.update calls on this message
     user: str = "bot"
+    to: str | None = None  # an ephemeral's recipient
+
+    @property
+    def edited(self) -> bool:
+        return self.updates > 0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -80,11 +88,13 @@ class SlackError(Exception):
 @dataclass
 class Workspace:
     users: dict[str, User] = field(default_factory=dict)
+    usergroups: dict[str, list[str]] = field(default_factory=dict)  # id -> member user ids
     channels: dict[str, Channel] = field(default_factory=dict)
     messages: list[Message] = field(default_factory=list)
     ephemerals: dict[str, list[Message]] = field(default_factory=dict)
     modals: dict[str, Modal] = field(default_factory=dict)  # user -> the open modal
     homes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    opened: list[dict[str, Any]] = field(default_factory=list)  # views.open, in order
     files: dict[str, dict[str, Any]] = field(default_factory=dict)
     triggers: dict[str, Trigger] = field(default_factory=dict)
     version: int = 0
@@ -108,9 +118,20 @@ class Workspace:
         key = str(channel or "")
         if key.startswith("U") and key in self.users:
             return self.dm_with(key)
+        if key.startswith("D") and "U" + key[1:] in self.users:
+            return self.dm_with("U" + key[1:])
         found = self.channels.get(key)
         if found is None:
             raise SlackError("channel_not_found")
+        return found
+
+    def writable(self, channel: object) -> Channel:
+        """A channel the bot may post in: Slack refuses one it is not in, or an archived one."""
+        found = self.resolve_channel(channel)
+        if not found.member:
+            raise SlackError("not_in_channel")
+        if found.archived:
+            raise SlackError("is_archived")
         return found
 
     def dm_with(self, user: str) -> Channel:
@@ -131,6 +152,7 @@ class Workspace:
         self.changed()
 
     def add_ephemeral(self, user: str, message: Message) -> None:
+        message.to = user
         items = self.ephemerals.setdefault(user, [])
         items.append(message)
         del items[:-MAX_EPHEMERALS]

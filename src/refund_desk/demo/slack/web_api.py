@@ -1,6 +1,12 @@
 """The Web API look-alike at `<base>/sandbox/slack/api/{method}`: the methods the app calls, with
 Slack's answers, errors and limits.
 
+Each method says what Slack's own description says of it (the table `METHODS`, checked against
+Slack's OpenAPI and `slack_sdk` by the tests): its required arguments, and whether it takes a
+JSON body. Read methods (`files.info`, `users.info`, `conversations.info`,
+`usergroups.users.list`) take their arguments from the query string or a form body only; Slack
+ignores a JSON body to them, so the arguments are missing (`invalid_arguments`).
+
 Handlers are `async` and only touch the in-memory workspace under its lock, so they never block
 the event loop; the app calls them both from job threads (sync client) and from listeners
 (async client) in the same process.
@@ -9,26 +15,29 @@ the event loop; the app calls them both from job threads (sync client) and from 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from refund_desk.demo.slack import checks
+from refund_desk.demo.slack import checks, state
 from refund_desk.demo.slack.state import Message, Modal, SlackError, Workspace
 
 if TYPE_CHECKING:
-    from refund_desk.demo.slack import Sandbox
+    from refund_desk.demo.slack.emulator import SlackEmulator
 
 MAX_FILE_BYTES = 5_000_000
 JSON_PARAMS = ("blocks", "view", "files", "attachments")
 Handler = Callable[[Workspace, dict[str, Any], str], dict[str, Any]]
 
 
-async def read_params(request: Request) -> dict[str, Any]:
-    """Slack accepts form bodies, JSON bodies and query strings; so does the sandbox."""
+async def read_params(request: Request, *, json_body: bool = True) -> dict[str, Any]:
+    """The arguments from the query string and a form body, and a JSON body where the method
+    takes one (Slack ignores a JSON body to a read method)."""
     raw = await request.body()
     params: dict[str, Any] = dict(request.query_params)
     if raw:
@@ -39,7 +48,8 @@ async def read_params(request: Request) -> dict[str, Any]:
                 raise SlackError("invalid_json") from None
             if not isinstance(body, dict):
                 raise SlackError("invalid_json")
-            params.update(body)
+            if json_body:
+                params.update(body)
         else:
             params.update(parse_qsl(raw.decode("utf-8", "replace"), keep_blank_values=True))
     for key in JSON_PARAMS:
@@ -66,7 +76,7 @@ def auth_test(ws: Workspace, params: dict[str, Any], base: str) -> dict[str, Any
 
 
 def post_message(ws: Workspace, params: dict[str, Any], base: str) -> dict[str, Any]:
-    channel = ws.resolve_channel(params.get("channel"))
+    channel = ws.writable(params.get("channel"))
     checks.check_message(params)
     thread_ts = params.get("thread_ts") or None
     if thread_ts is not None and ws.find(channel.id, str(thread_ts)) is None:
@@ -83,7 +93,7 @@ def post_message(ws: Workspace, params: dict[str, Any], base: str) -> dict[str, 
 
 
 def update_message(ws: Workspace, params: dict[str, Any], base: str) -> dict[str, Any]:
-    channel = ws.resolve_channel(params.get("channel"))
+    channel = ws.writable(params.get("channel"))
     message = ws.find(channel.id, str(params.get("ts") or ""))
     if message is None:
         raise SlackError("message_not_found")
@@ -93,13 +103,13 @@ def update_message(ws: Workspace, params: dict[str, Any], base: str) -> dict[str
         message.text = str(params["text"])
     if params.get("blocks") is not None:
         message.blocks = list(params["blocks"])
-    message.edited = True
+    message.updates += 1
     ws.changed()
     return {"channel": channel.id, "ts": message.ts, "text": message.text}
 
 
 def post_ephemeral(ws: Workspace, params: dict[str, Any], base: str) -> dict[str, Any]:
-    channel = ws.resolve_channel(params.get("channel"))
+    channel = ws.writable(params.get("channel"))
     user = str(params.get("user") or "")
     if user not in ws.users:
         raise SlackError("user_not_found")
@@ -119,6 +129,8 @@ def views_open(ws: Workspace, params: dict[str, Any], base: str) -> dict[str, An
     user = ws.take_trigger(params.get("trigger_id"))
     modal = Modal(ws.new_id("V"), user, view)
     ws.modals[user] = modal
+    ws.opened.append(view)
+    del ws.opened[: -state.MAX_VIEWS]
     ws.changed()
     return {"view": {"id": modal.id, **view, "state": {"values": {}}}}
 
@@ -151,6 +163,27 @@ def conversations_open(ws: Workspace, params: dict[str, Any], base: str) -> dict
     return {"channel": {"id": channel.id, "is_im": True, "user": users[0]}}
 
 
+def conversations_info(ws: Workspace, params: dict[str, Any], base: str) -> dict[str, Any]:
+    channel = ws.resolve_channel(params.get("channel"))
+    return {
+        "channel": {
+            "id": channel.id,
+            "name": channel.name,
+            "is_channel": not channel.is_dm,
+            "is_im": channel.is_dm,
+            "is_member": channel.member,
+            "is_archived": channel.archived,
+        }
+    }
+
+
+def usergroup_members(ws: Workspace, params: dict[str, Any], base: str) -> dict[str, Any]:
+    members = ws.usergroups.get(str(params.get("usergroup") or ""))
+    if members is None:
+        raise SlackError("no_such_subteam")
+    return {"users": list(members)}
+
+
 def users_info(ws: Workspace, params: dict[str, Any], base: str) -> dict[str, Any]:
     user = ws.users.get(str(params.get("user") or ""))
     if user is None:
@@ -181,7 +214,7 @@ def files_complete(ws: Workspace, params: dict[str, Any], base: str) -> dict[str
     items = params.get("files")
     if not isinstance(items, list) or not items:
         raise SlackError("invalid_arguments")
-    channel = ws.resolve_channel(params["channel_id"]) if params.get("channel_id") else None
+    channel = ws.writable(params["channel_id"]) if params.get("channel_id") else None
     out = []
     for item in items:
         file = ws.files.get(str(item.get("id")))
@@ -217,19 +250,32 @@ def files_info(ws: Workspace, params: dict[str, Any], base: str) -> dict[str, An
     }
 
 
-METHODS: dict[str, Handler] = {
-    "auth.test": auth_test,
-    "chat.postMessage": post_message,
-    "chat.update": update_message,
-    "chat.postEphemeral": post_ephemeral,
-    "views.open": views_open,
-    "views.update": views_update,
-    "views.publish": views_publish,
-    "conversations.open": conversations_open,
-    "users.info": users_info,
-    "files.getUploadURLExternal": files_upload_url,
-    "files.completeUploadExternal": files_complete,
-    "files.info": files_info,
+@dataclass(frozen=True)
+class Method:
+    """A Web API method as Slack describes it: which arguments it requires, and whether it
+    takes a JSON body (write methods) or only query and form arguments (read methods, and the
+    file upload steps, which `slack_sdk` sends as forms)."""
+
+    run: Handler
+    required: tuple[str, ...] = ()
+    json_body: bool = True
+
+
+METHODS: dict[str, Method] = {
+    "auth.test": Method(auth_test),
+    "chat.postMessage": Method(post_message, ("channel",)),
+    "chat.update": Method(update_message, ("channel", "ts")),
+    "chat.postEphemeral": Method(post_ephemeral, ("channel", "user")),
+    "views.open": Method(views_open, ("trigger_id", "view")),
+    "views.update": Method(views_update, ("view",)),
+    "views.publish": Method(views_publish, ("user_id", "view")),
+    "conversations.open": Method(conversations_open),
+    "conversations.info": Method(conversations_info, ("channel",), json_body=False),
+    "users.info": Method(users_info, ("user",), json_body=False),
+    "usergroups.users.list": Method(usergroup_members, ("usergroup",), json_body=False),
+    "files.getUploadURLExternal": Method(files_upload_url, ("filename", "length"), False),
+    "files.completeUploadExternal": Method(files_complete, ("files",), json_body=False),
+    "files.info": Method(files_info, ("file",), json_body=False),
 }
 
 
@@ -238,30 +284,47 @@ def _token(request: Request, params: dict[str, Any]) -> str:
     return header.removeprefix("Bearer ").strip() or str(params.get("token") or "")
 
 
-def router(sandbox: Sandbox) -> APIRouter:
-    ws = sandbox.workspace
+def call(emulator: SlackEmulator, method: str, params: dict[str, Any], base: str) -> JSONResponse:
+    """One Web API call, recorded: a rate limit a test asked for, the token, the arguments."""
+    emulator.calls.append((method, params))
+    with emulator.workspace.lock:
+        if emulator.rate_limits.get(method, 0) > 0:
+            emulator.rate_limits[method] -= 1
+            return JSONResponse(
+                {"ok": False, "error": "ratelimited"},
+                status_code=429,
+                headers={"Retry-After": str(emulator.retry_after)},
+            )
+    spec = METHODS.get(method)
+    if spec is None:
+        return JSONResponse({"ok": False, "error": "unknown_method"})
+    if any(params.get(name) in (None, "") for name in spec.required):
+        return JSONResponse({"ok": False, "error": "invalid_arguments"})
+    try:
+        with emulator.workspace.lock:
+            answer = spec.run(emulator.workspace, params, base)
+    except checks.InvalidBlocks as exc:
+        return JSONResponse({"ok": False, "error": exc.code, "errors": [exc.why]})
+    except SlackError as exc:
+        return JSONResponse({"ok": False, "error": exc.code})
+    return JSONResponse({"ok": True, **answer})
+
+
+def router(emulator: SlackEmulator) -> APIRouter:
+    ws = emulator.workspace
     api = APIRouter(prefix="/sandbox/slack")
 
     @api.api_route("/api/{method}", methods=["GET", "POST"])
     async def web_api(method: str, request: Request) -> JSONResponse:
+        spec = METHODS.get(method)
         try:
-            params = await read_params(request)
+            params = await read_params(request, json_body=spec is None or spec.json_body)
         except SlackError as exc:
             return JSONResponse({"ok": False, "error": exc.code})
         token = _token(request, params)
-        if token != sandbox.bot_token:
+        if token != emulator.bot_token:
             return JSONResponse({"ok": False, "error": "invalid_auth" if token else "not_authed"})
-        handler = METHODS.get(method)
-        if handler is None:
-            return JSONResponse({"ok": False, "error": "unknown_method"})
-        try:
-            with ws.lock:
-                answer = handler(ws, params, str(request.base_url))
-        except checks.InvalidBlocks as exc:
-            return JSONResponse({"ok": False, "error": exc.code, "errors": [exc.why]})
-        except SlackError as exc:
-            return JSONResponse({"ok": False, "error": exc.code})
-        return JSONResponse({"ok": True, **answer})
+        return call(emulator, method, params, str(request.base_url))
 
     @api.post("/upload/{file_id}")
     async def upload(file_id: str, request: Request) -> Response:
@@ -277,7 +340,7 @@ def router(sandbox: Sandbox) -> APIRouter:
 
     @api.get("/files/{file_id}/{name}")
     async def download(file_id: str, name: str, request: Request) -> Response:
-        if _token(request, {}) != sandbox.bot_token:
+        if _token(request, {}) != emulator.bot_token:
             return Response("not authorized", status_code=403)
         with ws.lock:
             file = ws.files.get(file_id)
@@ -287,22 +350,55 @@ def router(sandbox: Sandbox) -> APIRouter:
 
     @api.post("/respond/{key}")
     async def respond(key: str, request: Request) -> JSONResponse:
-        """A `response_url`: Bolt's respond() lands here as an ephemeral message."""
-        target = sandbox.response_urls.get(key)
-        if target is None:
-            return JSONResponse({"ok": False, "error": "expired_url"}, status_code=404)
+        """A `response_url`: an ephemeral to the person (the default), a message in the channel
+        (`response_type: in_channel`), or the original message replaced or deleted."""
         try:
             params = await read_params(request)
         except SlackError as exc:
             return JSONResponse({"ok": False, "error": exc.code}, status_code=400)
-        user, channel = target
         with ws.lock:
-            ws.add_ephemeral(
-                user,
-                Message(
-                    channel, ws.new_ts(), str(params.get("text") or ""), params.get("blocks") or []
-                ),
-            )
+            target = emulator.response_urls.get(key)
+            if target is None or target.uses <= 0 or time.monotonic() > target.expires:
+                return JSONResponse({"ok": False, "error": "expired_url"}, status_code=404)
+            target.uses -= 1
+            try:
+                respond_to(ws, target, params)
+            except SlackError as exc:
+                return JSONResponse({"ok": False, "error": exc.code}, status_code=400)
         return JSONResponse({"ok": True})
 
     return api
+
+
+@dataclass
+class ResponseUrl:
+    """Where a `response_url` answers: Slack takes five posts to one within 30 minutes."""
+
+    user: str
+    channel: str
+    message_ts: str | None
+    uses: int
+    expires: float
+
+
+def respond_to(ws: Workspace, target: ResponseUrl, params: dict[str, Any]) -> None:
+    original = ws.find(target.channel, target.message_ts) if target.message_ts else None
+    if params.get("delete_original") in (True, "true"):
+        if original is None:
+            raise SlackError("message_not_found")
+        ws.messages.remove(original)
+        ws.changed()
+        return
+    checks.check_message(params)
+    text, blocks = str(params.get("text") or ""), list(params.get("blocks") or [])
+    if params.get("replace_original") in (True, "true"):
+        if original is None:
+            raise SlackError("message_not_found")
+        original.text, original.blocks = text, blocks
+        original.updates += 1
+        ws.changed()
+    elif params.get("response_type") == "in_channel":
+        thread = params.get("thread_ts") or None
+        ws.add_message(Message(target.channel, ws.new_ts(), text, blocks, thread))
+    else:
+        ws.add_ephemeral(target.user, Message(target.channel, ws.new_ts(), text, blocks))

@@ -1,8 +1,9 @@
-"""The Slack sandbox answers like Slack (and refuses what Slack refuses); the demo's policy covers
-every tier; the demo never starts with real Slack credentials."""
+"""The demo's Slack emulator answers like Slack (and refuses what Slack refuses); the demo's
+policy covers every tier; the demo never starts with real Slack credentials."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from typing import Any
@@ -15,6 +16,7 @@ from refund_desk.bot.blocks import cards
 from refund_desk.demo.runner import channels_from, policy_source, users_from
 from refund_desk.demo.slack import Sandbox
 from refund_desk.demo.slack.modals import REQUIRED, submission_values
+from refund_desk.demo.slack.web_api import METHODS
 from refund_desk.policy import parse_policy, run_policy_tests
 from tests.bot.demo_process import clean_env
 
@@ -32,8 +34,16 @@ def slack(sandbox: Sandbox) -> Any:
     client = TestClient(app)
 
     def call(method: str, token: str | None = sandbox.bot_token, **params: Any) -> dict[str, Any]:
+        """Sent as slack_sdk sends it: read methods and the upload steps as query or form
+        arguments, the others as a JSON body."""
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        response = client.post(f"/sandbox/slack/api/{method}", json=params, headers=headers)
+        url = f"/sandbox/slack/api/{method}"
+        spec = METHODS.get(method)
+        if spec is None or spec.json_body:
+            response = client.post(url, json=params, headers=headers)
+        else:
+            form = {k: v if isinstance(v, str) else json.dumps(v) for k, v in params.items()}
+            response = client.post(url, data=form, headers=headers)
         assert response.status_code == 200
         return dict(response.json())
 
