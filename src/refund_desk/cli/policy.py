@@ -124,6 +124,29 @@ def register(policy_app: typer.Typer) -> None:
             raise
         typer.echo(diff_text(changes, old=a_label, new=b_label).replace("`", ""))
 
+    @policy_app.command("prove")
+    def policy_prove(
+        old: Annotated[str, typer.Argument(help="FILE or vN")],
+        new: Annotated[str, typer.Argument(help="FILE or vN")],
+        as_json: Annotated[bool, typer.Option("--json", help="The whole report as JSON.")] = False,
+    ) -> None:
+        """Every kind of request on which NEW decides differently from OLD, proved by a solver.
+
+        Exit 0 when NEW is nowhere more permissive than OLD, 3 when it is somewhere, 2 on an
+        error; each region comes with a witness request that `policy test` can check.
+        """
+        from refund_desk.policy.prove import main_prove
+
+        refs = [t for t in (old, new) if t.lower().startswith("v") and t[1:].isdigit()]
+        runtime = _runtime() if refs else None
+        try:
+            texts = [_source(runtime, t)[1] for t in (old, new)]
+        except typer.Exit:
+            raise typer.Exit(2) from None
+        code, output = main_prove(texts[0], texts[1], as_json=as_json)
+        typer.echo(output)
+        raise typer.Exit(code)
+
     @policy_app.command("history")
     def policy_history() -> None:
         """Published versions, newest first (* active)."""
