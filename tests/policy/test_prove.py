@@ -62,8 +62,7 @@ def test_limit_raised_region_is_described_by_its_bounds() -> None:
     assert bounds["request.amount"] == "from 50.01 USD to 100.00 USD"
     assert bounds["request.reason"] == "one of damaged"
     assert bounds["order.age_days"] == "≤ 30"
-    assert bounds["customer.verified"] == "true"
-    assert bounds["advisor.confidence"] == "≥ 0.6"
+    assert "passed every guardrail" in render(report)
     # the `given` form is what a policy test takes: it decides the same way
     test = {"name": "witness", "given": region.given, "expect": {"outcome": "approve"}}
     raw = yaml.safe_load((folder / "new.yaml").read_text())
@@ -155,7 +154,9 @@ def test_main_prove_exit_codes(tmp_path: Path) -> None:
 def test_currency_case_and_foreign_currencies_are_modelled() -> None:
     # a rule on the exact currency string: "usd" passes the guardrail but not the rule
     raw = yaml.safe_load(BASE)
-    raw["rules"].insert(0, {"id": "not-usd", "when": 'request.currency != "USD"', "outcome": "deny"})
+    raw["rules"].insert(
+        0, {"id": "not-usd", "when": 'request.currency != "USD"', "outcome": "deny"}
+    )
     report = prove(BASE, yaml.safe_dump(raw, sort_keys=False))
     witnesses = [r.witness["request"]["currency"] for r in report.regions if r.kind == "denies"]
     assert "usd" in witnesses

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from refund_desk.policy import CompiledPolicy, PolicyInvalid, parse_policy
 from refund_desk.policy.context import REASONS
-from refund_desk.policy.prove import classify, decision_path, decision_verdict, prove
+from refund_desk.policy.prove import classify, decision_path, decision_verdict, prove, render
 
 MONEY = ["request.amount", "order.refundable", "order.amount", "order.refunded"]
 COUNTS = ["order.age_days", "customer.chargebacks_365d", "customer.refunds_90d", "evidence.count"]
@@ -62,7 +62,9 @@ def atoms(draw: st.DrawFn) -> str:
         fact = draw(st.sampled_from(BOOLS))
         return draw(st.sampled_from([fact, f"not {fact}", f"{fact} == true", f"{fact} == false"]))
     a, b = draw(st.lists(st.sampled_from(MONEY), min_size=2, max_size=2))
-    form = draw(st.sampled_from(["{a} > {b}", "{a} + {b} <= 100", "{a} * 2 > {b}", "{a} - 10 < {b}"]))
+    form = draw(
+        st.sampled_from(["{a} > {b}", "{a} + {b} <= 100", "{a} * 2 > {b}", "{a} - 10 < {b}"])
+    )
     return form.format(a=a, b=b)
 
 
@@ -200,7 +202,13 @@ def test_every_engine_difference_lies_in_a_reported_region(data: st.DataObject) 
     old, new = _parse(raw_old), _parse(raw_new)
     assume(old is not None and new is not None)
     report = prove(old, new, describe=data.draw(st.integers(0, 5)) == 0)
-    assert report.complete
+    assert not report.partial
+    if not report.finished:
+        # z3 gave up on a check (rare mixed integer/real instances): the report must then
+        # claim nothing is absent, and say so
+        assert report.more_permissive
+        assert "did not finish" in render(report)
+        return
     regions = {(r.old.path, r.new.path): r for r in report.regions}
     for region in report.regions:
         assert region.confirmed, f"witness not confirmed for {region.kind}: {region.witness}"

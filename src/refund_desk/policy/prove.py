@@ -46,10 +46,11 @@ from refund_desk.policy.errors import PolicyError
 from refund_desk.policy.schema import PolicyDocument, parse_policy, policy_hash
 from refund_desk.policy.smt import (
     GUARDRAIL_FACTS,
+    GUARDRAIL_READS,
     KNOWN_SOURCES,
     Encoded,
-    Unsupported,
     Universe,
+    Unsupported,
     Verdict,
     describe_number,
     encode_policy,
@@ -242,11 +243,7 @@ def classify(old: Verdict, new: Verdict) -> str | None:
         new_group = (new.group, new.members, new.currency)
         if (old.tier, old.limit, old_group) == (new.tier, new.limit, new_group):
             return None
-        if (
-            new.tier < old.tier
-            or (new.limit or 0) > (old.limit or 0)
-            or old_group != new_group
-        ):
+        if new.tier < old.tier or (new.limit or 0) > (old.limit or 0) or old_group != new_group:
             return "looser-review"
         return "stricter-review"
     if new.outcome == "approve" and new.tier != old.tier:
@@ -369,6 +366,14 @@ class _Run:
                     self.numbers |= {abs(n) for n in number_literals(tree)}
                     self.numbers |= {-abs(n) for n in number_literals(tree)}
         self.numbers |= {Decimal(0), Decimal(1)}
+        before = {r.id: r.when for r in old.doc.rules}
+        after = {r.id: r.when for r in new.doc.rules}
+        self.changed_facts: set[str] = set()
+        for rule_id in set(before) ^ set(after) | {
+            i for i in set(before) & set(after) if before[i] != after[i]
+        }:
+            for enc in (old, new):
+                self.changed_facts |= enc.rule_facts.get(rule_id, set())
         self.solver = solver
         self.uni = uni
         self.old = old
@@ -461,11 +466,16 @@ class _Run:
         )
 
     def _facts_for(self, old_path: Any, new_path: Any) -> list[str]:
-        names = set(self.old.facts) | set(self.new.facts)
-        if "guardrail" in old_path.label or "guardrail" in new_path.label:
-            names |= set(GUARDRAIL_FACTS)
-        if old_path.verdict.outcome == "approve" or new_path.verdict.outcome == "approve":
-            names |= set(GUARDRAIL_FACTS)
+        """Facts worth bounding: what the two deciding rules and the changed rules read,
+        the amount, and what a guardrail on either path reads. (An automatic payment passed
+        every guardrail; ``render`` says so instead of bounding each guardrail fact.)"""
+        names = {"request.amount"}
+        for enc, path in ((self.old, old_path), (self.new, new_path)):
+            names |= enc.rule_facts.get(path.rule, set())
+        names |= self.changed_facts
+        for path in (old_path, new_path):
+            if path.guardrail:
+                names |= set(GUARDRAIL_READS.get(path.guardrail, GUARDRAIL_FACTS))
         return [n for n in FACTS if n in names]
 
     def _witness(self, model: z3.ModelRef) -> dict[str, Any]:
@@ -555,8 +565,7 @@ class _Run:
         out: set[Fraction] = set()
         for lit in self.numbers:
             if kind == "money":
-                for exp in set(money.CURRENCIES.values()):
-                    out.add(Fraction(lit) * 10**exp)
+                out.add(Fraction(lit) * 10 ** money.exponent(self.old.doc.currency))
             else:
                 out.add(Fraction(lit))
         more: set[Fraction] = set()
@@ -606,7 +615,8 @@ class _Run:
             eps = Fraction(1, 10**9)
             if self.check(known, term < _rv(below + eps)) == z3.sat:
                 return below, True
-        return best, False
+        # not pinned down: claim no bound on this side (the description stays a superset)
+        return None
 
     def _show(self, name: str) -> Any:
         if name in MONEY_FACTS:
@@ -756,8 +766,7 @@ def _body(report: ProofReport) -> dict[str, Any]:
         "complete": report.complete,
         "finished": report.finished,
         "partial": [
-            {"version": p.version, "rule": p.rule, "construct": p.construct}
-            for p in report.partial
+            {"version": p.version, "rule": p.rule, "construct": p.construct} for p in report.partial
         ],
         "settings": [
             {"name": s.name, "old": s.old, "new": s.new, "permissive": s.permissive}
@@ -802,14 +811,18 @@ def to_json(report: ProofReport) -> dict[str, Any]:
 
 def render(report: ProofReport) -> str:
     """Plain text for the CLI."""
-    lines = [f"Proof: {report.old_policy} ({report.old_hash[:12]}) -> "
-             f"{report.new_policy} ({report.new_hash[:12]})"]
+    lines = [
+        f"Proof: {report.old_policy} ({report.old_hash[:12]}) -> "
+        f"{report.new_policy} ({report.new_hash[:12]})"
+    ]
     if report.more_permissive:
         lines.append("NEW is MORE PERMISSIVE than OLD somewhere (a second lead must confirm).")
     else:
         lines.append("NEW is nowhere more permissive than OLD.")
     if not report.finished:
-        lines.append("! The solver did not finish: differences may be missing; treat as permissive.")
+        lines.append(
+            "! The solver did not finish: differences may be missing; treat as permissive."
+        )
     for p in report.partial:
         lines.append(
             f"! Partial: {p.version} rule {p.rule} uses {p.construct}, which is not modelled; "
@@ -827,6 +840,11 @@ def render(report: ProofReport) -> str:
         lines.append(f"[{n}] {r.kind} ({flag}): {KINDS[r.kind][1]}")
         lines.append(f"    OLD: {r.old.text()}")
         lines.append(f"    NEW: {r.new.text()}")
+        if r.new.outcome == "approve" or r.old.outcome == "approve":
+            lines.append(
+                "    (an automatic payment also passed every guardrail: verified customer, "
+                "no possible duplicate, amount not from the model, confidence, currency)"
+            )
         if r.bounds:
             lines.append("    where:")
             lines += [f"      {b.fact}: {b.text}" for b in r.bounds]

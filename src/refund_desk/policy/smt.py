@@ -95,7 +95,7 @@ def _tokens(text: str) -> list[tuple[str, str]]:
     while pos < len(text):
         match = _TOKEN.match(text, pos)
         if match is None or match.end() == pos:
-            raise Unsupported(f"unreadable text at {text[pos:pos + 12]!r}")
+            raise Unsupported(f"unreadable text at {text[pos : pos + 12]!r}")
         kind = match.lastgroup or ""
         out.append((kind, match.group(kind)))
         pos = match.end()
@@ -117,7 +117,7 @@ class _Parser:
         return tok
 
     def expect(self, value: str) -> None:
-        kind, got = self.take()
+        _kind, got = self.take()
         if got != value:
             raise Unsupported(f"expected {value!r}, found {got or 'end'!r}")
 
@@ -286,6 +286,7 @@ def facts_of(node: Node) -> set[str]:
 
 # --- facts as solver variables ---------------------------------------------------------------
 
+
 def _true() -> Any:
     return z3.BoolVal(True)
 
@@ -392,7 +393,9 @@ class Universe:
         """The currency fact is set and names ``code`` in any case."""
         var = self.value[currency_fact]
         codes = [c for c, (up, _) in self.currency_info.items() if up == code]
-        return z3.And(z3.Not(self.null[currency_fact]), z3.Or(*[var == c for c in codes] or [_false()]))
+        return z3.And(
+            z3.Not(self.null[currency_fact]), z3.Or(*[var == c for c in codes] or [_false()])
+        )
 
     def same_upper(self, a: str, b: str) -> z3.BoolRef:
         """Both currency facts set and equal ignoring case."""
@@ -400,7 +403,10 @@ class Universe:
         for c, (up, _) in self.currency_info.items():
             groups.setdefault(up, []).append(c)
         va, vb = self.value[a], self.value[b]
-        same = [z3.And(z3.Or(*[va == c for c in cs]), z3.Or(*[vb == c for c in cs])) for cs in groups.values()]
+        same = [
+            z3.And(z3.Or(*[va == c for c in cs]), z3.Or(*[vb == c for c in cs]))
+            for cs in groups.values()
+        ]
         return z3.And(z3.Not(self.null[a]), z3.Not(self.null[b]), z3.Or(*same))
 
     def is_true(self, name: str) -> z3.BoolRef:
@@ -531,9 +537,7 @@ class Translator:
             above = x.n >= lo if node[4] else x.n > lo
             below = x.n <= hi if node[5] else x.n < hi
             inside = z3.And(above, below)
-            return _boolean(
-                z3.Or(x.err, z3.Not(x.isn)), z3.Not(inside) if node[6] else inside
-            )
+            return _boolean(z3.Or(x.err, z3.Not(x.isn)), z3.Not(inside) if node[6] else inside)
         raise Unsupported(f"construct {tag}")
 
     def binary(self, op: str, left: Node, right: Node) -> Sym:
@@ -643,6 +647,7 @@ class Encoded:
     paths: list[Path]
     opaque: list[Opaque]
     facts: set[str]
+    rule_facts: dict[str, set[str]]
 
 
 def rule_trees(doc: PolicyDocument) -> dict[str, Node | Unsupported]:
@@ -675,6 +680,7 @@ def encode_policy(
     tr = Translator(uni, doc.currency)
     opaque: list[Opaque] = []
     facts: set[str] = set()
+    rule_facts: dict[str, set[str]] = {}
     # (rule id, error?, decides, condition) before guardrails
     pre: list[tuple[str, bool, Decides, Any]] = []
     reached: Any = _true()
@@ -684,7 +690,8 @@ def encode_policy(
         if isinstance(tree, tuple):
             try:
                 sym = tr.sym(tree)
-                facts |= facts_of(tree)
+                rule_facts[rule.id] = facts_of(tree)
+                facts |= rule_facts[rule.id]
             except Unsupported as exc:
                 tree = exc
         if sym is None:
@@ -704,9 +711,10 @@ def encode_policy(
         reached = z3.And(reached, z3.Not(err), z3.Not(holds))
     pre.append(("default", False, doc.default, reached))
     paths: list[Path] = []
+    shared = _guardrail_terms(doc, uni)
     for rule_id, error, decides, cond in pre:
-        paths += _guardrail_paths(doc, uni, rule_id, error, decides, cond)
-    return Encoded(doc, paths, opaque, facts)
+        paths += _guardrail_paths(doc, shared, rule_id, error, decides, cond)
+    return Encoded(doc, paths, opaque, facts, rule_facts)
 
 
 GUARDRAIL_FACTS = (
@@ -721,10 +729,53 @@ GUARDRAIL_FACTS = (
     "advisor.injection_suspected",
 )
 
+GUARDRAIL_READS: dict[str, tuple[str, ...]] = {
+    "guardrail:exceeds-refundable": ("request.amount", "order.refundable"),
+    "guardrail:currency-mismatch": ("request.currency", "order.currency"),
+    "guardrail:possible-duplicate": ("request.possible_duplicate",),
+    "guardrail:unverified-customer": ("customer.verified",),
+    "guardrail:model-amount": ("request.amount_source",),
+    "guardrail:suspected-injection": ("advisor.injection_suspected",),
+    "guardrail:low-confidence": ("advisor.confidence",),
+    "guardrail:unknown-amount": ("request.amount", "order.refundable"),
+}
+"""The facts each guardrail reads (for describing regions)."""
+
+
+def _guardrail_terms(doc: PolicyDocument, uni: Universe) -> dict[str, Any]:
+    """The guardrail conditions, built once per policy (they do not depend on the rule)."""
+    v, null = uni.value, uni.null
+    same = z3.And(
+        uni.same_upper("request.currency", "order.currency"),
+        uni.upper_is("request.currency", doc.currency),
+    )
+    known = z3.And(z3.Not(null["request.amount"]), z3.Not(null["order.refundable"]))
+    low: Any = _false()
+    if doc.advisor.min_confidence is not None:
+        bar = _real(Decimal(repr(doc.advisor.min_confidence)))
+        low = z3.Or(null["advisor.confidence"], v["advisor.confidence"] < bar)
+    model = z3.And(
+        z3.Not(null["request.amount_source"]),
+        v["request.amount_source"] == uni.code("model_inference"),
+    )
+    return {
+        "same": same,
+        "over": z3.And(known, v["request.amount"] > v["order.refundable"]),
+        "dup": uni.is_true("request.possible_duplicate"),
+        "approve": [
+            ("possible-duplicate", z3.Not(uni.is_false("request.possible_duplicate"))),
+            ("unverified-customer", z3.Not(uni.is_true("customer.verified"))),
+            ("model-amount", model),
+            ("suspected-injection", uni.is_true("advisor.injection_suspected")),
+            ("low-confidence", low),
+            ("unknown-amount", z3.Not(known)),
+        ],
+    }
+
 
 def _guardrail_paths(
     doc: PolicyDocument,
-    uni: Universe,
+    shared: dict[str, Any],
     rule_id: str,
     error: bool,
     decides: Decides,
@@ -738,8 +789,7 @@ def _guardrail_paths(
     else:
         outcome, tier = decides.outcome, decides.tier
         own = _verdict(doc, decides)
-    v, null = uni.value, uni.null
-    dup = _false() if error else uni.is_true("request.possible_duplicate")
+    dup = _false() if error else shared["dup"]
     out: list[Path] = []
 
     def add(suffix: str | None, verdict: Verdict, c: Any) -> None:
@@ -750,36 +800,18 @@ def _guardrail_paths(
     if outcome == "deny":
         add(None, own, z3.Not(dup))
         rest = dup
-    same = z3.And(
-        uni.same_upper("request.currency", "order.currency"),
-        uni.upper_is("request.currency", doc.currency),
-    )
-    known = z3.And(z3.Not(null["request.amount"]), z3.Not(null["order.refundable"]))
-    over = z3.And(known, v["request.amount"] > v["order.refundable"])
+    same, over = shared["same"], shared["over"]
     exceeds = z3.And(same, over, z3.Not(dup))
-    add("guardrail:exceeds-refundable", Verdict("deny", DEFAULT_TIER["deny"]), z3.And(rest, exceeds))
+    add(
+        "guardrail:exceeds-refundable", Verdict("deny", DEFAULT_TIER["deny"]), z3.And(rest, exceeds)
+    )
     rest = z3.And(rest, z3.Not(exceeds))
     fired: list[tuple[str, Any]] = []
     if outcome == "deny":
         fired.append(("possible-duplicate", dup))
     fired.append(("currency-mismatch", z3.Not(same)))
     if outcome == "approve":
-        low: Any = _false()
-        if doc.advisor.min_confidence is not None:
-            bar = _real(Decimal(repr(doc.advisor.min_confidence)))
-            low = z3.Or(null["advisor.confidence"], v["advisor.confidence"] < bar)
-        model = z3.And(
-            z3.Not(null["request.amount_source"]),
-            v["request.amount_source"] == uni.code("model_inference"),
-        )
-        fired += [
-            ("possible-duplicate", z3.Not(uni.is_false("request.possible_duplicate"))),
-            ("unverified-customer", z3.Not(uni.is_true("customer.verified"))),
-            ("model-amount", model),
-            ("suspected-injection", uni.is_true("advisor.injection_suspected")),
-            ("low-confidence", low),
-            ("unknown-amount", z3.Not(known)),
-        ]
+        fired += shared["approve"]
     person = _review_verdict(doc, decides, max(3, tier))
     none_before: Any = _true()
     for name, c in fired:
