@@ -3,15 +3,23 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import timedelta
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import select
 
+from refund_desk.cases import approvals, tokens
+from refund_desk.cases.ports import ProcessorRefund, ProcessorUnavailable
+from refund_desk.payments.reconcile import reconcile
 from refund_desk.payments.sandbox import SandboxProcessor
 from refund_desk.runtime import Runtime, build
 from refund_desk.storage.db import Database
+from refund_desk.storage.models import Case, Execution, Job
+from refund_desk.storage.types import utcnow
 from refund_desk.web.app import create_app
 from tests.conftest import _raise_crash, make_settings
+from tests.helpers import Harness
 
 # ---------------------------------------------------------------- finding 1: Socket Mode
 
@@ -67,3 +75,155 @@ def test_finding_01_http_route_needs_a_signing_secret(sqlite_url: str) -> None:
         assert surface is not None and surface.http
     finally:
         db.dispose()
+
+
+# ---------------------------------------------------------------- shared: a desk, clicks
+
+
+@pytest.fixture()
+def desk(any_runtime: Runtime) -> Harness:
+    harness = Harness(any_runtime)
+    harness.publish()
+    return harness
+
+
+def act(desk: Harness, case_id: str, action: str, user: str, **kw: str) -> approvals.Outcome:
+    """A click as the Slack listener makes it, with the follow-up jobs run at once."""
+    rt = desk.runtime.desk
+    with rt.db.read() as session:
+        case = session.get(Case, case_id)
+        assert case is not None
+        value = tokens.issue(
+            rt.secret,
+            case_id=case.id,
+            action=action,
+            amount=case.amount,
+            currency=case.currency,
+            revision=case.revision,
+            policy_version=case.policy_version,
+            now=rt.now(),
+        )
+    outcome = approvals.act(rt, token_value=value, user=user, **kw)
+    for job in outcome.jobs:
+        rt.jobs.run_now(job)
+    return outcome
+
+
+def parked_with_money_out(desk: Harness) -> tuple[str, str]:
+    """A 400.00 case approved; the refund is made but the answer lost, then the processor is
+    down until the case parks with its execution still reserved."""
+    payment = desk.payment("900.00")
+    body = desk.post(desk.request(payment, "400.00")).json()
+    assert body["status"] == "awaiting_approval", body
+    desk.sandbox.set_fault("timeout-after-success", times=1)
+    act(desk, body["id"], "approve", "U0LEAD1")
+    desk.sandbox.set_fault("down")
+    for _ in range(12):
+        desk.sweep(seconds_ahead=3600, batches=1)
+    case = desk.get(body["id"])
+    assert case["status"] == "parked", case["status"]
+    assert [r["amount"] for r in desk.refunds_at_processor(payment)] == [40000]
+    return body["id"], payment
+
+
+def executions(desk: Harness, case_id: str) -> list[Execution]:
+    with desk.runtime.db.read() as session:
+        return list(session.scalars(select(Execution).where(Execution.case_id == case_id)).all())
+
+
+# ---------------------------------------------------------------- findings 2 and 3
+
+
+def test_finding_02_partial_approval_of_a_parked_case_never_pays_the_old_amount(
+    desk: Harness,
+) -> None:
+    case_id, payment = parked_with_money_out(desk)
+    with pytest.raises(approvals.Refused) as refused:
+        act(desk, case_id, "approve_partial", "U0LEAD2", amount="50.00")
+    assert refused.value.code == "execution_unresolved"
+    desk.sandbox.set_fault("none")
+    desk.sweep(seconds_ahead=3600)  # the look-up settles the reservation
+    case = desk.get(case_id)
+    assert case["status"] == "refunded"
+    assert case["amount"] == "400.00"
+    assert [r["amount"] for r in desk.refunds_at_processor(payment)] == [40000]
+    [execution] = executions(desk, case_id)
+    assert execution.status == "succeeded" and execution.amount == 40000
+
+
+def test_finding_03_a_deny_waits_until_the_processor_says_whether_money_left(
+    desk: Harness,
+) -> None:
+    case_id, payment = parked_with_money_out(desk)
+    with pytest.raises(approvals.Refused) as refused:
+        act(desk, case_id, "deny", "U0LEAD2")
+    assert refused.value.code == "execution_unresolved"
+    assert desk.get(case_id)["status"] == "parked"
+    desk.sandbox.set_fault("none")
+    desk.sweep(seconds_ahead=3600)
+    case = desk.get(case_id)
+    assert case["status"] == "refunded", "the money left: the record says so"
+    assert len(desk.refunds_at_processor(payment)) == 1
+
+
+def test_finding_03_a_reservation_with_no_refund_is_released_then_a_person_decides(
+    desk: Harness,
+) -> None:
+    payment = desk.payment("900.00")
+    body = desk.post(desk.request(payment, "400.00")).json()
+    case_id = body["id"]
+    outcome = act_no_run(desk, case_id, "approve", "U0LEAD1")
+    # The reservation is written, then the processor goes down before the refund is made.
+    real = desk.runtime.desk.processor.list_refunds
+
+    def down(payment_id: str) -> list[ProcessorRefund]:
+        raise ProcessorUnavailable("processor_unavailable", "down")
+
+    desk.runtime.desk.processor.list_refunds = down  # type: ignore[method-assign]
+    try:
+        for job in outcome.jobs:
+            desk.runtime.desk.jobs.run_now(job)
+        for _ in range(12):
+            desk.sweep(seconds_ahead=3600, batches=1)
+    finally:
+        desk.runtime.desk.processor.list_refunds = real  # type: ignore[method-assign]
+    assert desk.get(case_id)["status"] == "parked"
+    assert [e.status for e in executions(desk, case_id)] == ["reserved"]
+    desk.sweep(seconds_ahead=3600)
+    assert [e.status for e in executions(desk, case_id)] == ["failed"]  # released
+    assert desk.refunds_at_processor(payment) == []
+    act(desk, case_id, "approve_partial", "U0LEAD2", amount="50.00")
+    desk.sweep(seconds_ahead=3600)
+    assert desk.get(case_id)["status"] == "refunded"
+    assert [r["amount"] for r in desk.refunds_at_processor(payment)] == [5000]
+
+
+def test_finding_03_reconcile_resolves_reservations_older_than_the_lease(desk: Harness) -> None:
+    case_id, payment = parked_with_money_out(desk)
+    desk.sandbox.set_fault("none")
+    with desk.runtime.db.write() as session:  # only reconcile may find it now
+        for job in session.scalars(select(Job).where(Job.status == "pending")).all():
+            if job.kind == "execute":
+                session.delete(job)
+    rt = desk.runtime.desk
+    reconcile(rt, since=utcnow() - timedelta(days=1), until=utcnow() + timedelta(hours=2))
+    assert desk.get(case_id)["status"] == "refunded"
+    assert len(desk.refunds_at_processor(payment)) == 1
+
+
+def act_no_run(desk: Harness, case_id: str, action: str, user: str) -> approvals.Outcome:
+    rt = desk.runtime.desk
+    with rt.db.read() as session:
+        case = session.get(Case, case_id)
+        assert case is not None
+        value = tokens.issue(
+            rt.secret,
+            case_id=case.id,
+            action=action,
+            amount=case.amount,
+            currency=case.currency,
+            revision=case.revision,
+            policy_version=case.policy_version,
+            now=rt.now(),
+        )
+    return approvals.act(rt, token_value=value, user=user)

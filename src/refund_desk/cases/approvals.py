@@ -103,6 +103,7 @@ def _act(
         return _escalate(desk, session, case, token, user, policy)
     if token.action == "deny":
         _check_member(case, policy, user)
+        _check_resolved(session, case, None)
         return _deny(desk, session, case, token, user, reason)
     pay = case.amount
     if token.action == "approve_partial":
@@ -110,6 +111,7 @@ def _act(
     elif token.amount != case.amount:
         raise Refused("token_mismatch", "This button was made for another amount.")
     _check_authority(case, policy, user, pay)
+    _check_resolved(session, case, pay)
     return _approve(desk, session, case, token, user, pay, reason)
 
 
@@ -154,6 +156,22 @@ def _check_authority(case: Case, policy: LoadedPolicy, user: str, amount: int) -
             f"Your approval limit is {money.format_money(limit, case.currency)}; this case is "
             f"{money.format_money(amount, case.currency)}. Escalate it instead.",
         )
+
+
+def _check_resolved(session: Session, case: Case, pay: int | None) -> None:
+    """Resolve before deciding: while a refund started for this case has no known outcome,
+    nobody may deny it or approve another amount (the money may have left already)."""
+    from refund_desk.cases.executor import _open_execution
+
+    execution = _open_execution(session, case.id)
+    if execution is None or pay == execution.amount:
+        return  # approving the reserved amount again only resumes that same refund
+    raise Refused(
+        "execution_unresolved",
+        f"A refund of {money.format_money(execution.amount, execution.currency)} was started "
+        "for this case and the processor has not confirmed whether it was made; it is being "
+        "looked up. Decide again once the case is updated.",
+    )
 
 
 def first_deciders(session: Session, case_id: str) -> set[str]:
