@@ -4,13 +4,20 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
 from refund_desk.cases import approvals, tokens
-from refund_desk.cases.ports import ProcessorRefund, ProcessorUnavailable
+from refund_desk.cases.ports import (
+    AdviceRequest,
+    AdvisorError,
+    PaymentFacts,
+    ProcessorRefund,
+    ProcessorUnavailable,
+)
 from refund_desk.payments.reconcile import reconcile
 from refund_desk.payments.sandbox import SandboxProcessor
 from refund_desk.runtime import Runtime, build
@@ -227,3 +234,63 @@ def act_no_run(desk: Harness, case_id: str, action: str, user: str) -> approvals
             now=rt.now(),
         )
     return approvals.act(rt, token_value=value, user=user)
+
+
+# ---------------------------------------------------------------- finding 4
+
+
+class FailingAdvisor:
+    name = "failing"
+    model = "none"
+
+    def advise(self, request: AdviceRequest) -> Any:
+        raise AdvisorError("advisor_unavailable", "The advisor is down.")
+
+
+def test_finding_04_an_advisor_failure_keeps_the_policys_tier_and_group(desk: Harness) -> None:
+    desk.runtime.desk.advisor = FailingAdvisor()  # type: ignore[assignment]
+    payment = desk.payment("900.00", chargebacks=1)  # risk-signal: tier 4, finance, two
+    case_id = desk.post(desk.request(payment, "400.00")).json()["id"]
+    case = desk.get(case_id)
+    assert case["status"] in ("awaiting_approval", "parked")
+    with pytest.raises(approvals.Refused) as refused:
+        act(desk, case_id, "approve", "U0LEAD1")
+    assert refused.value.code == "not_an_approver"
+    act(desk, case_id, "approve", "U0FIN1")
+    assert desk.get(case_id)["status"] in ("awaiting_approval", "parked")
+    assert desk.refunds_at_processor(payment) == []
+    act(desk, case_id, "approve", "U0FIN2")
+    desk.sweep()
+    assert desk.get(case_id)["status"] == "refunded"
+
+
+def test_finding_04_unreadable_facts_route_to_the_strictest_tier_and_group(
+    desk: Harness,
+) -> None:
+    payment = desk.payment("900.00")
+    processor = desk.runtime.desk.processor
+    real, calls = processor.payment, [0]
+
+    def flaky(payment_id: str) -> PaymentFacts:
+        calls[0] += 1
+        if calls[0] > 1:  # intake could read it; the decision cannot
+            raise ProcessorUnavailable("processor_unavailable", "down")
+        return real(payment_id)
+
+    processor.payment = flaky  # type: ignore[method-assign]
+    try:
+        case_id = desk.post(desk.request(payment, "400.00")).json()["id"]
+        for _ in range(12):
+            desk.sweep(seconds_ahead=3600, batches=1)
+    finally:
+        processor.payment = real  # type: ignore[method-assign]
+    assert desk.get(case_id)["status"] == "parked"
+    with pytest.raises(approvals.Refused) as refused:
+        act(desk, case_id, "approve", "U0LEAD1")
+    assert refused.value.code == "not_an_approver"
+    act(desk, case_id, "approve", "U0FIN1")
+    desk.sweep()
+    assert desk.refunds_at_processor(payment) == [], "tier 4: one approver is not enough"
+    act(desk, case_id, "approve", "U0FIN2")
+    desk.sweep()
+    assert desk.get(case_id)["status"] == "refunded"

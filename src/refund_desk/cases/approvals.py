@@ -127,7 +127,11 @@ def _authority_policy(session: Session, case: Case) -> LoadedPolicy:
 
 
 def _group(case: Case, policy: LoadedPolicy) -> str:
-    decided = (case.decision or {}).get("approvers")
+    if case.decision is None:  # never decided (older records): the strictest authority
+        from refund_desk.cases.decide import strictest
+
+        return str(strictest(policy)["approvers"])
+    decided = case.decision.get("approvers")
     return str(decided or policy.doc.approvers_for(policy.doc.default))
 
 
@@ -201,7 +205,9 @@ def may_vouch(session: Session, case: Case, user: str) -> bool:
 
 
 def approvals_needed(case: Case) -> int:
-    return 2 if int((case.decision or {}).get("tier") or 3) >= 4 else 1
+    if case.decision is None:  # never decided: unknown facts need the strictest tier's two
+        return 2
+    return 2 if int(case.decision.get("tier") or 3) >= 4 else 1
 
 
 def _partial_amount(amount: str | None, token: tokens.ActionToken, case: Case) -> int:
