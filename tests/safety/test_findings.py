@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
@@ -22,10 +24,11 @@ from refund_desk.payments.reconcile import reconcile
 from refund_desk.payments.sandbox import SandboxProcessor
 from refund_desk.runtime import Runtime, build
 from refund_desk.storage.db import Database
+from refund_desk.storage.jobs import JobQueue
 from refund_desk.storage.models import Case, Execution, Job
 from refund_desk.storage.types import utcnow
 from refund_desk.web.app import create_app
-from tests.conftest import _raise_crash, make_settings
+from tests.conftest import _raise_crash, make_runtime, make_settings
 from tests.helpers import Harness
 
 # ---------------------------------------------------------------- finding 1: Socket Mode
@@ -294,3 +297,72 @@ def test_finding_04_unreadable_facts_route_to_the_strictest_tier_and_group(
     act(desk, case_id, "approve", "U0FIN2")
     desk.sweep()
     assert desk.get(case_id)["status"] == "refunded"
+
+
+# ---------------------------------------------------------------- finding 8
+
+
+def test_finding_08_a_slow_processor_call_keeps_its_lease(sqlite_url: str) -> None:
+    rt = make_runtime(sqlite_url)
+    try:
+        desk = Harness(rt)
+        desk.publish()
+        rt.desk.jobs.lease = timedelta(seconds=1)
+        other = JobQueue(rt.db, owner="replica-b", lease_seconds=1)
+        other.handlers = dict(rt.desk.jobs.handlers)
+        real = desk.sandbox.create_refund
+
+        def slow(**kw: Any) -> ProcessorRefund:
+            time.sleep(2.5)
+            return real(**kw)
+
+        desk.sandbox.create_refund = slow  # type: ignore[method-assign]
+        rt.desk.run_inline = False
+        payment = desk.payment("100.00")  # room for a second refund, were one made
+        case_id = desk.post(desk.request(payment, "20.00")).json()["id"]
+        with rt.db.read() as session:
+            [advance] = [j.id for j in session.scalars(select(Job)).all() if j.kind == "advance"]
+        rt.desk.jobs.run_now(advance)  # decided and approved; the refund job is queued
+        with rt.db.read() as session:
+            [job] = [j.id for j in session.scalars(select(Job)).all() if j.kind == "execute"]
+        with rt.db.write() as session:  # due at once for any replica's sweep
+            row = session.get(Job, job)
+            assert row is not None
+            row.due_at = utcnow() - timedelta(seconds=1)
+        first = threading.Thread(target=rt.desk.jobs.run_now, args=(job,))
+        first.start()
+        time.sleep(1.6)  # the first worker's lease would have run out by now
+        other.sweep(now=utcnow())
+        first.join()
+        other.sweep(now=utcnow())
+        assert len(desk.refunds_at_processor(payment)) == 1
+        assert desk.get(case_id)["status"] == "refunded"
+    finally:
+        rt.db.dispose()
+
+
+def test_finding_08_the_sandbox_honours_idempotency_keys(desk: Harness) -> None:
+    desk.sandbox.honour_idempotency_keys = True  # as the product runs it (tests turn it off)
+    payment = desk.payment("30.00")
+    made = [
+        desk.sandbox.create_refund(
+            payment_id=payment,
+            amount=1000,
+            currency="usd",
+            idempotency_key="refund-desk-ex_same",
+            metadata={"execution_id": "ex_same"},
+        )
+        for _ in range(2)
+    ]
+    assert made[0].id == made[1].id
+    assert len(desk.refunds_at_processor(payment)) == 1
+
+
+def test_finding_08_the_lease_outlives_the_processor_timeout(sqlite_url: str) -> None:
+    settings = make_settings(sqlite_url, REFUND_DESK_LEASE_SECONDS="0.5")
+    db = Database.from_url(sqlite_url)
+    try:
+        rt = build(settings, db=db, processor=SandboxProcessor(db, crash=_raise_crash))
+        assert rt.desk.jobs.lease.total_seconds() > rt.desk.processor.timeout_seconds
+    finally:
+        db.dispose()

@@ -93,7 +93,8 @@ def execute(desk: Desk, job: ClaimedJob) -> None:
     case_id = job.payload["case_id"]
     if job.payload.get("resolve"):  # a reservation whose outcome nobody knows: look it up
         try:
-            resolve(desk, job.payload["resolve"])
+            with desk.jobs.held(job):
+                resolve(desk, job.payload["resolve"])
         except ProcessorError as exc:
             raise RetryLater(
                 backoff(job.attempt, cap=600.0), f"{exc.code}: {exc.message}", failed=False
@@ -123,7 +124,8 @@ def execute(desk: Desk, job: ClaimedJob) -> None:
             execution = _reserve(desk, case_id, job.payload.get("revision"), payment)
             if execution is None:
                 return
-        refund = _pay(desk, execution)
+        with desk.jobs.held(job):  # no other replica takes the job over while the call runs
+            refund = _pay(desk, execution)
     except ProcessorError as exc:
         breaker.record_failure(desk, exc.code)
         if not exc.transient:
