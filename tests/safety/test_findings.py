@@ -20,9 +20,11 @@ from refund_desk.cases.ports import (
     ProcessorRefund,
     ProcessorUnavailable,
 )
+from refund_desk.governance.admin import set_mode
 from refund_desk.payments.reconcile import reconcile
 from refund_desk.payments.sandbox import SandboxProcessor
 from refund_desk.runtime import Runtime, build
+from refund_desk.storage.audit import Actor
 from refund_desk.storage.db import Database
 from refund_desk.storage.jobs import JobQueue
 from refund_desk.storage.models import Case, Execution, Job
@@ -366,3 +368,19 @@ def test_finding_08_the_lease_outlives_the_processor_timeout(sqlite_url: str) ->
         assert rt.desk.jobs.lease.total_seconds() > rt.desk.processor.timeout_seconds
     finally:
         db.dispose()
+
+
+# ---------------------------------------------------------------- finding 9
+
+
+@pytest.mark.parametrize("mode", ["approve-all", "shadow"])
+def test_finding_09_a_persons_approval_executes_in_every_mode(desk: Harness, mode: str) -> None:
+    with desk.runtime.db.write() as session:
+        set_mode(session, desk.runtime.desk.audit, mode=mode, actor=Actor("cli", "tests"))
+    payment = desk.payment("30.00")
+    case_id = desk.post(desk.request(payment, "20.00")).json()["id"]
+    assert desk.get(case_id)["status"] == "awaiting_approval"
+    act(desk, case_id, "approve", "U0LEAD1")
+    desk.sweep()
+    assert desk.get(case_id)["status"] == "refunded"
+    assert len(desk.refunds_at_processor(payment)) == 1

@@ -179,7 +179,9 @@ def _reserve(
                 raise RetryLater(
                     PAUSED_RECHECK_SECONDS, "paused: the kill switch is on", failed=False
                 )
-            automatic = (case.decision or {}).get("automatic", False) and not _human_basis(case)
+            automatic = (case.decision or {}).get("automatic", False) and not _human_basis(
+                session, case
+            )
             if not automatic:
                 _check_approvals(session, case)
             try:
@@ -243,8 +245,11 @@ def _check_approvals(session: Session, case: Case) -> None:
         raise Parked(f"Only {have} of {needed} required approvals are on record.")
 
 
-def _human_basis(case: Case) -> bool:
-    return (case.decision or {}).get("outcome") != "approve"
+def _human_basis(session: Session, case: Case) -> bool:
+    """A person approved it (in any mode), or the policy did not approve it by itself."""
+    from refund_desk.cases.approvals import approval_count
+
+    return (case.decision or {}).get("outcome") != "approve" or approval_count(session, case) > 0
 
 
 def _recheck(
