@@ -31,7 +31,7 @@ from refund_desk.storage.models import Case, Execution, Job
 from refund_desk.storage.types import utcnow
 from refund_desk.web.app import create_app
 from tests.conftest import _raise_crash, make_runtime, make_settings
-from tests.helpers import Harness
+from tests.helpers import ACME, Harness
 
 # ---------------------------------------------------------------- finding 1: Socket Mode
 
@@ -384,3 +384,41 @@ def test_finding_09_a_persons_approval_executes_in_every_mode(desk: Harness, mod
     desk.sweep()
     assert desk.get(case_id)["status"] == "refunded"
     assert len(desk.refunds_at_processor(payment)) == 1
+
+
+# ---------------------------------------------------------------- finding 5
+
+
+def test_finding_05_limits_are_never_compared_across_currencies(desk: Harness) -> None:
+    jpy = ACME.read_text().replace("currency: USD", "currency: JPY")
+    jpy = jpy.replace(
+        "{members: [U0LEAD1, U0LEAD2], limit: 500}", "{members: [U0LEAD1, U0LEAD2], limit: 50000}"
+    )
+    desk.publish(jpy)
+    payment = desk.payment("900.00")
+    case_id = desk.post(desk.request(payment, "400.00")).json()["id"]
+    assert desk.get(case_id)["status"] == "awaiting_approval"
+    with pytest.raises(approvals.Refused) as refused:
+        act(desk, case_id, "approve", "U0LEAD1")
+    assert refused.value.code == "over_limit"
+    assert "JPY" in refused.value.message and "USD" in refused.value.message
+    assert "50,000 USD" not in refused.value.message and "50000.00 USD" not in refused.value.message
+    desk.sweep()
+    assert desk.refunds_at_processor(payment) == []
+
+
+def test_finding_05_a_policy_rate_converts_the_case_amount(desk: Harness) -> None:
+    jpy = ACME.read_text().replace("currency: USD", "currency: JPY")
+    jpy = jpy.replace(
+        "{members: [U0LEAD1, U0LEAD2], limit: 500}", "{members: [U0LEAD1, U0LEAD2], limit: 50000}"
+    )
+    desk.publish(jpy + "rates: {USD: 150}\n")
+    payment = desk.payment("900.00")
+    big = desk.post(desk.request(payment, "400.00")).json()["id"]  # 60,000 JPY
+    with pytest.raises(approvals.Refused) as refused:
+        act(desk, big, "approve", "U0LEAD1")
+    assert refused.value.message.startswith("Your approval limit is 50000 JPY")
+    small = desk.post(desk.request(desk.payment("900.00"), "300.00")).json()["id"]  # 45,000
+    act(desk, small, "approve", "U0LEAD1")
+    desk.sweep()
+    assert desk.get(small)["status"] == "refunded"

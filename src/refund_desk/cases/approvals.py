@@ -153,11 +153,25 @@ def _check_authority(case: Case, policy: LoadedPolicy, user: str, amount: int) -
     managers = policy.doc.managers
     if managers is not None and user in managers.members and case.escalation_level > 0:
         limits.append(money.to_minor(managers.limit, policy.doc.currency))
-    limit = max(limits)
-    if amount > limit:
+    limit = max(limits)  # minor units of the policy's currency
+    currency = policy.doc.currency
+    if case.currency.upper() == currency:
+        within = amount <= limit
+    elif case.currency.upper() in policy.doc.rates:
+        rate = policy.doc.rates[case.currency.upper()]
+        worth = money.to_major(amount, case.currency) * rate  # in the policy's currency
+        within = worth <= money.to_major(limit, currency)
+    else:
         raise Refused(
             "over_limit",
-            f"Your approval limit is {money.format_money(limit, case.currency)}; this case is "
+            f"Approval limits are in {currency} and this case is "
+            f"{money.format_money(amount, case.currency)}; the policy names no {case.currency} "
+            "rate to compare them, so nobody may approve it under this policy's limits.",
+        )
+    if not within:
+        raise Refused(
+            "over_limit",
+            f"Your approval limit is {money.format_money(limit, currency)}; this case is "
             f"{money.format_money(amount, case.currency)}. Escalate it instead.",
         )
 
