@@ -13,6 +13,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 
 from refund_desk.cases import approvals, tokens
+from refund_desk.cases.errors import InvalidRequest
 from refund_desk.cases.ports import (
     AdviceRequest,
     AdvisorError,
@@ -20,7 +21,8 @@ from refund_desk.cases.ports import (
     ProcessorRefund,
     ProcessorUnavailable,
 )
-from refund_desk.governance.admin import set_mode
+from refund_desk.governance.admin import rollback, set_mode, set_paused, set_second_lead
+from refund_desk.governance.versions import control
 from refund_desk.payments.reconcile import reconcile
 from refund_desk.payments.sandbox import SandboxProcessor
 from refund_desk.runtime import Runtime, build
@@ -422,3 +424,39 @@ def test_finding_05_a_policy_rate_converts_the_case_amount(desk: Harness) -> Non
     act(desk, small, "approve", "U0LEAD1")
     desk.sweep()
     assert desk.get(small)["status"] == "refunded"
+
+
+# ---------------------------------------------------------------- finding 6
+
+
+def test_finding_06_governance_changes_need_a_second_lead(desk: Harness) -> None:
+    desk.publish(ACME.read_text().replace("leads: [U0LEAD1]", "leads: [U0LEAD1, U0LEAD2]"))
+    audit = desk.runtime.desk.audit
+    one, two = Actor("human", "U0LEAD1"), Actor("human", "U0LEAD2")
+
+    def run(fn: Any, actor: Actor, **kw: Any) -> Any:
+        with desk.runtime.db.write() as session:
+            return fn(session, audit, actor=actor, **kw)
+
+    def switches() -> Any:
+        with desk.runtime.db.read() as session:
+            row = control(session)
+            return row.publish_needs_second_lead, row.mode, row.active_version
+
+    run(set_second_lead, Actor("cli", "admin"), on=True)
+    run(set_second_lead, one, on=False)  # a request only
+    assert switches()[0] is True
+    with pytest.raises(InvalidRequest) as again:
+        run(set_second_lead, one, on=False)
+    assert again.value.code == "second_lead_needed"
+    run(set_mode, one, mode="approve-all")
+    assert switches()[1] == "supervised"
+    run(set_mode, two, mode="approve-all")  # confirmed by a different lead
+    assert switches()[1] == "approve-all"
+    run(rollback, one, version=1)
+    assert switches()[2] == 2
+    run(set_paused, one, paused=True)  # the one-lead emergency lever stays
+    with desk.runtime.db.read() as session:
+        assert control(session).paused
+    run(set_second_lead, two, on=False)
+    assert switches()[0] is False
