@@ -98,6 +98,9 @@ def _act(
         raise Refused("own_request", "You filed this case, so someone else must decide it.")
     if case.appeal_of and user in first_deciders(session, case.appeal_of):
         raise Refused("first_decider", "You decided the appealed case; someone else must review.")
+    appealed = session.get(Case, case.appeal_of) if case.appeal_of else None
+    if appealed is not None and appealed.requested_by == user:
+        raise Refused("own_request", "You filed the appealed case, so someone else must decide.")
     policy = _authority_policy(session, case)
     if token.action == "escalate":
         return _escalate(desk, session, case, token, user, policy)
