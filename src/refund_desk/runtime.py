@@ -89,6 +89,7 @@ def build(
     lease = settings.lease_seconds or max(
         10.0, processor.timeout_seconds * 2, getattr(advisor, "budget_seconds", 0.0) * 1.5
     )
+    lease = max(lease, processor.timeout_seconds * 1.5)  # a set lease too short is lengthened
     jobs = JobQueue(db, owner=replica_id(), lease_seconds=lease)
     secret = settings.secret_value()
     desk = Desk(

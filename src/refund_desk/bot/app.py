@@ -8,6 +8,7 @@ process dies first, the sweeps run them.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterable
@@ -41,6 +42,9 @@ class Surface:
     outbox: Outbox
     settings: Settings
     pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(8, "slack"))
+    # Requests arrive over signed HTTP (`/slack/events`), or over Socket Mode, never both: the
+    # HTTP route exists only with a signing secret and no app-level token.
+    http: bool = False
     _background: set[Future[None]] = field(default_factory=set)
 
     def job_handlers(self) -> dict[str, Handler]:
@@ -95,15 +99,67 @@ class Surface:
         return router
 
 
-async def start_socket_mode(surface: Surface, settings: Settings) -> Any | None:
-    """Socket Mode instead of HTTP when an app-level token is set."""
+class SocketMode:
+    """Socket Mode, started in the background: a Slack that cannot be reached at start-up
+    never keeps the intake API and webhooks from serving; it retries, and `/healthz` says so."""
+
+    ATTEMPT_SECONDS = 30.0
+    MAX_DELAY_SECONDS = 60.0
+
+    def __init__(self, surface: Surface, app_token: str) -> None:
+        self.surface = surface
+        self.app_token = app_token
+        self.status = "connecting"
+        self.handler: Any | None = None
+        self.task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self.task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _run(self) -> None:
+        from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
+
+        delay = 1.0
+        while True:
+            handler = AsyncSocketModeHandler(self.surface.app, self.app_token)
+            try:
+                await asyncio.wait_for(handler.connect_async(), self.ATTEMPT_SECONDS)
+            except asyncio.CancelledError:
+                await _close_quietly(handler)
+                raise
+            except Exception as exc:  # any failure: try again later
+                self.status = "retrying"
+                log.warning("Socket Mode could not connect (%s); retrying in %.0fs", exc, delay)
+                await _close_quietly(handler)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self.MAX_DELAY_SECONDS)
+                continue
+            self.handler, self.status = handler, "connected"
+            return
+
+    async def close(self) -> None:
+        if self.task is not None and not self.task.done():
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self.task
+        if self.handler is not None:
+            await _close_quietly(self.handler)
+
+
+async def _close_quietly(handler: Any) -> None:
+    try:
+        await handler.close_async()
+    except Exception:  # closing a socket that never opened
+        log.debug("closing Socket Mode failed", exc_info=True)
+
+
+def start_socket_mode(surface: Surface, settings: Settings) -> SocketMode | None:
+    """Socket Mode instead of HTTP when an app-level token is set (needs a running loop)."""
     if settings.slack_app_token is None:
         return None
-    from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
-
-    handler = AsyncSocketModeHandler(surface.app, settings.slack_app_token.get_secret_value())
-    await handler.connect_async()
-    return handler
+    socket_mode = SocketMode(surface, settings.slack_app_token.get_secret_value())
+    socket_mode.start()
+    return socket_mode
 
 
 def slack_configured(settings: Settings) -> bool:
@@ -124,11 +180,13 @@ def build_surface(desk: Desk, settings: Settings) -> Surface | None:
     assert settings.slack_bot_token is not None
     token = settings.slack_bot_token.get_secret_value()
     signing = settings.slack_signing_secret
+    http = signing is not None and settings.slack_app_token is None
     app = AsyncApp(
         client=AsyncWebClient(token=token, base_url=settings.slack_api_url),
         signing_secret=signing.get_secret_value() if signing else None,
-        # Socket Mode requests are authenticated by the app-level token over the socket.
-        request_verification_enabled=signing is not None,
+        # Socket Mode requests are authenticated by the app-level token over the socket, and
+        # then no HTTP route is mounted; over HTTP every request must carry a valid signature.
+        request_verification_enabled=http,
         raise_error_for_unhandled_request=False,
         # Our listeners finish right after ack() (the rest runs as jobs), so answering after
         # the listener costs nothing and no listener work is left running unseen.
@@ -139,7 +197,7 @@ def build_surface(desk: Desk, settings: Settings) -> Surface | None:
         client=WebClient(token=token, base_url=settings.slack_api_url),
         default_channel=settings.channel,
     )
-    surface = Surface(app=app, desk=desk, outbox=outbox, settings=settings)
+    surface = Surface(app=app, desk=desk, outbox=outbox, settings=settings, http=http)
 
     @app.middleware
     async def time_ack(body: dict[str, Any], next: Callable[[], Any]) -> Any:

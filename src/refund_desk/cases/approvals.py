@@ -19,8 +19,9 @@ from sqlmodel import Session, col
 
 from refund_desk import clock, money
 from refund_desk.cases import tokens
+from refund_desk.cases.decide import strictest
 from refund_desk.cases.errors import CaseError
-from refund_desk.cases.executor import enqueue_execution
+from refund_desk.cases.executor import _open_execution, enqueue_execution
 from refund_desk.cases.lifecycle import Status, move
 from refund_desk.cases.notify import notify
 from refund_desk.cases.ports import Provenance
@@ -99,11 +100,15 @@ def _act(
         raise Refused("own_request", "You filed this case, so someone else must decide it.")
     if case.appeal_of and user in first_deciders(session, case.appeal_of):
         raise Refused("first_decider", "You decided the appealed case; someone else must review.")
+    appealed = session.get(Case, case.appeal_of) if case.appeal_of else None
+    if appealed is not None and appealed.requested_by == user:
+        raise Refused("own_request", "You filed the appealed case, so someone else must decide.")
     policy = _authority_policy(session, case)
     if token.action == "escalate":
         return _escalate(desk, session, case, token, user, policy)
     if token.action == "deny":
         _check_member(case, policy, user)
+        _check_resolved(session, case, None)
         return _deny(desk, session, case, token, user, reason)
     pay = case.amount
     if token.action == "approve_partial":
@@ -111,6 +116,7 @@ def _act(
     elif token.amount != case.amount:
         raise Refused("token_mismatch", "This button was made for another amount.")
     _check_authority(case, policy, user, pay)
+    _check_resolved(session, case, pay)
     return _approve(desk, session, case, token, user, pay, reason)
 
 
@@ -126,7 +132,9 @@ def _authority_policy(session: Session, case: Case) -> LoadedPolicy:
 
 
 def _group(case: Case, policy: LoadedPolicy) -> str:
-    decided = (case.decision or {}).get("approvers")
+    if case.decision is None:  # never decided (older records): the strictest authority
+        return str(strictest(policy)["approvers"])
+    decided = case.decision.get("approvers")
     return str(decided or policy.doc.approvers_for(policy.doc.default))
 
 
@@ -148,13 +156,41 @@ def _check_authority(case: Case, policy: LoadedPolicy, user: str, amount: int) -
     managers = policy.doc.managers
     if managers is not None and user in managers.members and case.escalation_level > 0:
         limits.append(money.to_minor(managers.limit, policy.doc.currency))
-    limit = max(limits)
-    if amount > limit:
+    limit = max(limits)  # minor units of the policy's currency
+    currency = policy.doc.currency
+    if case.currency.upper() == currency:
+        within = amount <= limit
+    elif case.currency.upper() in policy.doc.rates:
+        rate = policy.doc.rates[case.currency.upper()]
+        worth = money.to_major(amount, case.currency) * rate  # in the policy's currency
+        within = worth <= money.to_major(limit, currency)
+    else:
         raise Refused(
             "over_limit",
-            f"Your approval limit is {money.format_money(limit, case.currency)}; this case is "
+            f"Approval limits are in {currency} and this case is "
+            f"{money.format_money(amount, case.currency)}; the policy names no {case.currency} "
+            "rate to compare them, so nobody may approve it under this policy's limits.",
+        )
+    if not within:
+        raise Refused(
+            "over_limit",
+            f"Your approval limit is {money.format_money(limit, currency)}; this case is "
             f"{money.format_money(amount, case.currency)}. Escalate it instead.",
         )
+
+
+def _check_resolved(session: Session, case: Case, pay: int | None) -> None:
+    """Resolve before deciding: while a refund started for this case has no known outcome,
+    nobody may deny it or approve another amount (the money may have left already)."""
+    execution = _open_execution(session, case.id)
+    if execution is None or pay == execution.amount:
+        return  # approving the reserved amount again only resumes that same refund
+    raise Refused(
+        "execution_unresolved",
+        f"A refund of {money.format_money(execution.amount, execution.currency)} was started "
+        "for this case and the processor has not confirmed whether it was made; it is being "
+        "looked up. Decide again once the case is updated.",
+    )
 
 
 def first_deciders(session: Session, case_id: str) -> set[str]:

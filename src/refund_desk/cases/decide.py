@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import TYPE_CHECKING, Any
 
 from refund_desk.cases import advisory
@@ -69,12 +69,14 @@ def _advise(desk: Desk, case: Case) -> None:
             return  # someone else advised it meanwhile
         locked.provenance = advisory.provenance(locked)
         if advice is None:
-            locked.park_reason = f"The advisor failed ({failure}); a person must look."
+            # No advice is not no policy: the policy decides on unknown facts (null means a
+            # person looks) and names the tier and group, as with a working advisor.
+            locked.advice = {"error": failure}
             move(
                 session,
                 desk.audit,
                 locked,
-                Status.parked,
+                Status.advised,
                 actor=MODEL,
                 action="advisor.failed",
                 payload={"error": failure, "tokens_used": error.tokens_used if error else 0},
@@ -125,6 +127,8 @@ def _decide(desk: Desk, case: Case, job: ClaimedJob) -> int | None:
         policy = load_version(session, locked.policy_version) if locked.policy_version else None
         decision = evaluate(policy, context)
         shadow.record(session, locked, context, decision)  # a shadow draft's view; no effect
+        if (locked.advice or {}).get("error") and decision.automatic:
+            decision = without_advice(decision, policy)
         question = advisory.policy_question(locked, policy)
         if question is not None and question.answer is None:
             decision = advisory.unanswered(decision, policy)
@@ -163,6 +167,46 @@ def _decide(desk: Desk, case: Case, job: ClaimedJob) -> int | None:
         return route(desk, session, locked, decision, policy)
 
 
+def without_advice(decision: Decision, policy: LoadedPolicy | None) -> Decision:
+    """The advisor failed: what the policy would approve by itself waits for a person, in the
+    tier and group the policy names for it."""
+    group = decision.approvers
+    if group is None and policy is not None:
+        group = policy.doc.approvers_for(policy.doc.default)
+    return replace(
+        decision,
+        outcome="review",
+        rule="guardrail:advisor-failed",
+        tier=max(3, decision.tier),
+        approvers=group,
+        say=None,
+        guardrails=(*decision.guardrails, "guardrail:advisor-failed"),
+    )
+
+
+def strictest(policy: LoadedPolicy | None) -> dict[str, Any]:
+    """A decision record for a case whose facts could not be read: the highest tier the policy
+    defines and its group, never the default's."""
+    if policy is None:
+        return {"outcome": "review", "rule": "unknown-facts", "tier": 4, "approvers": None,
+                "automatic": False, "say": None}  # fmt: skip
+    doc = policy.doc
+    candidates = [*doc.rules, doc.default]
+    tier = max(d.tier for d in candidates)
+    top = next(d for d in candidates if d.tier == tier)
+    return {
+        "outcome": "review",
+        "rule": "unknown-facts",
+        "tier": max(3, tier),
+        "approvers": doc.approvers_for(top),
+        "automatic": False,
+        "say": None,
+        "error": None,
+        "guardrails": ["guardrail:unknown-facts"],
+        "trace": [],
+    }
+
+
 def decision_record(decision: Decision) -> dict[str, Any]:
     """The decision as stored on the case: JSON, with its trace and the guardrails that fired."""
     record = decision.to_dict()
@@ -175,6 +219,19 @@ def route(
     desk: Desk, session: Session, case: Case, decision: Decision, policy: LoadedPolicy | None
 ) -> int | None:
     """Move a decided case on; returns the execution job to run, if any."""
+    failed = (case.advice or {}).get("error")
+    if failed and decision.outcome != "deny":
+        # The decision (tier, group) is on the case; a person looks, knowing why.
+        case.park_reason = f"The advisor failed ({failed}); a person must look."
+        move(
+            session,
+            desk.audit,
+            case,
+            Status.parked,
+            actor=POLICY,
+            payload={"rule": decision.rule, "tier": decision.tier, "approvers": decision.approvers},
+        )
+        return None
     if decision.error:
         case.park_reason = f"The policy could not be evaluated: {decision.error}"
         move(
@@ -245,4 +302,7 @@ def _park(desk: Desk, case_id: str, reason: str, *, actor: Actor = SYSTEM) -> No
         if case.status in (Status.refunded, Status.denied, Status.parked):
             return
         case.park_reason = reason
+        if case.decision is None:  # who decides is still the policy's: its strictest authority
+            pinned = load_version(session, case.policy_version) if case.policy_version else None
+            case.decision = strictest(pinned)
         move(session, desk.audit, case, Status.parked, actor=actor, payload={"reason": reason})

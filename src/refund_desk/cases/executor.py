@@ -12,6 +12,7 @@ refund. Correctness never depends on the processor honouring idempotency keys.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from sqlalchemy import select
@@ -23,11 +24,13 @@ from refund_desk.cases import facts as case_facts
 from refund_desk.cases.errors import Conflict
 from refund_desk.cases.intake import INLINE_GRACE, new_id
 from refund_desk.cases.lifecycle import Status, move
+from refund_desk.cases.notify import notify
 from refund_desk.cases.ports import (
     PaymentFacts,
     ProcessorError,
     ProcessorRefund,
     Provenance,
+    RefundNotFound,
 )
 from refund_desk.cases.quorum import approval_count, approvals_needed
 from refund_desk.cases.rows import load_for_update
@@ -46,6 +49,7 @@ if TYPE_CHECKING:
 PROCESSOR_PATIENCE = 8  # transient failures in a row before the case is parked for a person
 PAUSED_RECHECK_SECONDS = 30.0
 PENDING_RECHECK_SECONDS = 60.0
+RESOLVE_AFTER_SECONDS = 60.0  # a parked case's open reservation is looked up after this
 FINAL_REFUND_STATES = ("succeeded", "failed", "canceled")
 
 
@@ -90,11 +94,30 @@ def enqueue_execution(session: Session, case: Case) -> int:
 
 def execute(desk: Desk, job: ClaimedJob) -> None:
     case_id = job.payload["case_id"]
+    if job.payload.get("resolve"):  # a reservation whose outcome nobody knows: look it up
+        try:
+            with desk.jobs.held(job):
+                resolve(desk, job.payload["resolve"])
+        except ProcessorError as exc:
+            raise RetryLater(
+                backoff(job.attempt, cap=600.0), f"{exc.code}: {exc.message}", failed=False
+            ) from None
+        return
     with desk.db.read() as session:
         case = session.get(Case, case_id)
         execution = _open_execution(session, case_id)
         paused = control(session).paused
     if case is None or case.status not in (Status.approved, Status.executing):
+        return
+    if execution is not None and execution.amount != case.amount:
+        # Approved again at another amount while an earlier refund is unresolved: never pay
+        # the old amount on the new approval; resolve the old one first.
+        _park_waiting(
+            desk,
+            case_id,
+            f"An earlier refund of {money.format_money(execution.amount, execution.currency)} "
+            "is not resolved yet; it is being looked up at the processor.",
+        )
         return
     if paused:  # the kill switch: nothing executes, not even a reserved refund; work waits
         raise RetryLater(PAUSED_RECHECK_SECONDS, "paused: the kill switch is on", failed=False)
@@ -104,7 +127,8 @@ def execute(desk: Desk, job: ClaimedJob) -> None:
             execution = _reserve(desk, case_id, job.payload.get("revision"), payment)
             if execution is None:
                 return
-        refund = _pay(desk, execution)
+        with desk.jobs.held(job):  # no other replica takes the job over while the call runs
+            refund = _pay(desk, execution)
     except ProcessorError as exc:
         breaker.record_failure(desk, exc.code)
         if not exc.transient:
@@ -158,7 +182,9 @@ def _reserve(
                 raise RetryLater(
                     PAUSED_RECHECK_SECONDS, "paused: the kill switch is on", failed=False
                 )
-            automatic = (case.decision or {}).get("automatic", False) and not _human_basis(case)
+            automatic = (case.decision or {}).get("automatic", False) and not _human_basis(
+                session, case
+            )
             if not automatic:
                 _check_approvals(session, case)
             try:
@@ -220,8 +246,9 @@ def _check_approvals(session: Session, case: Case) -> None:
         raise Parked(f"Only {have} of {needed} required approvals are on record.")
 
 
-def _human_basis(case: Case) -> bool:
-    return (case.decision or {}).get("outcome") != "approve"
+def _human_basis(session: Session, case: Case) -> bool:
+    """A person approved it (in any mode), or the policy did not approve it by itself."""
+    return (case.decision or {}).get("outcome") != "approve" or approval_count(session, case) > 0
 
 
 def _recheck(
@@ -298,6 +325,9 @@ def _record(desk: Desk, execution: Execution, refund: ProcessorRefund) -> None:
             return
         changed = (row.processor_refund_id, row.processor_status) != (refund.id, refund.status)
         row.processor_refund_id, row.processor_status = refund.id, refund.status
+        if case.status in (Status.denied, Status.refunded):
+            _record_on_closed_case(desk, session, case, row, refund)
+            return
         if case.status in (Status.approved, Status.parked):
             # A reservation made before the case was parked (or re-approved) has an answer now:
             # the case follows its execution again, whatever that answer is.
@@ -358,6 +388,46 @@ def _record(desk: Desk, execution: Execution, refund: ProcessorRefund) -> None:
             )
 
 
+def _record_on_closed_case(
+    desk: Desk, session: Session, case: Case, row: Execution, refund: ProcessorRefund
+) -> None:
+    """A reservation of a case already closed otherwise (records made before resolve-first):
+    the execution takes the processor's answer, and money out on a closed case is a finding
+    for finance, never a silent `denied`."""
+    if refund.status not in FINAL_REFUND_STATES:
+        session.add(row)
+        return
+    row.status = "succeeded" if refund.status == "succeeded" else "failed"
+    row.finished_at = desk.now()
+    session.add(row)
+    payload = {
+        "execution_id": row.id,
+        "refund_id": refund.id,
+        "amount": row.amount,
+        "currency": row.currency,
+        "status": refund.status,
+        "case_status": case.status,
+    }
+    desk.audit.append(
+        session,
+        action="execution.settled_after_close",
+        actor=SYSTEM,
+        case_id=case.id,
+        correlation_id=case.correlation_id,
+        policy_version=case.policy_version,
+        payload=payload,
+    )
+    if refund.status == "succeeded" and case.status == Status.denied:
+        notify(
+            session,
+            event="finance.finding",
+            case_id=case.id,
+            kind="refund_on_denied_case",
+            detail=f"Refund {refund.id} of {money.format_money(row.amount, row.currency)} "
+            "left for a case that is denied.",
+        )
+
+
 def _fail(desk: Desk, case_id: str, execution: Execution | None, code: str, message: str) -> None:
     with desk.db.write() as session:
         case = load_for_update(session, case_id)
@@ -398,7 +468,10 @@ def _mark_failed(
 
 
 def _park_waiting(desk: Desk, case_id: str, reason: str) -> None:
-    """Park a case that has not reached the processor, or whose outcome a person must settle."""
+    """Park a case that has not reached the processor, or whose outcome a person must settle.
+
+    A reservation still open is looked up at the processor (a `resolve` job) before anyone may
+    deny the case or approve another amount: money may have left already."""
     with desk.db.write() as session:
         case = load_for_update(session, case_id)
         if case.status not in (Status.approved, Status.executing):
@@ -408,6 +481,88 @@ def _park_waiting(desk: Desk, case_id: str, reason: str) -> None:
             move(session, desk.audit, case, Status.parked, actor=SYSTEM, payload={"reason": reason})
         except Conflict:
             return
+        execution = _open_execution(session, case_id)
+        if execution is not None:
+            enqueue_resolve(session, case, execution)
+
+
+def enqueue_resolve(session: Session, case: Case, execution: Execution) -> None:
+    enqueue(
+        session,
+        kind="execute",
+        payload={"case_id": case.id, "resolve": execution.id},
+        dedupe_key=f"resolve:{execution.id}:{case.revision}",
+        due_at=clock.now() + timedelta(seconds=RESOLVE_AFTER_SECONDS),
+    )
+
+
+# ---------------------------------------------------------------- resolving a reservation
+
+
+def resolve(desk: Desk, execution_id: str) -> str:
+    """Settle an open reservation of a case that no executor is working on, by lookup.
+
+    If the processor has the refund, it is recorded (the case is refunded). If it has none and
+    the case is parked, the reservation is released and a person may decide again. Returns
+    `settled` (nothing open), `recorded`, `released` or `open` (the executor owns it).
+    Raises ProcessorError when the processor cannot be asked.
+    """
+    with desk.db.read() as session:
+        row = session.get(Execution, execution_id)
+    if row is None or row.status != case_facts.OPEN_EXECUTION:
+        return "settled"
+    refund = _lookup(desk, row)
+    if refund is not None:
+        _record(desk, row, refund)
+        return "recorded"
+    return "released" if _release(desk, row.id) else "open"
+
+
+def _lookup(desk: Desk, execution: Execution) -> ProcessorRefund | None:
+    if execution.processor_refund_id:
+        try:
+            return desk.processor.retrieve_refund(execution.processor_refund_id)
+        except RefundNotFound:
+            return None
+    for refund in desk.processor.list_refunds(execution.payment_id):
+        if refund.metadata.get("execution_id") == execution.id:
+            return refund
+    return None
+
+
+def _release(desk: Desk, execution_id: str) -> bool:
+    with desk.db.write() as session:
+        row = session.get(Execution, execution_id)
+        if row is None:
+            return False
+        case = load_for_update(session, row.case_id)
+        session.refresh(row)
+        # Only a parked case: an approved or executing one belongs to its executor.
+        if row.status != case_facts.OPEN_EXECUTION or case.status != Status.parked:
+            return False
+        row.status, row.finished_at = "failed", desk.now()
+        row.error_code = "released"
+        row.error_message = "The processor has no refund for this execution; released."
+        session.add(row)
+        case.park_reason = (
+            f"The processor has no refund of {money.format_money(row.amount, row.currency)} "
+            "for this case: nothing was paid and the reservation is released. "
+            "A person may decide again."
+        )
+        case.revision += 1  # cards made before the release are stale; a fresh one is posted
+        case.updated_at = clock.now()
+        session.add(case)
+        desk.audit.append(
+            session,
+            action="execution.released",
+            actor=SYSTEM,
+            case_id=case.id,
+            correlation_id=case.correlation_id,
+            policy_version=case.policy_version,
+            payload={"execution_id": row.id, "amount": row.amount, "currency": row.currency},
+        )
+        notify(session, event="case.parked", case_id=case.id)
+        return True
 
 
 # ---------------------------------------------------------------- later news from the processor

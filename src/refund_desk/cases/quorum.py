@@ -9,7 +9,9 @@ from refund_desk.storage.models import Approval, Case
 
 
 def approvals_needed(case: Case) -> int:
-    return 2 if int((case.decision or {}).get("tier") or 3) >= 4 else 1
+    if case.decision is None:  # never decided: unknown facts need the strictest tier's two
+        return 2
+    return 2 if int(case.decision.get("tier") or 3) >= 4 else 1
 
 
 def approval_count(session: Session, case: Case) -> int:

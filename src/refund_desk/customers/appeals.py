@@ -119,6 +119,7 @@ def create(
 
     def prepare(session: Session, case: Case) -> None:
         case.appeal_of = original.id
+        case.requested_by = original.requested_by  # who filed the first case never approves
         case.callback_url = original.callback_url
         case.evidence = [dict(i) for i in original.evidence or []] or None
         case.facts = original.facts  # what the first decision knew; execution re-checks anyway

@@ -7,7 +7,7 @@ returns a ``Change`` (reply + announcement). Who may call them is checked by the
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from sqlalchemy import func, or_, select, update
 from sqlmodel import Session, col
@@ -26,7 +26,7 @@ from refund_desk.governance.versions import (
 from refund_desk.policy import parse_policy
 from refund_desk.policy.backtest import summary_text
 from refund_desk.storage.audit import Actor, AuditLog
-from refund_desk.storage.models import Job, PolicyVersion
+from refund_desk.storage.models import AuditRecord, Job, PolicyVersion
 
 
 def publish_draft(session: Session, audit: AuditLog, *, draft_id: int, actor: Actor) -> Change:
@@ -77,11 +77,72 @@ def publish_draft(session: Session, audit: AuditLog, *, draft_id: int, actor: Ac
     return Change(reply=head, announce=f"{head}\n{backtest}")
 
 
+REQUEST_LIFETIME = timedelta(days=1)
+
+
+def second_lead(
+    session: Session, audit: AuditLog, *, change: str, what: str, actor: Actor
+) -> Change | None:
+    """With second-lead on, a lead's governance change (mode, rollback, the second-lead rule
+    itself) is a request until a different lead asks for the same change; then it is applied.
+
+    Returns the reply for a request, or None when the change may go ahead. The CLI is the
+    admin's and is not gated; `pause` is the one-lead emergency lever and is not gated either.
+    """
+    if actor.kind != "human" or not control(session).publish_needs_second_lead:
+        return None
+    since = clock.now() - REQUEST_LIFETIME
+    recent = session.scalars(
+        select(AuditRecord)
+        .where(
+            col(AuditRecord.action).in_(["policy.change_requested", "policy.change_confirmed"]),
+            col(AuditRecord.at) >= since,
+        )
+        .order_by(col(AuditRecord.seq).desc())
+        .limit(200)
+    ).all()
+    pending = None
+    for record in recent:
+        if (record.payload or {}).get("change") != change:
+            continue
+        if record.action == "policy.change_requested":
+            pending = record
+        break  # the latest record for this change decides
+    if pending is not None and pending.actor_id != actor.id:
+        audit.append(
+            session,
+            action="policy.change_confirmed",
+            actor=actor,
+            payload={"change": change, "requested_by": pending.actor_id},
+        )
+        return None
+    if pending is not None:
+        raise InvalidRequest(
+            "second_lead_needed", f"You asked to {what}; another lead must confirm."
+        )
+    audit.append(session, action="policy.change_requested", actor=actor, payload={"change": change})
+    command = change.replace(":", " ")
+    return Change(
+        reply=f"To {what} needs a second lead: they confirm with `/refund-policy {command}`.",
+        announce=f"<@{actor.id}> asks to {what}. Another lead confirms with "
+        f"`/refund-policy {command}`.",
+    )
+
+
 def rollback(session: Session, audit: AuditLog, *, version: int, actor: Actor) -> Change:
-    """Make ``version`` active again as a new published entry: history is never rewritten."""
+    """Make ``version`` active again as a new published entry: history is never rewritten.
+
+    The same gate as a publish: the embedded tests pass and a backtest ran on this content;
+    with second-lead on, a second lead confirms."""
     target = session.get(PolicyVersion, version)
     if target is None:
         raise NotFound("policy_version_missing", f"There is no policy version v{version}.")
+    check_publishable(target.source, session)
+    requested = second_lead(
+        session, audit, change=f"rollback:v{version}", what=f"roll back to v{version}", actor=actor
+    )
+    if requested is not None:
+        return requested
     switches = control(session)
     previous = switches.active_version
     if previous is not None:
@@ -126,6 +187,11 @@ def set_mode(session: Session, audit: AuditLog, *, mode: str, actor: Actor) -> C
     before = switches.mode
     if before == mode:
         return Change(reply=f"The mode is already *{mode}*.")
+    requested = second_lead(
+        session, audit, change=f"mode:{mode}", what=f"set the mode to *{mode}*", actor=actor
+    )
+    if requested is not None:
+        return requested
     switches.mode, switches.updated_at = mode, clock.now()
     session.add(switches)
     audit.append(
@@ -183,8 +249,15 @@ def set_paused(
 
 
 def set_second_lead(session: Session, audit: AuditLog, *, on: bool, actor: Actor) -> Change:
-    """Whether a publish needs a second lead to confirm it."""
+    """Whether a publish (and mode changes, rollbacks, this switch) needs a second lead."""
     switches = control(session)
+    if not on:
+        requested = second_lead(
+            session, audit, change="second-lead:off", what="switch the second-lead rule off",
+            actor=actor,
+        )  # fmt: skip
+        if requested is not None:
+            return requested
     switches.publish_needs_second_lead, switches.updated_at = on, clock.now()
     session.add(switches)
     audit.append(

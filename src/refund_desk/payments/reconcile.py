@@ -108,7 +108,26 @@ def reconcile(
     findings += _missing(desk, refunds, executions, since, until)
     report.findings = findings
     report.new_keys = _record(desk, findings, actor)
+    _resolve_stale(desk, until)
     return report
+
+
+def _resolve_stale(desk: Desk, until: datetime) -> None:
+    """Reservations older than the lease have no live executor: settle each by lookup."""
+    from refund_desk.cases.executor import resolve
+
+    with desk.db.read() as session:
+        stale = session.scalars(
+            select(col(Execution.id)).where(
+                col(Execution.status) == OPEN_EXECUTION,
+                col(Execution.created_at) < until - desk.jobs.lease,
+            )
+        ).all()
+    for execution_id in stale:
+        try:
+            resolve(desk, execution_id)
+        except ProcessorError as exc:
+            log.warning("could not resolve execution %s: %s", execution_id, exc)
 
 
 # ---------------------------------------------------------------- comparing

@@ -1,9 +1,11 @@
 """The embedded sandbox processor: payments and refunds as a ledger in the database.
 
 It stands where Stripe stands, behind the same protocol, and is treated as remote: it runs its
-own transactions, never the caller's. Like localstripe it does NOT deduplicate by idempotency
-key, so exactly-once has to come from our execution record. Faults live in a table, so the CLI
-can switch them on for a running server:
+own transactions, never the caller's. Like Stripe it honours idempotency keys (a second create
+with a key it has seen returns the first refund); `honour_idempotency_keys = False` makes it
+behave like localstripe, which does not, and the tests use that to show that exactly-once comes
+from our execution record alone. Faults live in a table, so the CLI can switch them on for a
+running server:
 
     down                   every call fails as unavailable (nothing happens)
     timeout-after-success  the refund is recorded, then the call times out
@@ -45,7 +47,8 @@ def _power_cut() -> None:
 
 class SandboxProcessor:
     name = "sandbox"
-    timeout_seconds = 5.0
+    timeout_seconds = 1.0  # a local ledger: any call longer than this is a fault
+    honour_idempotency_keys = True
 
     def __init__(self, db: Database, *, crash: Callable[[], None] = _power_cut) -> None:
         self.db = db
@@ -147,6 +150,15 @@ class SandboxProcessor:
             payment = session.scalars(self._locked(session, payment_id)).first()
             if payment is None:
                 raise PaymentNotFound("payment_not_found", f"No payment {payment_id} exists.")
+            if self.honour_idempotency_keys:
+                seen = session.scalars(
+                    select(SandboxRefund).where(
+                        SandboxRefund.payment_id == payment_id,  # type: ignore[arg-type]
+                        SandboxRefund.idempotency_key == idempotency_key,  # type: ignore[arg-type]
+                    )
+                ).first()
+                if seen is not None:
+                    return self._to_refund(seen)
             if currency.lower() != payment.currency:
                 raise RefundDeclined("currency_mismatch", "Refund currency differs from payment.")
             if amount <= 0:

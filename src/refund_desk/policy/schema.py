@@ -219,6 +219,10 @@ class PolicyDocument(_Strict):
     advisor: AdvisorSettings = Field(default_factory=AdvisorSettings)
     breaker: Breaker = Field(default_factory=Breaker)
     review_sample_rate: Share = 0.0
+    # What one unit of another currency is worth in the policy's currency, for comparing a
+    # case in that currency with approval limits: {USD: 150} in a JPY policy. Without a rate,
+    # a case in another currency cannot be approved under this policy's limits.
+    rates: dict[str, Annotated[Decimal, Field(gt=0)]] = Field(default_factory=dict)
     tests: list[PolicyTest] = Field(default_factory=list)
 
     @field_validator("currency")
@@ -226,6 +230,13 @@ class PolicyDocument(_Strict):
     def _currency(cls, value: str) -> str:
         money.exponent(value)
         return value.upper()
+
+    @field_validator("rates")
+    @classmethod
+    def _rates(cls, value: dict[str, Decimal]) -> dict[str, Decimal]:
+        for code in value:
+            money.exponent(code)
+        return {code.upper(): rate for code, rate in value.items()}
 
     def rule(self, rule_id: str) -> Rule:
         """The rule with ``rule_id``; KeyError if none."""

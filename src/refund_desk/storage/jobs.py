@@ -10,7 +10,8 @@ from __future__ import annotations
 import logging
 import random
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -162,6 +163,40 @@ class JobQueue:
             col(Job.lease_owner) == self.owner,
             col(Job.status) == "pending",
         )
+
+    def renew(self, job: ClaimedJob) -> bool:
+        """Extend the lease of a job still running here; False once it is lost."""
+        with self.db.write() as session:
+            renewed = session.execute(
+                update(Job)
+                .where(self._fenced(job))
+                .values(lease_expires_at=clock.now() + self.lease)
+            )
+        return bool(renewed.rowcount)  # type: ignore[attr-defined]
+
+    @contextmanager
+    def held(self, job: ClaimedJob) -> Iterator[None]:
+        """Keep the job's lease while a slow call (the processor) is in flight: renewed every
+        third of the lease, so no other replica takes the job over meanwhile. A process that
+        dies stops renewing, and its lease runs out as before."""
+        stop = threading.Event()
+        period = self.lease.total_seconds() / 3
+
+        def beat() -> None:
+            while not stop.wait(period):
+                try:
+                    if not self.renew(job):
+                        return
+                except Exception:  # the next beat tries again; the lease may still hold
+                    log.warning("could not renew the lease of job %s", job.id, exc_info=True)
+
+        beater = threading.Thread(target=beat, name=f"lease-{job.id}", daemon=True)
+        beater.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            beater.join()
 
     def complete(self, job: ClaimedJob) -> bool:
         with self.db.write() as session:

@@ -121,12 +121,13 @@ def create_app(
         if sweeper is not None:
             sweeper.start()
             runtime.desk.wake = sweeper.wake
-        socket_mode = await start_socket_mode(surface, runtime.settings) if surface else None
+        socket_mode = start_socket_mode(surface, runtime.settings) if surface else None
+        app.state.socket_mode = socket_mode
         try:
             yield
         finally:
             if socket_mode is not None:
-                await socket_mode.close_async()
+                await socket_mode.close()
             if sweeper is not None:
                 runtime.desk.wake = None
                 sweeper.stop(timeout=runtime.desk.jobs.lease.total_seconds())
@@ -135,8 +136,10 @@ def create_app(
     app.state.runtime = runtime
     app.include_router(api.router)
     app.include_router(stripe_routes.router)
+    app.state.socket_mode = None
     if surface is not None:
-        app.include_router(surface.router())
+        if surface.http:  # only with a signing secret; never in Socket Mode
+            app.include_router(surface.router())
         app.state.slack = surface
     channels.install(app, runtime, surface)  # web form, email, platform webhooks, appeals
     if sandbox is not None:
@@ -169,6 +172,10 @@ def create_app(
     def healthz() -> dict[str, str]:
         with runtime.db.read() as session:
             session.execute(text("SELECT 1"))
-        return {"status": "ok"}
+        if surface is None:
+            return {"status": "ok"}
+        socket_mode = app.state.socket_mode
+        # Socket Mode: connecting, retrying or connected; the intake API serves meanwhile.
+        return {"status": "ok", "slack": socket_mode.status if socket_mode else "http"}
 
     return app
