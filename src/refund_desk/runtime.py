@@ -88,7 +88,17 @@ def build(
         secret=secret,
     )
     _payments(desk, schedule=migrate and settings.processor == "stripe")
+    _anchor(desk, schedule=migrate)
     return Runtime(settings=settings, db=db, desk=desk, sandbox=sandbox)
+
+
+def _anchor(desk: Desk, *, schedule: bool) -> None:
+    """The audit head, anchored outside the database every hour (log, optional channel)."""
+    from refund_desk.cases import anchor
+
+    anchor.register(desk)
+    if schedule:
+        anchor.ensure_scheduled(desk)
 
 
 def _payments(desk: Desk, *, schedule: bool) -> None:
