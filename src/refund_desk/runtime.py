@@ -12,7 +12,7 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from refund_desk.advisor.offline import OfflineAdvisor
-from refund_desk.cases import decide, executor, intake, sla
+from refund_desk.cases import anchor, decide, executor, intake, sla
 from refund_desk.cases.desk import Desk
 from refund_desk.cases.notify import NOTIFY
 from refund_desk.cases.ports import Advisor, Processor
@@ -111,6 +111,8 @@ def build(
     install_jobs(runtime)
     if migrate and settings.processor == "stripe":  # a server on Stripe reconciles every hour
         reconcile.ensure_scheduled(desk)
+    if migrate:  # the audit head, anchored outside the database every hour
+        anchor.ensure_scheduled(desk)
     return runtime
 
 
@@ -128,6 +130,7 @@ def job_table(runtime: Runtime, *, slack: Surface | None = None) -> dict[str, Ha
         sla.ESCALATE: partial(sla.escalate, desk),
         webhooks.EVENT_JOB: partial(webhooks.handle, desk),  # the processor's webhooks
         reconcile.JOB: partial(reconcile.run_scheduled, desk),
+        anchor.JOB: partial(anchor.run, desk),  # the audit head, to the log and a channel
         TELL: runtime.delivery.run,  # the outcome, through the customer's channel
         NOTIFY: _record_only,
     }

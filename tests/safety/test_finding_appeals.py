@@ -8,9 +8,9 @@ import pytest
 
 from refund_desk.cases import approvals
 from refund_desk.storage.models import Case
-from tests.channels.conftest import Channels, channels, helpdesk, mail, receiver  # noqa: F401
-from tests.channels.test_appeal import _post
-from tests.channels.test_customer_tell import _act, _form
+from tests.customers.conftest import Channels, channels, helpdesk, mail, receiver  # noqa: F401
+from tests.customers.test_appeal import _post
+from tests.customers.test_customer_tell import _act, _form
 from tests.helpers import CUSTOMER
 
 

@@ -222,6 +222,8 @@ class Outbox:
             version = control(session).active_version
             policy = load_version(session, version) if version else None
         channels = (policy.doc.channels or {}) if policy else {}
+        if data.get("channel") == "audit" and "audit" not in channels:
+            return  # the audit anchor goes to Slack only when the policy names a channel
         channel = channels.get(str(data.get("channel") or "finance")) or self.default_channel
         if channel is None:
             log.warning("no channel for %s: %s", event, data)

@@ -176,13 +176,22 @@ def policy_publish(file: Path) -> None:
 
 
 @audit_app.command("verify")
-def audit_verify() -> None:
+def audit_verify(
+    anchor: Annotated[
+        str | None,
+        typer.Option(
+            "--anchor",
+            help="A head hash kept outside the database (export, scheduled anchor): the chain "
+            "must contain it, proving nothing up to it was cut or changed.",
+        ),
+    ] = None,
+) -> None:
     """Recompute the audit chain; name the first record that does not fit."""
     from refund_desk.storage.audit import verify_chain
 
     runtime = _runtime()
     with runtime.db.read() as session:
-        result = verify_chain(runtime.settings.secret_value(), session)
+        result = verify_chain(runtime.settings.secret_value(), session, anchor=anchor)
     if result.ok:
         typer.echo(f"ok: {result.count} records, head {result.head_hash}")
         return

@@ -116,12 +116,24 @@ class VerifyResult:
     problem: str | None = None
 
 
-def verify_chain(secret: str, session: Session, *, batch: int = 5000) -> VerifyResult:
-    """Recompute every hash in order; name the first record that does not fit."""
+def verify_chain(
+    secret: str, session: Session, *, batch: int = 5000, anchor: str | None = None
+) -> VerifyResult:
+    """Recompute every hash in order, from the first record there is (whatever its number);
+    name the first record that does not fit.
+
+    `anchor` is a head hash kept outside the database (`audit export`, the scheduled anchor):
+    the chain must contain it, which proves nothing up to that point was cut or changed.
+    """
     prev = GENESIS
     expected_seq = 1
     count = 0
+    anchored = anchor is None
     for record in iter_records(session, batch=batch):
+        if record.seq < expected_seq:
+            return VerifyResult(
+                False, count, prev, record.seq, f"record {record.seq} is not part of the chain"
+            )
         if record.seq != expected_seq:
             return VerifyResult(False, count, prev, expected_seq, f"record {expected_seq} missing")
         if record.prev_hash != prev:
@@ -139,6 +151,15 @@ def verify_chain(secret: str, session: Session, *, batch: int = 5000) -> VerifyR
         prev = record.hash
         expected_seq += 1
         count += 1
+        anchored = anchored or hmac.compare_digest(record.hash, anchor or "")
+    if not anchored:
+        return VerifyResult(
+            False,
+            count,
+            prev,
+            count + 1,
+            f"the anchor {anchor} is not in the chain: records up to it were cut or changed",
+        )
     head = session.get(AuditHead, 1)
     if head is not None and (head.seq != count or head.hash != prev):
         return VerifyResult(
@@ -152,18 +173,24 @@ def verify_chain(secret: str, session: Session, *, batch: int = 5000) -> VerifyR
 
 
 def iter_records(session: Session, *, batch: int = 5000) -> Iterator[AuditRecord]:
-    last = 0
+    """Every record in order, from the lowest number there is (a record slipped in before
+    the first one is read too, and then fails verification)."""
+    last: int | None = None
     while True:
-        rows = session.scalars(
-            select(AuditRecord)
-            .where(col(AuditRecord.seq) > last)
-            .order_by(col(AuditRecord.seq))
-            .limit(batch)
-        ).all()
+        stmt = select(AuditRecord).order_by(col(AuditRecord.seq)).limit(batch)
+        if last is not None:
+            stmt = stmt.where(col(AuditRecord.seq) > last)
+        rows = session.scalars(stmt).all()
         if not rows:
             return
         yield from rows
         last = rows[-1].seq
+
+
+def head(session: Session) -> tuple[int, str]:
+    """The chain's head: how many records and the last one's hash (what an anchor keeps)."""
+    row = session.get(AuditHead, 1)
+    return (row.seq, row.hash) if row is not None else (0, GENESIS)
 
 
 def record_json(record: AuditRecord) -> dict[str, Any]:

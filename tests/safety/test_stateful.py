@@ -1,0 +1,538 @@
+"""A model-based search for the next broken promise (issue 13).
+
+Hypothesis drives one desk through random interleavings of everything that can happen to it:
+requests (duplicates, tier-4 customers, amounts over what is left), advisor failures,
+processor faults (`down`, `timeout-after-success`, `decline`, `crash-after-success`), clicks
+by random users (approve, partial with random amounts, deny, escalate, replays of used
+buttons, stale buttons), publish, rollback, pause and resume, mode changes, the second-lead
+rule, sweeps with time jumps past leases and SLAs, repeated and out-of-order webhooks, and
+reconciliation. After every step the invariants are checked against the processor's ledger:
+
+- money out per payment is at most what was captured; each execution id has at most one
+  refund at the processor;
+- per case, money out is the amount of its last valid approval (or automatic decision), and
+  only for a refunded case or one whose refund is still being resolved; a denied case has no
+  money out unless the record says so (a reconciliation finding);
+- every approval that paid was allowed by the policy version and group the case was decided
+  under: live membership, within the limit, never the requester, two distinct approvers at
+  tier 4; automatic refunds only where the policy decided so;
+- the audit chain verifies;
+- at the end, with the processor healthy and time run forward, every case rests where a
+  person or the customer hears of it.
+
+Bounded in the normal run (SQLite; a smaller run on PostgreSQL, marked `postgres`); a longer
+run with `REFUND_DESK_DEEP=1` (or `-m deep`). Counterexamples it finds are kept as plain tests
+at the end of this file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+from sqlalchemy import create_engine, func, select, text
+from sqlalchemy.engine import make_url
+from sqlmodel import col
+
+from refund_desk import clock, money
+from refund_desk.cases import approvals, executor, tokens
+from refund_desk.cases.errors import CaseError
+from refund_desk.cases.ports import AdviceRequest, AdvisorError, ProcessorError
+from refund_desk.governance import admin
+from refund_desk.governance.versions import load_version
+from refund_desk.payments.reconcile import reconcile
+from refund_desk.payments.sandbox import SandboxProcessor
+from refund_desk.policy import approver_limit
+from refund_desk.runtime import Runtime, build
+from refund_desk.storage.audit import Actor, verify_chain
+from refund_desk.storage.db import Database
+from refund_desk.storage.models import (
+    Approval,
+    AuditRecord,
+    Case,
+    Execution,
+    ProcessorFinding,
+    SandboxPayment,
+    SandboxRefund,
+)
+from tests.conftest import PG_URL, TEST_SECRET, SimulatedCrash, _raise_crash, fresh_sqlite
+from tests.conftest import make_settings as _make_settings
+from tests.helpers import ACME, Harness
+
+DEEP = os.environ.get("REFUND_DESK_DEEP", "").lower() in ("1", "true", "yes")
+# REFUND_DESK_STATS=1 prints what the runs did (examples, cases by status, refunds, steps).
+STATS: dict[str, int] | None = (
+    {"examples": 0, "cases": 0, "refunds": 0, "steps": 0}
+    if os.environ.get("REFUND_DESK_STATS")
+    else None
+)
+USERS = ("U0LEAD1", "U0LEAD2", "U0FIN1", "U0FIN2", "U0MGR1", "U0OTHER")
+LEADS = ("U0LEAD1", "U0LEAD2")
+POLICY = ACME.read_text().replace("leads: [U0LEAD1]", "leads: [U0LEAD1, U0LEAD2]")
+# A second version: smaller limits, another say; the cases keep the version they started with.
+POLICY_B = POLICY.replace("limit: 500}", "limit: 300}").replace("limit: 5000,", "limit: 700,")
+FAULTS = ("down", "timeout-after-success", "decline", "crash-after-success")
+_names = itertools.count()
+
+
+class FailingAdvisor:
+    name = "failing"
+    model = "none"
+
+    def advise(self, request: AdviceRequest) -> Any:
+        raise AdvisorError("advisor_unavailable", "The advisor is down.")
+
+
+def _money_out(session: Any, *, case_id: str | None = None) -> dict[str, int]:
+    """Succeeded refunds at the processor, by our case id (from the refund's metadata)."""
+    out: dict[str, int] = {}
+    for refund in session.scalars(select(SandboxRefund)).all():
+        if refund.status != "succeeded":
+            continue
+        key = str((refund.meta or {}).get("case_id"))
+        out[key] = out.get(key, 0) + refund.amount
+    return out
+
+
+class DeskMachine(RuleBasedStateMachine):
+    make_url: Callable[[], str]  # set per test: a fresh, migrated database per example
+
+    def __init__(self) -> None:
+        super().__init__()
+        url = self.make_url()
+        db = Database.from_url(url)
+        sandbox = SandboxProcessor(db, crash=_raise_crash)
+        sandbox.honour_idempotency_keys = False  # exactly-once must come from our record
+        self.runtime: Runtime = build(_make_settings(url), db=db, processor=sandbox)
+        self.desk = Harness(self.runtime)
+        self.real_advisor = self.runtime.desk.advisor
+        self.payments: list[str] = []
+        self.cases: list[str] = []
+        self.used_tokens: list[str] = []
+        self.stale_tokens: list[str] = []
+        self.steps = 0
+
+    def teardown(self) -> None:
+        try:
+            self._everyone_hears()
+        finally:
+            if STATS is not None:
+                with self.runtime.db.read() as session:
+                    statuses = [c.status for c in session.scalars(select(Case)).all()]
+                    refunds = session.scalar(select(func.count()).select_from(SandboxRefund))
+                STATS["examples"] += 1
+                STATS["cases"] += len(statuses)
+                STATS["refunds"] += refunds or 0
+                for status in statuses:
+                    STATS[status] = STATS.get(status, 0) + 1
+            self.runtime.db.dispose()
+
+    # ------------------------------------------------------------ helpers
+
+    def _guard(self, fn: Callable[[], Any]) -> Any:
+        """Run something that may run jobs; a simulated power cut leaves its lease behind."""
+        try:
+            return fn()
+        except SimulatedCrash:
+            return None
+
+    def _human(self, user: str) -> Actor:
+        return Actor("human", user)
+
+    def _gov(self, fn: Callable[..., Any], user: str, **kw: Any) -> None:
+        try:
+            with self.runtime.db.write() as session:
+                fn(session, self.runtime.desk.audit, actor=self._human(user), **kw)
+        except CaseError:
+            pass
+
+    # ------------------------------------------------------------ set-up
+
+    @initialize()
+    def publish_first(self) -> None:
+        with self.runtime.db.write() as session:
+            from refund_desk.governance.versions import publish
+
+            publish(session, self.runtime.desk.audit, source=POLICY, actor=Actor("cli", "admin"))
+
+    # ------------------------------------------------------------ customers
+
+    @rule(
+        data=st.data(),
+        new=st.sampled_from([True, True, False]),
+        captured=st.sampled_from(["30.00", "100.00", "900.00", "900.00"]),
+        chargebacks=st.sampled_from([0, 0, 0, 1]),
+        amount=st.sampled_from(["10.00", "20.00", "45.00", "250.00", "400.00", "600.00"]),
+        reason=st.sampled_from([None, "damaged", "damaged"]),
+    )
+    def request(
+        self,
+        data: st.DataObject,
+        new: bool,
+        captured: str,
+        chargebacks: int,
+        amount: str,
+        reason: str | None,
+    ) -> None:
+        """A customer asks: on a new payment, or again on one already asked about."""
+        if new or not self.payments:
+            self.payments.append(self.desk.payment(captured, chargebacks=chargebacks))
+            payment = self.payments[-1]
+        else:
+            payment = data.draw(st.sampled_from(self.payments), label="payment")
+        extra = {"reason": reason} if reason else {}
+        response = self._guard(lambda: self.desk.post(self.desk.request(payment, amount, **extra)))
+        if response is not None and response.status_code in (200, 201):
+            case_id = response.json()["id"]
+            if case_id not in self.cases:
+                self.cases.append(case_id)
+        elif response is None:  # the power cut came after the case was written: find it
+            with self.runtime.db.read() as session:
+                for case_id in session.scalars(select(col(Case.id))).all():
+                    if case_id not in self.cases:
+                        self.cases.append(case_id)
+
+    @rule(data=st.data(), amount=st.sampled_from(["20.00", "45.00", "400.00"]))
+    def request_small_or_large(self, data: st.DataObject, amount: str) -> None:
+        self.request(data, data.draw(st.booleans()), "900.00", 0, amount, "damaged")
+
+    @rule(
+        what=st.sampled_from([*FAULTS, "heal", "heal", "advisor-fails", "advisor-works"]),
+        times=st.sampled_from([1, 2, 9, None]),
+    )
+    def trouble(self, what: str, times: int | None) -> None:
+        """The processor fails (or heals); the advisor fails (or works again)."""
+        if what == "heal":
+            self.desk.sandbox.set_fault("none")
+        elif what.startswith("advisor"):
+            failing = what == "advisor-fails"
+            self.runtime.desk.advisor = FailingAdvisor() if failing else self.real_advisor  # type: ignore[assignment]
+        else:
+            self.desk.sandbox.set_fault(what, times=times)
+
+    # ------------------------------------------------------------ people
+
+    @precondition(lambda self: self.cases)
+    @rule(
+        data=st.data(),
+        action=st.sampled_from(["approve", "approve", "approve_partial", "deny", "escalate"]),
+        user=st.sampled_from(USERS),
+        partial=st.sampled_from(["5.00", "19.99", "50.00", "300.00", "450.00"]),
+        stale=st.sampled_from([False, False, False, True]),
+    )
+    def click(self, data: st.DataObject, action: str, user: str, partial: str, stale: bool) -> None:
+        with self.runtime.db.read() as session:  # mostly the cases waiting for a person
+            waiting = session.scalars(
+                select(col(Case.id)).where(col(Case.status).in_(["awaiting_approval", "parked"]))
+            ).all()
+        pool = sorted(waiting) if waiting and data.draw(st.booleans(), label="waiting") else None
+        case_id = data.draw(st.sampled_from(pool or self.cases), label="case")
+        rt = self.runtime.desk
+        with self.runtime.db.read() as session:
+            case = session.get(Case, case_id)
+            assert case is not None
+            value = tokens.issue(
+                rt.secret,
+                case_id=case.id,
+                action=action,
+                amount=case.amount,
+                currency=case.currency,
+                revision=case.revision - (1 if stale else 0),
+                policy_version=case.policy_version,
+                now=rt.now(),
+            )
+        self._use(value, user, partial if action == "approve_partial" else None)
+
+    @precondition(lambda self: self.cases)
+    @rule(data=st.data(), user=st.sampled_from(USERS))
+    def approve(self, data: st.DataObject, user: str) -> None:
+        self.click(data, "approve", user, "20.00", False)
+
+    @precondition(lambda self: self.used_tokens)
+    @rule(data=st.data(), user=st.sampled_from(USERS))
+    def replay(self, data: st.DataObject, user: str) -> None:
+        value = data.draw(st.sampled_from(self.used_tokens), label="token")
+        self._use(value, user, "20.00")
+
+    def _use(self, value: str, user: str, amount: str | None) -> None:
+        rt = self.runtime.desk
+        try:
+            outcome = approvals.act(rt, token_value=value, user=user, amount=amount)
+        except CaseError:
+            return
+        finally:
+            self.used_tokens.append(value)
+        for job in outcome.jobs:
+            self._guard(lambda job=job: rt.jobs.run_now(job))
+
+    # ------------------------------------------------------------ leads
+
+    @rule(
+        what=st.sampled_from(
+            ["publish-a", "publish-b", "rollback", "pause", "resume", "mode", "second-lead"]
+        ),
+        user=st.sampled_from(LEADS),
+        version=st.integers(1, 3),
+        mode=st.sampled_from(["supervised", "approve-all", "shadow"]),
+        on=st.booleans(),
+    )
+    def govern(self, what: str, user: str, version: int, mode: str, on: bool) -> None:
+        from refund_desk.governance.versions import publish
+
+        if what.startswith("publish"):  # as the CLI's admin would
+            source = POLICY if what == "publish-a" else POLICY_B
+            with contextlib.suppress(CaseError), self.runtime.db.write() as session:
+                publish(session, self.runtime.desk.audit, source=source, actor=Actor("cli", "a"))
+        elif what == "rollback":
+            self._gov(admin.rollback, user, version=version)
+        elif what in ("pause", "resume"):
+            self._gov(admin.set_paused, user, paused=what == "pause")
+        elif what == "mode":
+            self._gov(admin.set_mode, user, mode=mode)
+        else:
+            self._gov(admin.set_second_lead, user, on=on)
+
+    # ------------------------------------------------------------ time, webhooks, reconcile
+
+    @rule(ahead=st.sampled_from([0, 30, 600, 3600, 6 * 3600, 3 * 86400]))
+    def sweep(self, ahead: int) -> None:
+        self._guard(lambda: self.desk.sweep(seconds_ahead=ahead, batches=5))
+
+    @precondition(lambda self: self.cases)
+    @rule(data=st.data())
+    def webhook(self, data: st.DataObject) -> None:
+        with self.runtime.db.read() as session:
+            rows = session.scalars(select(SandboxRefund)).all()
+            refunds = [SandboxProcessor._to_refund(r) for r in rows]
+        if not refunds:
+            return
+        refund = data.draw(st.sampled_from(refunds), label="refund")
+        self._guard(lambda: executor.settle(self.runtime.desk, refund))
+
+    @rule(ahead=st.sampled_from([0, 3600]))
+    def reconcile(self, ahead: int) -> None:
+        now = clock.now()
+        with contextlib.suppress(ProcessorError):
+            self._guard(
+                lambda: reconcile(
+                    self.runtime.desk,
+                    since=now - timedelta(days=2),
+                    until=now + timedelta(seconds=ahead),
+                )
+            )
+
+    # ------------------------------------------------------------ invariants
+
+    @invariant()
+    def money_is_right(self) -> None:
+        if not hasattr(self, "runtime"):
+            return
+        if STATS is not None:
+            STATS["steps"] += 1
+        with self.runtime.db.read() as session:
+            self._check_money(session)
+
+    def _check_money(self, session: Any) -> None:
+        captured = {p.id: p.amount for p in session.scalars(select(SandboxPayment)).all()}
+        refunds = session.scalars(select(SandboxRefund)).all()
+        per_payment: dict[str, int] = {}
+        per_execution: dict[str, int] = {}
+        for refund in refunds:
+            if refund.status == "succeeded":
+                per_payment[refund.payment_id] = (
+                    per_payment.get(refund.payment_id, 0) + refund.amount
+                )
+            ex = (refund.meta or {}).get("execution_id")
+            assert ex, "every refund at the processor is ours"
+            per_execution[ex] = per_execution.get(ex, 0) + 1
+        for payment_id, out in per_payment.items():
+            assert out <= captured[payment_id], f"{payment_id}: {out} out of {captured[payment_id]}"
+        twice = {ex: n for ex, n in per_execution.items() if n > 1}
+        assert not twice, f"executions refunded more than once: {twice}"
+
+        out_by_case = _money_out(session)
+        for case in session.scalars(select(Case)).all():
+            out = out_by_case.get(case.id, 0)
+            execs = session.scalars(
+                select(Execution).where(col(Execution.case_id) == case.id)
+            ).all()
+            open_ = [e for e in execs if e.status == "reserved"]
+            done = [e for e in execs if e.status == "succeeded"]
+            if case.status == "refunded":
+                assert len(done) == 1, f"{case.id}: refunded with {len(done)} succeeded executions"
+                assert out == done[0].amount == case.amount, (
+                    f"{case.id}: refunded {case.amount}, execution {done[0].amount}, "
+                    f"processor {out}"
+                )
+                self._check_basis(session, case, done[0])
+            elif out:
+                finding = session.scalar(
+                    select(func.count())
+                    .select_from(ProcessorFinding)
+                    .where(col(ProcessorFinding.case_id) == case.id)
+                )
+                noted = session.scalar(
+                    select(func.count())
+                    .select_from(AuditRecord)
+                    .where(
+                        col(AuditRecord.case_id) == case.id,
+                        col(AuditRecord.action) == "execution.settled_after_close",
+                    )
+                )
+                # Money left and the record does not say refunded yet: only while a
+                # reservation of exactly that amount is being resolved, or on the record.
+                assert (open_ and out == open_[0].amount) or finding or noted, (
+                    f"{case.id} is {case.status} with {out} out at the processor "
+                    f"(open: {[e.amount for e in open_]})"
+                )
+                if open_:
+                    self._check_basis(session, case, open_[0])
+                assert case.status != "denied" or finding or noted, f"{case.id}: denied, paid"
+
+    def _check_basis(self, session: Any, case: Case, execution: Execution) -> None:
+        """The refund was allowed: by the policy alone, or by people with the authority."""
+        policy = load_version(session, case.policy_version) if case.policy_version else None
+        assert policy is not None
+        decision = case.decision or {}
+        if execution.automatic:
+            assert decision.get("outcome") == "approve" and decision.get("automatic"), case.id
+            assert not case.possible_duplicate, f"{case.id}: a duplicate paid automatically"
+            assert int(decision.get("tier") or 3) <= 2
+            return
+        rows = session.scalars(
+            select(Approval)
+            .where(col(Approval.case_id) == case.id, col(Approval.decision) == "approve")
+            .order_by(col(Approval.id))
+        ).all()
+        assert rows, f"{case.id}: paid by a person without an approval on record"
+        last_round = max(r.round for r in rows)
+        round_ = [r for r in rows if r.round == last_round]
+        people = {r.approver for r in round_}
+        tier = int(decision.get("tier") or 3)
+        assert len(people) >= (2 if tier >= 4 else 1), f"{case.id}: {people} at tier {tier}"
+        assert case.requested_by not in people
+        assert round_[-1].amount == execution.amount, (
+            f"{case.id}: paid {execution.amount}, last approval {round_[-1].amount}"
+        )
+        group = decision.get("approvers") or policy.doc.approvers_for(policy.doc.default)
+        members = policy.doc.approvers[group].members if group in policy.doc.approvers else []
+        managers = policy.doc.managers.members if policy.doc.managers else []
+        for approval in round_:
+            assert approval.approver in members or (
+                approval.approver in managers and case.escalation_level > 0
+            ), f"{case.id}: {approval.approver} is not in {group}"
+            limits = []
+            if approval.approver in members:
+                limits.append(approver_limit(policy.doc, group))
+            if approval.approver in managers and policy.doc.managers is not None:
+                limits.append(money.to_minor(policy.doc.managers.limit, policy.doc.currency))
+            assert execution.currency == policy.doc.currency
+            assert approval.amount is not None and approval.amount <= max(limits), case.id
+
+    @invariant()
+    def record_verifies(self) -> None:
+        if not hasattr(self, "runtime"):
+            return
+        with self.runtime.db.read() as session:
+            result = verify_chain(TEST_SECRET, session)
+        assert result.ok, result.problem
+
+    def _everyone_hears(self) -> None:
+        """With the processor healthy and time run forward, every case rests where a person
+        or the customer hears of it; and the money still adds up."""
+        self.desk.sandbox.set_fault("none")
+        with self.runtime.db.write() as session:
+            admin.set_paused(session, self.runtime.desk.audit, paused=False, actor=Actor("cli"))
+        for ahead in (3600, 86400, 3 * 86400, 7 * 86400):
+            self._guard(lambda ahead=ahead: self.desk.sweep(seconds_ahead=ahead, batches=20))
+        now = clock.now()
+        reconcile(self.runtime.desk, since=now - timedelta(days=2), until=now + timedelta(days=1))
+        self._guard(lambda: self.desk.sweep(seconds_ahead=7 * 86400, batches=20))
+        with self.runtime.db.read() as session:
+            self._check_money(session)
+            stuck = {
+                c.id: c.status
+                for c in session.scalars(select(Case)).all()
+                if c.status not in ("refunded", "denied", "awaiting_approval", "parked")
+            }
+        assert not stuck, f"cases nobody hears of: {stuck}"
+
+
+# ---------------------------------------------------------------- the runs
+
+
+def _run(make_url: Callable[[], str], *, examples: int, steps: int) -> None:
+    machine = type("Machine", (DeskMachine,), {"make_url": staticmethod(make_url)})
+    run_state_machine_as_test(
+        machine,
+        settings=settings(
+            max_examples=examples,
+            stateful_step_count=steps,
+            deadline=None,
+            suppress_health_check=list(HealthCheck),
+            database=None,
+            derandomize=not DEEP,
+        ),
+    )
+    if STATS is not None:
+        print(f"stateful run: {STATS}")
+
+
+@pytest.fixture()
+def sqlite_factory(sqlite_template: Path, tmp_path: Path) -> Callable[[], str]:
+    return lambda: fresh_sqlite(sqlite_template, tmp_path)
+
+
+@pytest.fixture()
+def pg_factory(pg_template: str) -> Iterator[Callable[[], str]]:
+    admin_engine = create_engine(PG_URL, isolation_level="AUTOCOMMIT")
+    made: list[str] = []
+
+    def make() -> str:
+        name = f"rd_sm_{os.getpid()}_{next(_names)}"
+        with admin_engine.connect() as conn:
+            conn.execute(text(f'CREATE DATABASE "{name}" TEMPLATE "{pg_template}"'))
+        made.append(name)
+        return make_url(PG_URL).set(database=name).render_as_string(hide_password=False)
+
+    yield make
+    with admin_engine.connect() as conn:
+        for name in made:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    admin_engine.dispose()
+
+
+def test_stateful_desk_keeps_its_promise_sqlite(sqlite_factory: Callable[[], str]) -> None:
+    _run(sqlite_factory, examples=25, steps=30)
+
+
+@pytest.mark.postgres
+def test_stateful_desk_keeps_its_promise_postgres(pg_factory: Callable[[], str]) -> None:
+    _run(pg_factory, examples=8, steps=25)
+
+
+if DEEP:  # defined only for the long run: a skip would count as a failure in CI
+
+    @pytest.mark.deep
+    def test_stateful_desk_keeps_its_promise_deep(sqlite_factory: Callable[[], str]) -> None:
+        _run(
+            sqlite_factory,
+            examples=int(os.environ.get("REFUND_DESK_DEEP_EXAMPLES", "400")),
+            steps=int(os.environ.get("REFUND_DESK_DEEP_STEPS", "60")),
+        )
