@@ -14,7 +14,7 @@ import ssl
 import time
 from email.message import EmailMessage
 from email.utils import formatdate
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 import httpx
 
@@ -159,7 +159,8 @@ class HelpdeskCourier:
         self.sender = sender
 
     def send(self, out: Outbound) -> str | None:
-        ticket = out.reply.get("ticket_id")
+        # The ticket id came from a webhook body: one path segment, whatever it holds.
+        ticket = quote(str(out.reply.get("ticket_id")), safe="")
         if self.channel == "zendesk":
             method, url = "PUT", f"{self.base}/api/v2/tickets/{ticket}.json"
             body: dict[str, object] = {

@@ -1,0 +1,47 @@
+"""Issue 13, the items found by reading: each checked, and fixed where it held."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import httpx
+import pytest
+from typer.testing import CliRunner
+
+from refund_desk.customers.couriers import HelpdeskCourier
+
+
+@pytest.mark.parametrize("channel", ["zendesk", "gorgias"])
+def test_a_helpdesk_ticket_id_stays_one_path_segment(
+    channel: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[str] = []
+
+    def request(method: str, url: str, **kw: Any) -> httpx.Response:
+        seen.append(url)
+        return httpx.Response(200)
+
+    monkeypatch.setattr(httpx, "request", request)
+    courier = HelpdeskCourier(channel, "https://u:p@acme.example/base", "desk@acme.example")
+    out = SimpleNamespace(
+        reply={"ticket_id": "../../users/1?x=#"},
+        full_text=lambda: "Your refund was issued.",
+        to_email="ada@example.com",
+    )
+    courier.send(out)  # type: ignore[arg-type]
+    [url] = seen
+    assert "/../" not in url and "?" not in url and "#" not in url
+    assert "..%2F..%2Fusers%2F1%3Fx%3D%23" in url
+
+
+def test_the_demo_warns_when_it_listens_beyond_loopback(monkeypatch: pytest.MonkeyPatch) -> None:
+    from refund_desk.cli.main import app
+    from refund_desk.demo import runner
+
+    monkeypatch.setattr(runner, "run", lambda **kw: None)
+    result = CliRunner().invoke(app, ["demo", "--host", "0.0.0.0"])
+    assert result.exit_code == 0, result.output
+    assert "WARNING" in result.output and "act as any" in result.output
+    quiet = CliRunner().invoke(app, ["demo"])
+    assert "WARNING" not in quiet.output
