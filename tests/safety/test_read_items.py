@@ -9,7 +9,11 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
+from refund_desk.cases.approvals import may_vouch
 from refund_desk.customers.couriers import HelpdeskCourier
+from refund_desk.runtime import Runtime
+from refund_desk.storage.models import Case
+from tests.helpers import Harness
 
 
 @pytest.mark.parametrize("channel", ["zendesk", "gorgias"])
@@ -45,3 +49,16 @@ def test_the_demo_warns_when_it_listens_beyond_loopback(monkeypatch: pytest.Monk
     assert "WARNING" in result.output and "act as any" in result.output
     quiet = CliRunner().invoke(app, ["demo"])
     assert "WARNING" not in quiet.output
+
+
+def test_only_the_cases_own_group_may_vouch_for_its_evidence(any_runtime: Runtime) -> None:
+    desk = Harness(any_runtime)
+    desk.publish()
+    payment = desk.payment("900.00")
+    case_id = desk.post(desk.request(payment, "400.00")).json()["id"]  # support-leads decide
+    with any_runtime.db.read() as session:
+        case = session.get(Case, case_id)
+        assert case is not None
+        assert may_vouch(session, case, "U0LEAD1")
+        assert may_vouch(session, case, "U0MGR1")
+        assert not may_vouch(session, case, "U0FIN1"), "finance does not decide this case"
