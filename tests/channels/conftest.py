@@ -179,6 +179,7 @@ def channels(
         SMTP_URL=mail.url,
         REFUND_DESK_FROM="Acme Refunds <refunds@shop.example>",
         REFUND_DESK_WEBHOOK_SECRET=WEBHOOK_SECRET,
+        REFUND_DESK_ALLOW_PRIVATE_CALLBACKS="true",  # the test receivers listen on loopback
         REFUND_DESK_EMAIL_SECRET=EMAIL_SECRET,
         REFUND_DESK_EVIDENCE_DIR=str(tmp_path / "evidence"),
         REFUND_DESK_PUBLIC_URL="https://desk.example",

@@ -62,3 +62,35 @@ def test_only_the_cases_own_group_may_vouch_for_its_evidence(any_runtime: Runtim
         assert may_vouch(session, case, "U0LEAD1")
         assert may_vouch(session, case, "U0MGR1")
         assert not may_vouch(session, case, "U0FIN1"), "finance does not decide this case"
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://127.0.0.1:8080/hook",
+        "http://localhost/hook",
+        "http://169.254.169.254/latest/meta-data",
+        "http://10.0.0.7/hook",
+        "http://[::1]/hook",
+        "http://metadata.google.internal/computeMetadata/v1",
+    ],
+)
+def test_a_callback_url_must_reach_a_public_host(runtime: Runtime, url: str) -> None:
+    desk = Harness(runtime)
+    desk.publish()
+    response = desk.post(desk.request(desk.payment("30.00"), "20.00", callback_url=url))
+    assert response.status_code == 422
+    assert "callback_url" in response.json()["error"]["fields"]
+
+
+def test_a_callback_url_is_checked_again_after_dns(monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+
+    from refund_desk.customers.couriers import WebhookCourier
+    from refund_desk.customers.outcomes import DeliveryFailed
+
+    monkeypatch.setattr(socket, "getaddrinfo", lambda *a, **k: [(2, 1, 6, "", ("127.0.0.1", 443))])
+    out = SimpleNamespace(callback_url="https://shop.example/hook", message_id=1)
+    with pytest.raises(DeliveryFailed) as failed:
+        WebhookCourier("s" * 32).send(out)  # type: ignore[arg-type]
+    assert not failed.value.transient and "non-public" in str(failed.value)
