@@ -18,6 +18,7 @@ from refund_desk.payments.sandbox import SandboxProcessor
 from refund_desk.runtime import build
 from refund_desk.storage.db import Database
 from refund_desk.storage.models import Case, CustomerMessage
+from refund_desk.storage.types import utcnow
 from tests.conftest import make_settings
 from tests.fakes.mail_server import MailServer
 from tests.fakes.receiver import Receiver
@@ -88,8 +89,9 @@ class Channels(Harness):
         return self.client.post("/webhooks/shopify", content=body, headers=headers)
 
     def post_zendesk(
-        self, body: bytes, *, secret: str = ZENDESK_SECRET, stamp: str = "2025-01-01T00:00:00Z"
+        self, body: bytes, *, secret: str = ZENDESK_SECRET, stamp: str | None = None
     ) -> Any:
+        stamp = stamp or utcnow().strftime("%Y-%m-%dT%H:%M:%SZ")
         mac = hmac.new(secret.encode(), stamp.encode() + body, hashlib.sha256).digest()
         headers = {
             "X-Zendesk-Webhook-Signature": base64.b64encode(mac).decode(),
