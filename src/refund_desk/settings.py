@@ -57,6 +57,10 @@ class Settings(BaseSettings):
     evidence_dir: Path | None = Field(None, validation_alias="REFUND_DESK_EVIDENCE_DIR")
     public_url: str = Field("http://127.0.0.1:8000", validation_alias="REFUND_DESK_PUBLIC_URL")
     webhook_url: str | None = Field(None, validation_alias="REFUND_DESK_WEBHOOK_URL")
+    # A request's callback_url must reach a public host unless this is on (local set-ups).
+    allow_private_callbacks: bool = Field(
+        False, validation_alias="REFUND_DESK_ALLOW_PRIVATE_CALLBACKS"
+    )
     shopify_secret: SecretStr | None = Field(None, validation_alias="SHOPIFY_WEBHOOK_SECRET")
     zendesk_secret: SecretStr | None = Field(None, validation_alias="ZENDESK_WEBHOOK_SECRET")
     gorgias_secret: SecretStr | None = Field(None, validation_alias="GORGIAS_WEBHOOK_SECRET")

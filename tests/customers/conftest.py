@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select
 
+from refund_desk import clock
 from refund_desk.payments.sandbox import SandboxProcessor
 from refund_desk.runtime import build
 from refund_desk.storage.db import Database
@@ -88,8 +89,9 @@ class Channels(Harness):
         return self.client.post("/webhooks/shopify", content=body, headers=headers)
 
     def post_zendesk(
-        self, body: bytes, *, secret: str = ZENDESK_SECRET, stamp: str = "2025-01-01T00:00:00Z"
+        self, body: bytes, *, secret: str = ZENDESK_SECRET, stamp: str | None = None
     ) -> Any:
+        stamp = stamp or clock.now().strftime("%Y-%m-%dT%H:%M:%SZ")
         mac = hmac.new(secret.encode(), stamp.encode() + body, hashlib.sha256).digest()
         headers = {
             "X-Zendesk-Webhook-Signature": base64.b64encode(mac).decode(),
@@ -179,6 +181,7 @@ def channels(
         SMTP_URL=mail.url,
         REFUND_DESK_FROM="Acme Refunds <refunds@shop.example>",
         REFUND_DESK_WEBHOOK_SECRET=WEBHOOK_SECRET,
+        REFUND_DESK_ALLOW_PRIVATE_CALLBACKS="true",  # the test receivers listen on loopback
         REFUND_DESK_EMAIL_SECRET=EMAIL_SECRET,
         REFUND_DESK_EVIDENCE_DIR=str(tmp_path / "evidence"),
         REFUND_DESK_PUBLIC_URL="https://desk.example",

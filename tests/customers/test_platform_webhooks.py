@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from refund_desk import clock
 from tests.customers.conftest import GORGIAS_SECRET, Channels
 from tests.helpers import CUSTOMER
 
@@ -74,9 +75,11 @@ def test_zendesk_signature_tags_and_repeats(channels: Channels) -> None:
     unsigned = channels.client.post("/webhooks/zendesk", content=body)
     assert unsigned.status_code == 401
     first = channels.post_zendesk(body)
-    again = channels.post_zendesk(body, stamp="2025-01-01T00:05:00Z")
+    again = channels.post_zendesk(body, stamp=clock.now().strftime("%Y-%m-%dT%H:%M:%S+00:00"))
     assert first.status_code == 201 and again.status_code == 200
     assert first.json()["case"] == again.json()["case"]
+    stale = channels.post_zendesk(body, stamp="2025-01-01T00:00:00Z")
+    assert stale.status_code == 401  # a recorded request is not replayable later
     untagged = dict(ticket["ticket"], id=89, tags=["billing"])
     ignored = channels.post_zendesk(json.dumps({"ticket": untagged}).encode())
     assert ignored.status_code == 200 and ignored.json()["ignored"] is True

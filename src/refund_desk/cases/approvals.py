@@ -206,7 +206,8 @@ def first_deciders(session: Session, case_id: str) -> set[str]:
 
 
 def may_vouch(session: Session, case: Case, user: str) -> bool:
-    """Whether `user` may mark the case's evidence checked: an approver or a manager."""
+    """Whether `user` may mark the case's evidence checked: one of the approvers of the group
+    the case was decided for, or a manager; never its requester."""
     if case.requested_by == user:
         return False
     try:
@@ -214,7 +215,9 @@ def may_vouch(session: Session, case: Case, user: str) -> bool:
     except Refused:
         return False
     managers = policy.doc.managers
-    return user in {m for g in policy.doc.approvers.values() for m in g.members} or (
+    group = policy.doc.approvers.get(_group(case, policy))
+    # Only the group that decides this case: vouching changes what its re-checks see.
+    return (group is not None and user in group.members) or (
         managers is not None and user in managers.members
     )
 

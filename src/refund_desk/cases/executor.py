@@ -550,6 +550,7 @@ def _release(desk: Desk, execution_id: str) -> bool:
             "A person may decide again."
         )
         case.revision += 1  # cards made before the release are stale; a fresh one is posted
+        case.approval_round += 1  # and approvals start afresh
         case.updated_at = clock.now()
         session.add(case)
         desk.audit.append(

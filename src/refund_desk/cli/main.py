@@ -95,6 +95,13 @@ def demo(
     Prints the address to open in a browser. Refuses to run when SLACK_BOT_TOKEN is set."""
     from refund_desk.demo.runner import DemoRefused, run
 
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        typer.echo(
+            f"WARNING: the demo listens on {host}: anyone who can reach it can act as any "
+            "Slack user on its sandbox page, approve refunds and change the policy. Use it "
+            "only on a network you trust; the default is 127.0.0.1.",
+            err=True,
+        )
     try:
         run(host=host, port=port, directory=dir, stream_seconds=stream_seconds)
     except DemoRefused as exc:

@@ -14,10 +14,11 @@ import ssl
 import time
 from email.message import EmailMessage
 from email.utils import formatdate
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 import httpx
 
+from refund_desk.customers import addresses
 from refund_desk.customers.outcomes import Courier, DeliveryFailed, Outbound
 from refund_desk.settings import Settings
 
@@ -100,8 +101,9 @@ class WebhookCourier:
 
     channel = "webhook"
 
-    def __init__(self, secret: str | None) -> None:
+    def __init__(self, secret: str | None, *, allow_private: bool = False) -> None:
         self.secret = secret
+        self.allow_private = allow_private
 
     def body(self, out: Outbound) -> bytes:
         event = {
@@ -124,6 +126,10 @@ class WebhookCourier:
             raise DeliveryFailed("no callback URL", transient=False)
         if not self.secret:
             raise DeliveryFailed("REFUND_DESK_WEBHOOK_SECRET is not set; cannot sign")
+        if not self.allow_private:  # checked again here: DNS may have changed since intake
+            found = addresses.problem_resolved(out.callback_url)
+            if found:
+                raise DeliveryFailed(f"callback URL {found}", transient=False)
         body = self.body(out)
         headers = {
             "Content-Type": "application/json",
@@ -159,7 +165,8 @@ class HelpdeskCourier:
         self.sender = sender
 
     def send(self, out: Outbound) -> str | None:
-        ticket = out.reply.get("ticket_id")
+        # The ticket id came from a webhook body: one path segment, whatever it holds.
+        ticket = quote(str(out.reply.get("ticket_id")), safe="")
         if self.channel == "zendesk":
             method, url = "PUT", f"{self.base}/api/v2/tickets/{ticket}.json"
             body: dict[str, object] = {
@@ -188,7 +195,8 @@ def from_settings(settings: Settings) -> dict[str, Courier]:
     sender = settings.mail_from or "refunds@refund-desk.invalid"
     couriers: dict[str, Courier] = {
         "webhook": WebhookCourier(
-            settings.webhook_secret.get_secret_value() if settings.webhook_secret else None
+            settings.webhook_secret.get_secret_value() if settings.webhook_secret else None,
+            allow_private=settings.allow_private_callbacks,
         )
     }
     if settings.smtp_url:

@@ -15,6 +15,7 @@ import hashlib
 import hmac
 import json
 import logging
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -23,6 +24,7 @@ from pydantic import SecretStr
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile
 
+from refund_desk import clock
 from refund_desk.cases.errors import CaseError, InvalidRequest
 from refund_desk.cases.ports import REASONS
 from refund_desk.customers import evidence, mail
@@ -260,6 +262,20 @@ def _shopify(runtime: Runtime, payload: dict[str, Any], shop: str) -> JSONRespon
     return _answer(runtime, _receive(runtime, req))
 
 
+ZENDESK_MAX_AGE = timedelta(minutes=5)
+
+
+def _fresh(stamp: str) -> bool:
+    """Zendesk signs an ISO 8601 timestamp with the body: it must be recent."""
+    try:
+        at = datetime.fromisoformat(stamp.strip().replace("Z", "+00:00"))
+    except ValueError:
+        return False
+    if at.tzinfo is None:
+        at = at.replace(tzinfo=UTC)
+    return abs(clock.now() - at) <= ZENDESK_MAX_AGE
+
+
 @router.post("/zendesk")
 async def zendesk_webhook(request: Request) -> JSONResponse:
     runtime = _runtime(request)
@@ -273,6 +289,8 @@ async def zendesk_webhook(request: Request) -> JSONResponse:
     expected = base64.b64encode(mac.digest()).decode()
     if not given or not stamp or not hmac.compare_digest(expected, given.strip()):
         return _refuse("zendesk", "bad_signature", "The Zendesk signature does not match.", 401)
+    if not _fresh(stamp):  # a signed request recorded once must not be replayable for ever
+        return _refuse("zendesk", "stale_signature", "The Zendesk timestamp is too old.", 401)
     payload = _json(body)
     if payload is None:
         return _refuse("zendesk", "invalid_json", "The body is not a JSON object.", 400)

@@ -21,6 +21,7 @@ from refund_desk import clock
 from refund_desk.cases.errors import CaseError, InvalidRequest
 from refund_desk.cases.intake import parse_request, submit
 from refund_desk.cases.views import case_view
+from refund_desk.customers import addresses
 from refund_desk.runtime import Runtime
 from refund_desk.storage.audit import Actor
 from refund_desk.storage.db import Database
@@ -88,6 +89,12 @@ def _create(
     runtime: Runtime, data: Any, api_key: ApiKey, idempotency_key: str | None
 ) -> tuple[dict[str, Any], bool]:
     refund_request = parse_request(data)
+    if refund_request.callback_url and not runtime.settings.allow_private_callbacks:
+        found = addresses.problem(refund_request.callback_url)
+        if found:
+            raise InvalidRequest(
+                "invalid_request", "The request has invalid fields.", {"callback_url": found}
+            )
     desk = runtime.desk
     submitted = submit(
         desk,
