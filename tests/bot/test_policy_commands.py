@@ -42,7 +42,12 @@ def say(desk: SlackHarness, text: str, user: str = LEAD) -> str:
 
 
 def submit_draft(
-    desk: SlackHarness, *, file_text: str | None = None, text: str | None = None, user: str = LEAD
+    desk: SlackHarness,
+    *,
+    file_text: str | None = None,
+    text: str | None = None,
+    user: str = LEAD,
+    file_id: str | None = None,
 ) -> Any:
     """Open the draft modal and submit it the way Slack does (a file input sends file ids)."""
     desk.slack.views.clear()
@@ -53,7 +58,9 @@ def submit_draft(
     payload["view"].update(
         callback_id=view["callback_id"], private_metadata=view["private_metadata"]
     )
-    files = [{"id": desk.slack.add_file("policy.yaml", file_text)}] if file_text else []
+    if file_text:
+        file_id = desk.slack.add_file("policy.yaml", file_text)
+    files = [{"id": file_id}] if file_id else []
     payload["view"]["state"] = {
         "values": {
             "file": {"value": {"type": "file_input", "files": files}},
@@ -88,12 +95,6 @@ def automatic_case(desk: SlackHarness, amount: str = "20.00") -> str:
     return str(response.json()["id"])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="app bug: bot/policy_jobs.py reads an uploaded draft with files.info sent as a JSON "
-    "body (Outbox.call); Slack takes a read method's arguments only from the query or a form, "
-    "so the call fails with invalid_arguments and the draft is never read",
-)
 def test_draft_test_backtest_publish_rollback_each_on_the_record(
     any_db_url: str, slack_desk: Callable[[str, str], SlackHarness]
 ) -> None:
@@ -138,6 +139,13 @@ def test_draft_test_backtest_publish_rollback_each_on_the_record(
         assert actions[action] == f"human:{LEAD}", action
     with desk.runtime.db.read() as session:
         assert verify_chain(TEST_SECRET, session).ok
+
+
+def test_a_file_slack_will_not_show_gets_an_answer_not_silence(desk: SlackHarness) -> None:
+    submit_draft(desk, file_id="F0GONE")
+    told = [m.text for m in desk.slack.ephemeral if m.to == LEAD]
+    assert any("Draft not saved" in t and "file_not_found" in t for t in told), told
+    assert "files.info" in desk.slack.methods()
 
 
 def test_a_non_lead_is_refused_and_nothing_changes(desk: SlackHarness) -> None:

@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 
 from refund_desk.bot.blocks import cards
 from refund_desk.demo.runner import channels_from, policy_source, users_from
-from refund_desk.demo.slack import Sandbox
+from refund_desk.demo.slack import SlackEmulator
 from refund_desk.demo.slack.modals import REQUIRED, submission_values
 from refund_desk.demo.slack.web_api import METHODS
 from refund_desk.policy import parse_policy, run_policy_tests
@@ -22,13 +22,13 @@ from tests.bot.demo_process import clean_env
 
 
 @pytest.fixture()
-def sandbox() -> Sandbox:
+def sandbox() -> SlackEmulator:
     doc = parse_policy(policy_source())
-    return Sandbox.create(users=users_from(doc), channels=channels_from(doc))
+    return SlackEmulator.create(users=users_from(doc), channels=channels_from(doc))
 
 
 @pytest.fixture()
-def slack(sandbox: Sandbox) -> Any:
+def slack(sandbox: SlackEmulator) -> Any:
     app = FastAPI()
     app.include_router(sandbox.router())
     client = TestClient(app)
@@ -79,7 +79,7 @@ def test_messages_keep_slacks_limits(slack: Any) -> None:
     )
 
 
-def test_a_thread_an_update_an_ephemeral_and_a_dm(slack: Any, sandbox: Sandbox) -> None:
+def test_a_thread_an_update_an_ephemeral_and_a_dm(slack: Any, sandbox: SlackEmulator) -> None:
     posted = slack("chat.postMessage", channel="C0REFUNDS", text="card", blocks=[section("a")])
     reply = slack("chat.postMessage", channel="C0REFUNDS", thread_ts=posted["ts"], text="reply")
     assert reply["ok"]
@@ -101,7 +101,7 @@ def test_a_thread_an_update_an_ephemeral_and_a_dm(slack: Any, sandbox: Sandbox) 
     assert [m["text"] for m in manager["messages"] if m["channel"] == dm] == ["escalated"]
 
 
-def test_a_modal_needs_a_fresh_trigger_of_its_user(slack: Any, sandbox: Sandbox) -> None:
+def test_a_modal_needs_a_fresh_trigger_of_its_user(slack: Any, sandbox: SlackEmulator) -> None:
     view = cards.deny_modal("token", "C0REFUNDS").to_dict()
     assert slack("views.open", trigger_id="1.abc", view=view)["error"] == "invalid_trigger_id"
     trigger = sandbox.workspace.issue_trigger("U0FIN1")
@@ -116,7 +116,7 @@ def test_a_modal_needs_a_fresh_trigger_of_its_user(slack: Any, sandbox: Sandbox)
     assert slack("views.publish", user_id="U0FIN1", view=home)["ok"]
 
 
-def test_the_file_upload_steps(slack: Any, sandbox: Sandbox) -> None:
+def test_the_file_upload_steps(slack: Any, sandbox: SlackEmulator) -> None:
     step = slack("files.getUploadURLExternal", filename="backtest.csv", length=5)
     path = step["upload_url"].split("://", 1)[1].split("/", 1)[1]
     assert slack.client.post(f"/{path}", content=b"a,b\n").status_code == 400  # wrong length
@@ -170,7 +170,9 @@ def test_the_demo_refuses_real_slack_credentials(tmp_path: Any) -> None:
     assert "never runs against real Slack" in result.stderr
 
 
-def test_an_unknown_slash_command_is_answered_like_slack(slack: Any, sandbox: Sandbox) -> None:
+def test_an_unknown_slash_command_is_answered_like_slack(
+    slack: Any, sandbox: SlackEmulator
+) -> None:
     answer = slack.client.post(
         "/sandbox/act/command", json={"user": "U0OPS1", "channel": "C0REFUNDS", "text": "/nope x"}
     )

@@ -27,6 +27,9 @@ from refund_desk.storage.models import Approval, Case, Execution, SlackMessage
 
 log = logging.getLogger(__name__)
 SLACK_CALL = "slack.call"
+READ_METHODS = frozenset(
+    {"auth.test", "files.info", "users.info", "conversations.info", "usergroups.users.list"}
+)
 
 
 @dataclass
@@ -38,9 +41,16 @@ class Outbox:
     # ------------------------------------------------------------ plain calls
 
     def call(self, method: str, **params: Any) -> dict[str, Any]:
-        """One Web API call; a rate limit becomes a wait, not a failure."""
+        """One Web API call, sent as slack_sdk sends it; a rate limit becomes a wait.
+
+        Slack's read methods take their arguments from the query string only (a JSON body is
+        ignored), so they go as GET; every other method takes a JSON body.
+        """
         try:
-            response = self.client.api_call(method, json=params)
+            if method in READ_METHODS:
+                response = self.client.api_call(method, http_verb="GET", params=params)
+            else:
+                response = self.client.api_call(method, json=params)
         except SlackApiError as exc:
             if exc.response.status_code == 429:
                 delay = float(exc.response.headers.get("Retry-After", "1"))

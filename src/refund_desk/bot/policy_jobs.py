@@ -164,14 +164,24 @@ class PolicyJobs:
                 self.desk.jobs.run_now(job_id)
 
     def _download(self, file_id: str) -> str:
-        info = self.outbox.call("files.info", file=file_id)["file"]
+        try:
+            info = self.outbox.call("files.info", file=file_id)["file"]
+        except SlackApiError as exc:  # the lead hears why, instead of "Reading the file…" forever
+            error = exc.response.get("error") if isinstance(exc.response.data, dict) else None
+            raise CaseError(
+                "file_unreadable", f"Slack would not show the file ({error or 'no answer'})."
+            ) from None
         if int(info.get("size") or 0) > MAX_SOURCE:
             raise CaseError("policy_too_long", f"The file is over {MAX_SOURCE:,} bytes.")
         request = urllib.request.Request(
             info["url_private"], headers={"Authorization": f"Bearer {self.outbox.client.token}"}
         )
-        with urllib.request.urlopen(request, timeout=10) as response:
-            data: bytes = response.read(MAX_SOURCE + 1)
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                data: bytes = response.read(MAX_SOURCE + 1)
+        except OSError as exc:  # URLError and timeouts
+            reason = f"The file could not be downloaded ({exc})."
+            raise CaseError("file_unreadable", reason) from None
         if len(data) > MAX_SOURCE:
             raise CaseError("policy_too_long", f"The file is over {MAX_SOURCE:,} bytes.")
         try:

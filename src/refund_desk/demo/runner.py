@@ -257,7 +257,7 @@ def run(*, host: str, port: int, directory: Path | None, stream_seconds: float) 
         )
         server = uvicorn.Server(
             uvicorn.Config(
-                create_app(runtime, sandbox=sandbox),
+                create_app(runtime, slack_emulator=sandbox),
                 host=host,
                 port=port,
                 log_level="warning",

@@ -31,7 +31,7 @@ from refund_desk.web.routes import intake_api as api
 from refund_desk.web.routes import stripe_webhooks as stripe_routes
 
 if TYPE_CHECKING:
-    from refund_desk.demo.slack import Sandbox
+    from refund_desk.demo.slack import SlackEmulator
 
 log = logging.getLogger(__name__)
 
@@ -109,9 +109,9 @@ class Sweeper:
 
 
 def create_app(
-    runtime: Runtime, *, scheduler: bool = True, sandbox: Sandbox | None = None
+    runtime: Runtime, *, scheduler: bool = True, slack_emulator: SlackEmulator | None = None
 ) -> FastAPI:
-    """The app; `sandbox` (only `refund-desk demo` passes one) mounts the local Slack sandbox."""
+    """The app; `slack_emulator` (only `refund-desk demo` passes one) mounts the Slack emulator."""
     surface = build_surface(runtime.desk, runtime.settings)
     install_jobs(runtime, slack=surface)
 
@@ -142,8 +142,8 @@ def create_app(
             app.include_router(surface.router())
         app.state.slack = surface
     channels.install(app, runtime, surface)  # web form, email, platform webhooks, appeals
-    if sandbox is not None:
-        app.include_router(sandbox.router())
+    if slack_emulator is not None:
+        app.include_router(slack_emulator.router())
 
     @app.exception_handler(CaseError)
     async def _case_error(request: Request, exc: CaseError) -> JSONResponse:

@@ -10,6 +10,4 @@ from __future__ import annotations
 from refund_desk.demo.slack.emulator import SlackEmulator
 from refund_desk.demo.slack.state import Channel, Message, SlackError, User, Workspace
 
-Sandbox = SlackEmulator  # the name the web app's demo mount still uses
-
-__all__ = ["Channel", "Message", "Sandbox", "SlackEmulator", "SlackError", "User", "Workspace"]
+__all__ = ["Channel", "Message", "SlackEmulator", "SlackError", "User", "Workspace"]
