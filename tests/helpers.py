@@ -10,13 +10,13 @@ from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 
 from refund_desk import clock, money
+from refund_desk.api_keys import create_api_key
 from refund_desk.governance.versions import publish
 from refund_desk.payments.sandbox import SandboxProcessor
 from refund_desk.runtime import Runtime
 from refund_desk.storage.audit import Actor
 from refund_desk.storage.models import AuditRecord, Case
 from refund_desk.web.app import create_app
-from refund_desk.web.routes.intake_api import create_api_key
 
 ACME = Path(__file__).parent / "fixtures" / "acme.yaml"
 CUSTOMER = "ada@example.com"

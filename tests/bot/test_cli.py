@@ -21,6 +21,8 @@ pytestmark = pytest.mark.usefixtures("cli_db")
         ["demo"],
         ["db", "upgrade"],
         ["api-key", "create"],
+        ["api-key", "list"],
+        ["api-key", "revoke"],
         ["policy", "validate"],
         ["policy", "test"],
         ["policy", "publish"],
@@ -99,6 +101,34 @@ def test_sandbox_payment_create_show_and_faults() -> None:
 def test_api_key_is_printed_once(cli_db: Path) -> None:
     key = run("api-key", "create", "--name", "shop").strip()
     assert key.startswith("rdk_") and len(key) > 30
+
+
+def test_api_keys_are_listed_and_revoked_on_the_record(cli_db: Path) -> None:
+    from fastapi.testclient import TestClient
+
+    from refund_desk.runtime import build
+    from refund_desk.settings import load_settings
+    from refund_desk.web.app import create_app
+
+    key = run("api-key", "create", "--name", "shop").strip()
+    run("api-key", "create", "--name", "helpdesk")
+    [shop, _helpdesk] = json.loads(run("api-key", "list", "--json"))
+    assert (shop["name"], shop["prefix"], shop["revoked_at"]) == ("shop", key[:10], None)
+    assert key not in run("api-key", "list")  # only the start of a key is ever shown
+
+    runtime = build(load_settings(), migrate=True)
+    client = TestClient(create_app(runtime, scheduler=False))
+    ask = {"Authorization": f"Bearer {key}"}
+    assert client.get("/api/v1/cases/c_missing", headers=ask).status_code == 404
+
+    assert "revoked 1 key named shop" in run("api-key", "revoke", "shop")
+    assert client.get("/api/v1/cases/c_missing", headers=ask).status_code == 401
+    listed = {k["name"]: k["revoked_at"] for k in json.loads(run("api-key", "list", "--json"))}
+    assert listed["shop"] is not None and listed["helpdesk"] is None
+    assert "is revoked" in run("api-key", "revoke", "shop", code=2)
+    assert "No API key" in run("api-key", "revoke", "nobody", code=2)
+    assert "ok: 3 records" in run("audit", "verify")  # two created, one revoked
+    runtime.db.dispose()
 
 
 def test_audit_verify_and_export(cli_db: Path, tmp_path: Path) -> None:

@@ -79,3 +79,23 @@ def test_drafts_shadow_and_settings_from_the_command_line(cli_db: Path) -> None:
         "policy.setting_changed",
     ):
         assert action in actions
+
+
+def test_publish_shows_what_the_new_version_loosens_and_records_its_proof(
+    cli_db: Path, tmp_path: Path
+) -> None:
+    import json
+
+    run("policy", "publish", str(ACME))
+    looser = ACME.read_text().replace("request.amount <= 50 and", "request.amount <= 400 and")
+    out = run("policy", "publish", write(tmp_path, "looser.yaml", looser))
+    assert "Proved against v1: more permissive" in out and "published acme-refunds v2" in out
+    exported = tmp_path / "audit.jsonl"
+    run("audit", "export", "--output", str(exported))
+    published = [
+        json.loads(line)
+        for line in exported.read_text().splitlines()
+        if '"policy.published"' in line
+    ]
+    assert published[-1]["payload"]["proof"]["more_permissive"] is True
+    assert "proof" not in published[0]["payload"]  # nothing to prove v1 against

@@ -314,6 +314,42 @@ def test_a_second_lead_confirms_a_publish_when_the_setting_asks(
     assert "published d1 as" in say(desk, "publish d1", OTHER_LEAD) and active_version(desk) == 2
 
 
+def published_proof(desk: SlackHarness) -> dict[str, Any]:
+    [record] = [r for r in audit(desk) if r.action == "policy.published"][-1:]
+    return dict(record.payload["proof"])
+
+
+def test_a_looser_version_needs_a_second_lead_even_with_the_rule_off(
+    sqlite_url: str, slack_desk: Callable[[str, str], SlackHarness]
+) -> None:
+    two_leads = ACME.read_text().replace("leads: [U0LEAD1]", "leads: [U0LEAD1, U0LEAD2]")
+    desk = slack_desk(sqlite_url, two_leads)
+    looser = two_leads.replace("request.amount <= 50 and", "request.amount <= 400 and")
+    submit_draft(desk, text=looser)
+    say(desk, "backtest d1")
+    desk.settle()
+    assert any("Proved against v1: more permissive" in m.text for m in desk.slack.messages)
+    asked = say(desk, "publish d1")
+    assert "needs a second lead" in asked and "more permissive" in asked, asked
+    assert active_version(desk) == 1
+    assert "published d1 as" in say(desk, "publish d1", OTHER_LEAD) and active_version(desk) == 2
+    proof = published_proof(desk)
+    assert proof["against"] == 1 and proof["more_permissive"] is True
+    assert len(proof["hash"]) == 64
+
+
+def test_a_tighter_version_is_published_by_one_lead_with_its_proof_on_record(
+    desk: SlackHarness,
+) -> None:
+    submit_draft(
+        desk, text=ACME.read_text().replace("request.amount <= 50 and", "request.amount <= 40 and")
+    )
+    say(desk, "backtest d1")
+    desk.settle()
+    assert "published d1 as" in say(desk, "publish d1") and active_version(desk) == 2
+    assert published_proof(desk)["more_permissive"] is False
+
+
 def test_a_long_backtest_shows_progress_then_its_summary_in_the_same_message(
     desk: SlackHarness,
 ) -> None:

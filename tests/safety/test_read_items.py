@@ -94,3 +94,41 @@ def test_a_callback_url_is_checked_again_after_dns(monkeypatch: pytest.MonkeyPat
     with pytest.raises(DeliveryFailed) as failed:
         WebhookCourier("s" * 32).send(out)  # type: ignore[arg-type]
     assert not failed.value.transient and "non-public" in str(failed.value)
+
+
+@pytest.mark.postgres
+def test_replicas_count_the_breakers_hourly_limits_one_at_a_time(pg_url: str) -> None:
+    """Two replicas must not both see room for one more automatic refund: the count is taken
+    under the control row's lock, so a second counter waits for the first to commit."""
+    import yaml
+    from sqlalchemy import text
+    from sqlalchemy.exc import OperationalError
+
+    from refund_desk.cases import breaker
+    from refund_desk.governance.versions import control, load_version
+    from tests.conftest import make_runtime
+    from tests.helpers import ACME
+
+    rt = make_runtime(pg_url)
+    desk = Harness(rt)
+    raw = yaml.safe_load(ACME.read_text())
+    raw["breaker"] = {"max_refunds_per_hour": 1}
+    desk.publish(yaml.safe_dump(raw, sort_keys=False))
+    with rt.db.read() as session:
+        version = control(session).active_version
+        assert version is not None
+        policy = load_version(session, version)
+    holder = rt.db.engine.connect()
+    try:
+        holder.begin()
+        holder.execute(text("SELECT id FROM control WHERE id = 1 FOR UPDATE"))
+        with rt.db.engine.connect() as other, pytest.raises(OperationalError, match="lock"):
+            other.begin()
+            other.execute(text("SET LOCAL lock_timeout = '300ms'"))
+            from sqlmodel import Session
+
+            breaker.over_limit(Session(bind=other), policy, 1000, "usd")
+    finally:
+        holder.rollback()
+        holder.close()
+        rt.db.dispose()

@@ -35,6 +35,7 @@ from refund_desk.governance.drafts import (
     save_draft,
     source_of,
 )
+from refund_desk.governance.proof import proof_against_active, proof_summary
 from refund_desk.governance.versions import control, load_version
 from refund_desk.policy import policy_hash
 from refund_desk.storage.audit import Actor
@@ -123,7 +124,13 @@ class PolicyJobs:
                     actor=actor,
                     draft_id=ref.number if ref.kind == "draft" else None,
                 )
-            ts = progress.finish(clip(f"<@{actor.id}>: {run.text}"))
+            text = run.text
+            if ref.kind == "draft":  # beside the backtest: what the draft loosens, proved
+                with self.desk.db.read() as session:
+                    proved = proof_against_active(session, source)
+                if proved is not None:
+                    text += "\n" + proof_summary(*proved)
+            ts = progress.finish(clip(f"<@{actor.id}>: {text}"))
             self._upload(channel, path, title=f"Backtest of {ref}: every changed case", ts=ts)
 
     def _upload(self, channel: str, path: Path, *, title: str, ts: str) -> None:

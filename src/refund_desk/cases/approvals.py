@@ -20,7 +20,7 @@ from sqlmodel import Session, col
 from refund_desk import clock, money
 from refund_desk.cases import tokens
 from refund_desk.cases.decide import strictest
-from refund_desk.cases.errors import CaseError
+from refund_desk.cases.errors import CaseError, Refused
 from refund_desk.cases.executor import _open_execution, enqueue_execution
 from refund_desk.cases.lifecycle import Status, move
 from refund_desk.cases.notify import notify
@@ -37,10 +37,6 @@ if TYPE_CHECKING:
 
 DECIDABLE = (Status.awaiting_approval, Status.parked)
 DEFAULT_DENIAL = "We could not approve this refund request."
-
-
-class Refused(CaseError):
-    status = 403
 
 
 @dataclass(frozen=True)

@@ -89,6 +89,10 @@ def over_limit(
     breaker = policy.doc.breaker if policy else None
     if breaker is None or policy is None:
         return None
+    if session.get_bind().dialect.name == "postgresql":
+        # Replicas count and reserve one at a time: without this lock two of them could each
+        # see room for one more and both reserve. SQLite's single writer already serializes.
+        session.execute(select(col(Control.id)).where(col(Control.id) == 1).with_for_update())
     since = clock.now() - WINDOW
     count, total = session.execute(
         select(func.count(), func.coalesce(func.sum(col(Execution.amount)), 0)).where(

@@ -9,22 +9,16 @@ amount, another case) fails the signature, and a replayed one finds its nonce al
 from __future__ import annotations
 
 import base64
-import hashlib
-import hmac
 import json
 import secrets
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 
-from refund_desk.cases.errors import CaseError
-from refund_desk.storage.crypto import derive_key
+from refund_desk.cases.errors import TokenRefused
+from refund_desk.storage.crypto import keyed_hash, same
 
 TOKEN_LIFETIME = timedelta(days=7)
 ACTIONS = ("approve", "approve_partial", "deny", "escalate")
-
-
-class TokenRefused(CaseError):
-    status = 403
 
 
 @dataclass(frozen=True)
@@ -72,7 +66,7 @@ def issue(
 def verify(secret: str, value: str, *, now: datetime) -> ActionToken:
     """Check signature and expiry; the caller checks the nonce, revision and authority."""
     body, _, signature = value.partition(".")
-    if not body or not signature or not hmac.compare_digest(_sign(secret, body), signature):
+    if not body or not signature or not same(_sign(secret, body), signature):
         raise TokenRefused("token_invalid", "This button's token is not valid.")
     try:
         token = ActionToken(**json.loads(base64.urlsafe_b64decode(body.encode())))
@@ -84,5 +78,4 @@ def verify(secret: str, value: str, *, now: datetime) -> ActionToken:
 
 
 def _sign(secret: str, body: str) -> str:
-    key = derive_key(secret, "action-tokens")
-    return hmac.new(key, body.encode(), hashlib.sha256).hexdigest()
+    return keyed_hash(secret, "action-tokens", body)

@@ -118,9 +118,55 @@ def db_upgrade() -> None:
 @key_app.command("create")
 def api_key_create(name: Annotated[str, typer.Option(help="Who the key is for.")]) -> None:
     """Create an API key for the intake API; it is printed once and stored only as a hash."""
-    from refund_desk.web.routes.intake_api import create_api_key
+    from refund_desk.api_keys import create_api_key
+    from refund_desk.cases.errors import CaseError
 
-    typer.echo(create_api_key(_runtime().db, name))
+    runtime = _runtime()
+    try:
+        key = create_api_key(runtime.db, name, audit=runtime.desk.audit, actor=_cli_actor())
+    except CaseError as exc:
+        _fail(exc.message, 2)
+    typer.echo(key)
+
+
+@key_app.command("list")
+def api_key_list(
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON array.")] = False,
+) -> None:
+    """Every API key: name, the start of the key, when it was made, whether it is revoked."""
+    from refund_desk.api_keys import list_api_keys
+
+    with _runtime().db.read() as session:
+        keys = list_api_keys(session)
+    if as_json:
+        rows = [
+            {
+                "name": k.name,
+                "prefix": k.prefix,
+                "created_at": k.created_at.isoformat(),
+                "revoked_at": k.revoked_at.isoformat() if k.revoked_at else None,
+            }
+            for k in keys
+        ]
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    for k in keys:
+        state = f"revoked {k.revoked_at:%Y-%m-%d %H:%M}" if k.revoked_at else "active"
+        typer.echo(f"{k.name:<24} {k.prefix}…  created {k.created_at:%Y-%m-%d %H:%M}  {state}")
+
+
+@key_app.command("revoke")
+def api_key_revoke(name: Annotated[str, typer.Argument(help="The key's name.")]) -> None:
+    """Revoke every live key with this name; requests with it are refused from now on."""
+    from refund_desk.api_keys import revoke_api_key
+    from refund_desk.cases.errors import CaseError
+
+    runtime = _runtime()
+    try:
+        count = revoke_api_key(runtime.db, name, audit=runtime.desk.audit, actor=_cli_actor())
+    except CaseError as exc:
+        _fail(exc.message, 2)
+    typer.echo(f"revoked {count} key{'s' if count != 1 else ''} named {name}")
 
 
 @policy_app.command("validate")
@@ -165,6 +211,7 @@ def policy_publish(file: Path) -> None:
 
     backtest_and_record = _policy_cli.backtest_and_record
     from refund_desk.governance.backtest import BACKTEST_DAYS
+    from refund_desk.governance.proof import proof_against_active, proof_summary
     from refund_desk.governance.versions import check_publishable, publish
 
     runtime = _runtime()
@@ -172,13 +219,27 @@ def policy_publish(file: Path) -> None:
     try:
         check_publishable(source)  # valid and tested before the (longer) backtest
         run = backtest_and_record(runtime, file.name, source, BACKTEST_DAYS, None, audited=False)
+        with runtime.db.read() as session:  # proved outside the write: it can take seconds
+            proved = proof_against_active(session, source)
+        proof = None
+        if proved is not None:
+            version, report = proved
+            proof = {"against": version, "hash": report.hash,
+                     "more_permissive": report.more_permissive}  # fmt: skip
         with runtime.db.write() as session:
             row = publish(
-                session, runtime.desk.audit, source=source, actor=_cli_actor(), backtest="require"
+                session,
+                runtime.desk.audit,
+                source=source,
+                actor=_cli_actor(),
+                backtest="require",
+                proof=proof,
             )
     except CaseError as exc:
         _fail(exc.message)
     typer.echo(run.text.replace("`", ""))
+    if proved is not None:
+        typer.echo(proof_summary(*proved).replace("`", ""))
     typer.echo(f"published {row.policy_name} v{row.version} ({row.content_hash[:12]})")
 
 

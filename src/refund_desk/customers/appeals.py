@@ -10,8 +10,6 @@ first case.
 from __future__ import annotations
 
 import base64
-import hashlib
-import hmac
 import json
 from collections.abc import Callable
 from datetime import datetime, timedelta
@@ -20,14 +18,14 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import select
 from sqlmodel import Session, col
 
-from refund_desk.cases.errors import CaseError
+from refund_desk.cases.errors import AppealRefused
 from refund_desk.cases.intake import Submitted
 from refund_desk.cases.lifecycle import Status, move
 from refund_desk.customers import evidence
 from refund_desk.customers import intake as channels
 from refund_desk.governance.versions import load_version
 from refund_desk.storage.audit import SYSTEM, Actor
-from refund_desk.storage.crypto import derive_key
+from refund_desk.storage.crypto import keyed_hash, same
 from refund_desk.storage.models import Case
 
 if TYPE_CHECKING:
@@ -35,10 +33,6 @@ if TYPE_CHECKING:
 
 LINK_LIFETIME = timedelta(days=30)
 TIER = 4
-
-
-class AppealRefused(CaseError):
-    status = 403
 
 
 def issue(secret: str, case_id: str, *, now: datetime) -> str:
@@ -58,7 +52,7 @@ def issue(secret: str, case_id: str, *, now: datetime) -> str:
 def verify(secret: str, token: str, *, now: datetime) -> str:
     """The denied case a link names; raises AppealRefused for a bad or expired link."""
     body, _, sig = token.partition(".")
-    if not body or not sig or not hmac.compare_digest(_sign(secret, body), sig):
+    if not body or not sig or not same(_sign(secret, body), sig):
         raise AppealRefused("appeal_link_invalid", "This appeal link is not valid.")
     try:
         data = json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
@@ -71,7 +65,7 @@ def verify(secret: str, token: str, *, now: datetime) -> str:
 
 
 def _sign(secret: str, body: str) -> str:
-    return hmac.new(derive_key(secret, "appeal-links"), body.encode(), hashlib.sha256).hexdigest()
+    return keyed_hash(secret, "appeal-links", body)
 
 
 def appealable(case: Case) -> bool:

@@ -6,8 +6,6 @@ turns failures into `DeliveryFailed` without quoting addresses (errors reach log
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 import smtplib
 import ssl
@@ -21,6 +19,7 @@ import httpx
 from refund_desk.customers import addresses
 from refund_desk.customers.outcomes import Courier, DeliveryFailed, Outbound
 from refund_desk.settings import Settings
+from refund_desk.storage import crypto
 
 TIMEOUT = 5.0
 SIGNATURE_HEADER = "X-Refund-Desk-Signature"
@@ -36,8 +35,7 @@ SUBJECTS = {
 def sign(secret: str, body: bytes, *, now: float | None = None) -> str:
     """`t=<unix>,v1=<hex HMAC-SHA256 of "t.body">`, as DESIGN.md's contract says."""
     t = str(int(now if now is not None else time.time()))
-    mac = hmac.new(secret.encode(), t.encode() + b"." + body, hashlib.sha256).hexdigest()
-    return f"t={t},v1={mac}"
+    return f"t={t},v1={crypto.mac(secret.encode(), t.encode() + b'.' + body).hex()}"
 
 
 class SmtpCourier:

@@ -9,7 +9,6 @@ the file's first bytes, never by its name. Evidence starts as the customer's wor
 from __future__ import annotations
 
 import hashlib
-import hmac
 import os
 import re
 import tempfile
@@ -17,11 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from refund_desk.cases.errors import CaseError, InvalidRequest, NotFound
+from refund_desk.cases.errors import EvidenceRefused, InvalidRequest, NotFound
 from refund_desk.cases.ports import Provenance
 from refund_desk.cases.rows import load_for_update
 from refund_desk.storage.audit import Actor
-from refund_desk.storage.crypto import derive_key
+from refund_desk.storage.crypto import keyed_hash, same
 from refund_desk.storage.models import Case
 
 if TYPE_CHECKING:
@@ -34,10 +33,6 @@ MAX_FILES = 5
 MAX_LINKS = 5
 IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")
 _LINK = re.compile(r"https?://[^\s<>\"')\]]+", re.IGNORECASE)
-
-
-class EvidenceRefused(CaseError):
-    status = 403
 
 
 def sniff(data: bytes) -> str | None:
@@ -262,8 +257,7 @@ def mark_checked(desk: Desk, *, case_id: str, evidence_id: str, user: str) -> di
 
 
 def view_signature(secret: str, case_id: str, sha256: str) -> str:
-    key = derive_key(secret, "evidence-links")
-    return hmac.new(key, f"{case_id}/{sha256}".encode(), hashlib.sha256).hexdigest()[:32]
+    return keyed_hash(secret, "evidence-links", f"{case_id}/{sha256}")[:32]
 
 
 def view_path(secret: str, case_id: str, sha256: str) -> str:
@@ -272,4 +266,4 @@ def view_path(secret: str, case_id: str, sha256: str) -> str:
 
 
 def view_allowed(secret: str, case_id: str, sha256: str, sig: str) -> bool:
-    return hmac.compare_digest(view_signature(secret, case_id, sha256), sig)
+    return same(view_signature(secret, case_id, sha256), sig)

@@ -18,7 +18,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col
 
 from refund_desk import clock
-from refund_desk.cases.errors import Conflict, InvalidRequest
+from refund_desk.cases.errors import Conflict, InvalidRequest, NotMatched
 from refund_desk.cases.facts import customer_verified
 from refund_desk.cases.intake import Submitted, fetch_payment, parse_request, submit, to_major_text
 from refund_desk.cases.notify import notify
@@ -31,22 +31,6 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from refund_desk.cases.desk import Desk
-
-NOT_MATCHED = (
-    "We could not match this email address to that payment or order reference. "
-    "Please check both and try again."
-)
-
-
-class NotMatched(InvalidRequest):
-    """The customer is not who the system of record says; the answer reveals nothing more."""
-
-    def __init__(self) -> None:
-        super().__init__(
-            "not_matched",
-            NOT_MATCHED,
-            {"email": "does not match the reference", "payment": "does not match the email"},
-        )
 
 
 @dataclass

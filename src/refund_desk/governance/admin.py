@@ -17,6 +17,7 @@ from refund_desk.cases.errors import InvalidRequest, NotFound
 from refund_desk.cases.executor import EXECUTE
 from refund_desk.governance.backtest import require_backtest
 from refund_desk.governance.drafts import Change, get_draft
+from refund_desk.governance.proof import proof_against_active, proof_summary
 from refund_desk.governance.versions import (
     MODES,
     check_publishable,
@@ -44,7 +45,12 @@ def publish_draft(session: Session, audit: AuditLog, *, draft_id: int, actor: Ac
     assert draft.content_hash is not None  # it parsed
     ran = require_backtest(session, draft.content_hash)
     backtest = summary_text(ran.summary, label=f"d{draft_id}", days=ran.days)
-    if control(session).publish_needs_second_lead:
+    proved = proof_against_active(session, draft.source)
+    if proved is not None:
+        backtest += "\n" + proof_summary(*proved)
+    looser = proved is not None and proved[1].more_permissive
+    # A version that pays more somewhere always needs a second lead, whatever the setting.
+    if control(session).publish_needs_second_lead or looser:
         requested = draft.publish_requested_hash == draft.content_hash
         if not requested or draft.publish_requested_by is None:
             draft.publish_requested_by = str(actor)
@@ -58,7 +64,8 @@ def publish_draft(session: Session, audit: AuditLog, *, draft_id: int, actor: Ac
             )
             return Change(
                 reply=f"Publishing d{draft_id} needs a second lead: they confirm with "
-                f"`/refund-policy publish d{draft_id}`.",
+                f"`/refund-policy publish d{draft_id}`."
+                + (f"\n{proof_summary(*proved)}" if looser and proved is not None else ""),
                 announce=f"<@{actor.id}> asks to publish d{draft_id} (`{doc.policy}`). Another "
                 f"lead confirms with `/refund-policy publish d{draft_id}`.\n{backtest}",
             )
@@ -67,7 +74,9 @@ def publish_draft(session: Session, audit: AuditLog, *, draft_id: int, actor: Ac
                 "second_lead_needed",
                 f"You asked to publish d{draft_id}; another lead must confirm.",
             )
-    row = publish(session, audit, source=draft.source, actor=actor, backtest="require")
+    proof = None if proved is None else {"against": proved[0], "hash": proved[1].hash,
+                                         "more_permissive": looser}  # fmt: skip
+    row = publish(session, audit, source=draft.source, actor=actor, backtest="require", proof=proof)
     draft.published_version = row.version
     session.add(draft)
     head = (

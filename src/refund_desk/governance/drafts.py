@@ -14,7 +14,7 @@ from sqlalchemy import select
 from sqlmodel import Session, col
 
 from refund_desk import clock
-from refund_desk.cases.errors import CaseError, InvalidRequest, NotFound
+from refund_desk.cases.errors import InvalidRequest, NotALead, NotFound
 from refund_desk.governance.versions import control, load_version
 from refund_desk.policy import (
     CompiledPolicy,
@@ -29,10 +29,6 @@ from refund_desk.storage.models import PolicyDraft, PolicyVersion
 
 MAX_SOURCE = 200_000  # characters: a policy is a page or two, not a data dump
 _REF = re.compile(r"^(?:(d|draft)?(\d+)|v(\d+))$", re.IGNORECASE)
-
-
-class NotALead(CaseError):
-    status = 403
 
 
 @dataclass(frozen=True)

@@ -83,6 +83,7 @@ def publish(
     source: str,
     actor: Actor,
     backtest: Literal["require", "run"] = "run",
+    proof: dict[str, Any] | None = None,
 ) -> PolicyVersion:
     """Freeze the next version and make it active, with an audit record, in one transaction.
 
@@ -124,6 +125,7 @@ def publish(
                 "days": ran.days,
                 "ran_by": ran.ran_by,
             },
+            **({"proof": proof} if proof is not None else {}),
         },
     )
     return row

@@ -7,8 +7,6 @@ secret: someone with database access but not the secret cannot rewrite the chain
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -19,7 +17,7 @@ from sqlalchemy import select
 from sqlmodel import Session, col
 
 from refund_desk import clock
-from refund_desk.storage.crypto import derive_key
+from refund_desk.storage.crypto import keyed_hash, same
 from refund_desk.storage.models import AuditHead, AuditRecord
 
 GENESIS = "0" * 64
@@ -59,8 +57,7 @@ def _body(record: AuditRecord) -> dict[str, Any]:
 
 
 def record_hash(secret: str, record: AuditRecord) -> str:
-    key = derive_key(secret, "audit-chain")
-    return hmac.new(key, canonical(_body(record)).encode(), hashlib.sha256).hexdigest()
+    return keyed_hash(secret, "audit-chain", canonical(_body(record)))
 
 
 class AuditLog:
@@ -144,14 +141,14 @@ def verify_chain(
                 record.seq,
                 f"record {record.seq} does not link to its predecessor",
             )
-        if not hmac.compare_digest(record_hash(secret, record), record.hash):
+        if not same(record_hash(secret, record), record.hash):
             return VerifyResult(
                 False, count, prev, record.seq, f"record {record.seq} was altered (hash mismatch)"
             )
         prev = record.hash
         expected_seq += 1
         count += 1
-        anchored = anchored or hmac.compare_digest(record.hash, anchor or "")
+        anchored = anchored or same(record.hash, anchor or "")
     if not anchored:
         return VerifyResult(
             False,

@@ -23,8 +23,19 @@ def derive_key(secret: str, purpose: str) -> bytes:
     ).derive(secret.encode())
 
 
+def mac(key: bytes, data: bytes) -> bytes:
+    """HMAC-SHA256: the one MAC every token, link, CSRF field, webhook and record uses."""
+    return hmac.new(key, data, hashlib.sha256).digest()
+
+
+def same(given: str, expected: str) -> bool:
+    """Compare a presented signature in constant time."""
+    return hmac.compare_digest(given.encode(), expected.encode())
+
+
 def keyed_hash(secret: str, purpose: str, value: str) -> str:
-    return hmac.new(derive_key(secret, purpose), value.encode(), hashlib.sha256).hexdigest()
+    """A hex MAC of `value` under the key derived for `purpose` (tokens, links, CSRF, audit)."""
+    return mac(derive_key(secret, purpose), value.encode()).hex()
 
 
 def normalize_email(email: str) -> str:

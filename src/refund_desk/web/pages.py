@@ -7,8 +7,6 @@ page on another site can neither read nor forge the pair.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import re
 import secrets
 from dataclasses import dataclass, field
@@ -17,7 +15,7 @@ from html import escape
 from fastapi import Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 
-from refund_desk.storage.crypto import derive_key
+from refund_desk.storage.crypto import keyed_hash, same
 from refund_desk.web.errors import error_response
 
 CSRF_COOKIE = "rd_form"
@@ -137,12 +135,11 @@ def csrf_ok(secret: str, cookie: str | None, token: str | None, purpose: str, no
     nonce, _, sig = rest.partition(".")
     if not ts.isdigit() or not nonce or not (0 <= now - int(ts) <= CSRF_MAX_AGE):
         return False
-    return hmac.compare_digest(_sign(secret, cookie, purpose, f"{ts}.{nonce}"), sig)
+    return same(_sign(secret, cookie, purpose, f"{ts}.{nonce}"), sig)
 
 
 def _sign(secret: str, cookie: str, purpose: str, stamp: str) -> str:
-    key = derive_key(secret, "csrf")
-    return hmac.new(key, f"{purpose}|{cookie}|{stamp}".encode(), hashlib.sha256).hexdigest()
+    return keyed_hash(secret, "csrf", f"{purpose}|{cookie}|{stamp}")
 
 
 def set_csrf_cookie(response: Response, request: Request, cookie: str) -> Response:

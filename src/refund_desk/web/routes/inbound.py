@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import hmac
 import json
 import logging
 from datetime import UTC, datetime, timedelta
@@ -30,6 +29,7 @@ from refund_desk.cases.ports import REASONS
 from refund_desk.customers import evidence, mail
 from refund_desk.customers import intake as channels
 from refund_desk.runtime import Runtime
+from refund_desk.storage import crypto
 from refund_desk.storage.audit import Actor
 from refund_desk.storage.models import Case
 from refund_desk.web.errors import error_response
@@ -69,9 +69,7 @@ def _runtime(request: Request) -> Runtime:
 
 def _bearer_ok(request: Request, secret: SecretStr) -> bool:
     scheme, _, value = request.headers.get("authorization", "").partition(" ")
-    return scheme.lower() == "bearer" and hmac.compare_digest(
-        value.strip().encode(), secret.get_secret_value().encode()
-    )
+    return scheme.lower() == "bearer" and crypto.same(value.strip(), secret.get_secret_value())
 
 
 def _answer(runtime: Runtime, submitted: Any, extra: dict[str, Any] | None = None) -> JSONResponse:
@@ -208,8 +206,8 @@ async def shopify_webhook(request: Request) -> JSONResponse:
         return _refuse("shopify", "not_configured", "SHOPIFY_WEBHOOK_SECRET is not set.", 503)
     body = await request.body()
     given = request.headers.get("x-shopify-hmac-sha256", "")
-    mac = hmac.new(secret.get_secret_value().encode(), body, hashlib.sha256).digest()
-    if not given or not hmac.compare_digest(base64.b64encode(mac).decode(), given.strip()):
+    expected = base64.b64encode(crypto.mac(secret.get_secret_value().encode(), body)).decode()
+    if not given or not crypto.same(given.strip(), expected):
         return _refuse("shopify", "bad_signature", "The Shopify signature does not match.", 401)
     topic = request.headers.get("x-shopify-topic", "")
     if topic not in SHOPIFY_TOPICS:
@@ -285,9 +283,9 @@ async def zendesk_webhook(request: Request) -> JSONResponse:
     body = await request.body()
     given = request.headers.get("x-zendesk-webhook-signature", "")
     stamp = request.headers.get("x-zendesk-webhook-signature-timestamp", "")
-    mac = hmac.new(secret.get_secret_value().encode(), stamp.encode() + body, hashlib.sha256)
-    expected = base64.b64encode(mac.digest()).decode()
-    if not given or not stamp or not hmac.compare_digest(expected, given.strip()):
+    mac = crypto.mac(secret.get_secret_value().encode(), stamp.encode() + body)
+    expected = base64.b64encode(mac).decode()
+    if not given or not stamp or not crypto.same(given.strip(), expected):
         return _refuse("zendesk", "bad_signature", "The Zendesk signature does not match.", 401)
     if not _fresh(stamp):  # a signed request recorded once must not be replayable for ever
         return _refuse("zendesk", "stale_signature", "The Zendesk timestamp is too old.", 401)

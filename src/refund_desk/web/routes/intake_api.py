@@ -6,9 +6,7 @@ the event loop stays free.
 
 from __future__ import annotations
 
-import hashlib
 import json
-import secrets
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Request
@@ -17,41 +15,21 @@ from fastapi.responses import JSONResponse
 from sqlalchemy import select
 from sqlmodel import col
 
-from refund_desk import clock
-from refund_desk.cases.errors import CaseError, InvalidRequest
+from refund_desk.api_keys import hash_key
+from refund_desk.cases.errors import InvalidRequest, Unauthorized
 from refund_desk.cases.intake import parse_request, submit
 from refund_desk.cases.views import case_view
 from refund_desk.customers import addresses
 from refund_desk.runtime import Runtime
 from refund_desk.storage.audit import Actor
-from refund_desk.storage.db import Database
 from refund_desk.storage.models import ApiKey
 
 router = APIRouter(prefix="/api/v1")
-KEY_PREFIX = "rdk_"
-
-
-class Unauthorized(CaseError):
-    status = 401
 
 
 def get_runtime(request: Request) -> Runtime:
     runtime: Runtime = request.app.state.runtime
     return runtime
-
-
-def hash_key(key: str) -> str:
-    return hashlib.sha256(key.encode()).hexdigest()
-
-
-def create_api_key(db: Database, name: str) -> str:
-    """Make a key, store only its hash, and return the key (shown once)."""
-    key = KEY_PREFIX + secrets.token_urlsafe(32)
-    with db.write() as session:
-        session.add(
-            ApiKey(name=name, prefix=key[:10], key_hash=hash_key(key), created_at=clock.now())
-        )
-    return key
 
 
 def authenticate(
