@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from refund_desk.cli.main import app
 from refund_desk.policy import CompiledPolicy, parse_policy
-from tests.cli_helpers import run
+from tests.cli_helpers import run, runner
 
 PAIRS = Path(__file__).resolve().parents[1] / "fixtures" / "prove"
 
@@ -42,3 +43,43 @@ def test_an_invalid_policy_exits_2(tmp_path: Path, bad: str) -> None:
     broken = tmp_path / "broken.yaml"
     broken.write_text(bad)
     run("policy", "prove", str(broken), str(PAIRS / "tightening-only" / "new.yaml"), code=2)
+
+
+def _with_test(source: str, given: dict[str, object], expect: dict[str, object]) -> str:
+    import yaml
+
+    raw = yaml.safe_load(source)
+    raw["tests"] = [*(raw.get("tests") or []), {"name": "prover witness", "given": given,
+                                                "expect": expect}]  # fmt: skip
+    return yaml.safe_dump(raw, sort_keys=False)
+
+
+@pytest.mark.parametrize("pair", sorted(p.name for p in PAIRS.iterdir() if p.is_dir()))
+def test_every_witness_is_confirmed_by_policy_test(pair: str, tmp_path: Path) -> None:
+    """Each region's example, written as an embedded test expecting NEW's verdict, passes
+    `refund-desk policy test` on NEW, and fails on OLD wherever the verdicts say it must."""
+    import yaml
+
+    old, new = PAIRS / pair / "old.yaml", PAIRS / pair / "new.yaml"
+    result = runner.invoke(app, ["policy", "prove", str(old), str(new), "--json"])
+    assert result.exit_code in (0, 3), result.output
+    report = json.loads(result.output)
+    assert report["regions"] or not report["more_permissive"]
+    rules = {
+        rule["id"]
+        for rule in yaml.safe_load(new.read_text())["rules"]
+        + yaml.safe_load(old.read_text())["rules"]
+    }
+    for i, region in enumerate(report["regions"]):
+        verdict = region["new"]
+        expect: dict[str, object] = {"outcome": verdict["outcome"], "tier": verdict["tier"]}
+        if verdict["path"] in rules:
+            expect["rule"] = verdict["path"]
+        on_new = tmp_path / f"new-{i}.yaml"
+        on_new.write_text(_with_test(new.read_text(), region["given"], expect))
+        run("policy", "test", str(on_new))
+        before = region["old"]
+        if (before["outcome"], before["tier"]) != (verdict["outcome"], verdict["tier"]):
+            on_old = tmp_path / f"old-{i}.yaml"
+            on_old.write_text(_with_test(old.read_text(), region["given"], expect))
+            run("policy", "test", str(on_old), code=1)

@@ -451,7 +451,7 @@ class _Run:
         if self.check(*accepted) == z3.sat:
             model = self.solver.model()
         witness = self._witness(model)
-        given = _given(witness)
+        given = _given(witness, self.new.doc.currency)
         confirmed = self._confirm(witness, old_path, new_path, kind)
         facts = self._facts_for(old_path, new_path) if self.describe else []
         bounds = tuple(b for b in (self._bound(f) for f in facts) if b is not None)
@@ -711,12 +711,16 @@ def _side(doc: PolicyDocument, path: Any) -> Side:
     return Side(path.label, v.outcome, v.tier, v.group, limit)
 
 
-def _given(witness: dict[str, Any]) -> dict[str, Any]:
-    """The witness as a policy test's ``given``: money in major units, as exact strings."""
+def _given(witness: dict[str, Any], currency: str) -> dict[str, Any]:
+    """The witness as a policy test's ``given``: money in major units, as exact strings.
+
+    A section without a currency has its money read in the policy's currency by
+    ``policy test`` (``given_to_context``), so it is written in that currency here.
+    """
     out: dict[str, Any] = {}
     for section, fields in witness.items():
         out[section] = dict(fields)
-        cur = fields.get("currency")
+        cur = fields.get("currency") or currency
         for name in MONEY_FACTS:
             sec, fact = name.split(".", 1)
             if sec == section and fields.get(fact) is not None and cur:
