@@ -18,7 +18,7 @@ from sqlalchemy.engine import make_url
 
 from refund_desk.payments.sandbox import SandboxProcessor
 from refund_desk.runtime import Runtime, build
-from refund_desk.settings import Settings
+from refund_desk.settings import Settings, load_settings
 from refund_desk.storage.db import Database
 from refund_desk.storage.migrate import upgrade
 
@@ -149,3 +149,15 @@ def any_runtime(any_db_url: str) -> Iterator[Runtime]:
     rt = make_runtime(any_db_url)
     yield rt
     rt.db.dispose()
+
+
+# ---------------------------------------------------------------- the CLI
+
+
+@pytest.fixture()
+def cli_db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    monkeypatch.setenv("DATABASE_URL", f"sqlite:///{tmp_path / 'cli.db'}")
+    monkeypatch.delenv("REFUND_DESK_SECRET", raising=False)
+    load_settings.cache_clear()
+    yield tmp_path
+    load_settings.cache_clear()

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
 
 from refund_desk.demo.slack import SlackEmulator
 from refund_desk.payments.sandbox import SandboxProcessor
 from refund_desk.runtime import build
-from refund_desk.settings import load_settings
 from refund_desk.storage.db import Database
 from tests.conftest import _raise_crash, make_settings
 from tests.slack_helpers import SIGNING_SECRET, TOKEN, SlackHarness, emulator
@@ -46,12 +44,3 @@ def slack_desk(slack: SlackEmulator) -> Iterator[Callable[[str, str], SlackHarne
     for harness, db in made:
         harness.surface.pool.shutdown(wait=True)
         db.dispose()
-
-
-@pytest.fixture()
-def cli_db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    monkeypatch.setenv("DATABASE_URL", f"sqlite:///{tmp_path / 'cli.db'}")
-    monkeypatch.delenv("REFUND_DESK_SECRET", raising=False)
-    load_settings.cache_clear()
-    yield tmp_path
-    load_settings.cache_clear()

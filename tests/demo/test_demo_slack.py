@@ -18,7 +18,7 @@ from refund_desk.demo.slack import SlackEmulator
 from refund_desk.demo.slack.modals import REQUIRED, submission_values
 from refund_desk.demo.slack.web_api import METHODS
 from refund_desk.policy import parse_policy, run_policy_tests
-from tests.bot.demo_process import clean_env
+from tests.demo.demo_process import clean_env
 
 
 @pytest.fixture()

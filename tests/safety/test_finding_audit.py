@@ -13,7 +13,6 @@ from refund_desk.cases import anchor
 from refund_desk.runtime import Runtime
 from refund_desk.storage.audit import Actor, VerifyResult, verify_chain
 from refund_desk.storage.models import AuditHead, AuditRecord, Job
-from tests.bot.conftest import cli_db  # noqa: F401
 from tests.cli_helpers import run
 from tests.conftest import TEST_SECRET
 from tests.helpers import ACME
@@ -102,7 +101,7 @@ def test_finding_07_the_head_is_anchored_on_a_schedule(
     assert any(n["event"] == "audit.anchor" for n in notes)
 
 
-def test_finding_07_cli_verifies_against_an_anchor(cli_db: object) -> None:  # noqa: F811
+def test_finding_07_cli_verifies_against_an_anchor(cli_db: object) -> None:
     run("policy", "publish", str(ACME))
     out = run("audit", "verify")
     head = out.strip().rsplit(" ", 1)[-1]

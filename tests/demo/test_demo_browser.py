@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.bot.demo_process import Demo
+from tests.demo.demo_process import Demo
 
 pytestmark = pytest.mark.slow
 
