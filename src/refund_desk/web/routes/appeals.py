@@ -6,8 +6,6 @@ nothing; only the form's POST, with its CSRF pair, creates the appeal.
 
 from __future__ import annotations
 
-from html import escape
-
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
@@ -39,8 +37,9 @@ def _runtime(request: Request) -> Runtime:
 def _refused(request: Request, exc: CaseError) -> Response:
     if pages.wants_json(request):
         return pages.json_error(exc.code, exc.message, exc.fields, exc.status)
-    body = f'<h1>Appeal</h1><p role="alert">{escape(exc.message)}</p>'
-    return pages.page("Appeal", body, status=exc.status)
+    return pages.render(
+        "appeal_refused.html", title="Appeal", status=exc.status, message=exc.message
+    )
 
 
 def _form(
@@ -57,17 +56,19 @@ def _form(
     cookie, new = pages.csrf_cookie(request)
     csrf = pages.csrf_token(desk.secret, cookie, PURPOSE, desk.now().timestamp())
     amount = money.format_money(case.amount, case.currency)
-    body = (
-        "<h1>Ask us to look again</h1>"
-        f"<p>Your request for {escape(amount)} (reference {escape(case.id)}) was declined. "
-        "You can appeal once.</p>"
-        f"{pages.error_summary(errors or {}, form_error)}"
-        f'<form method="post" action="/appeal/{escape(token)}">'
-        f'<input type="hidden" name="csrf_token" value="{csrf}">'
-        f"{pages.render_field(MESSAGE, values or {}, errors or {})}"
-        '<button type="submit">Send my appeal</button></form>'
+    response = pages.render(
+        "appeal_form.html",
+        title="Appeal",
+        status=status,
+        amount=amount,
+        reference=case.id,
+        token=token,
+        csrf=csrf,
+        message_field=MESSAGE,
+        values=values or {},
+        errors=errors or {},
+        form_error=form_error,
     )
-    response = pages.page("Appeal", body, status=status)
     return pages.set_csrf_cookie(response, request, cookie) if new else response
 
 
@@ -81,11 +82,7 @@ def appeal_form(request: Request, token: str) -> Response:
     with desk.db.read() as session:
         already = appeals.existing_appeal(session, case.id)
     if already:
-        return pages.page(
-            "Appeal",
-            "<h1>Appeal received</h1><p>We already have your appeal "
-            f"(reference <strong>{escape(already)}</strong>).</p>",
-        )
+        return pages.render("appeal_received.html", title="Appeal", already=True, reference=already)
     return _form(request, token, case)
 
 
@@ -138,12 +135,13 @@ async def appeal_submit(request: Request, token: str) -> Response:
             {"id": submitted.case_id, "appeal_of": case.id},
             status_code=201 if submitted.created else 200,
         )
-    body = (
-        '<h1>We have your appeal</h1><p role="status">A different person will review it. '
-        "We will tell you the outcome.</p>"
-        f'<p>Your reference: <strong id="case-reference">{escape(submitted.case_id)}</strong></p>'
+    response = pages.render(
+        "appeal_received.html",
+        title="Appeal received",
+        status=201 if submitted.created else 200,
+        already=False,
+        reference=submitted.case_id,
     )
-    response = pages.page("Appeal received", body, status=201 if submitted.created else 200)
     response.headers["X-Refund-Desk-Case"] = submitted.case_id
     return response
 

@@ -102,19 +102,16 @@ def _form(
     runtime = _runtime(request)
     cookie, new = pages.csrf_cookie(request)
     token = pages.csrf_token(runtime.desk.secret, cookie, PURPOSE, runtime.desk.now().timestamp())
-    fields = "".join(pages.render_field(f, values or {}, errors) for f in FIELDS)
-    body = (
-        "<h1>Request a refund</h1>"
-        f"{pages.error_summary(errors, form_error)}"
-        '<form method="post" action="/request" enctype="multipart/form-data" novalidate>'
-        f'<input type="hidden" name="csrf_token" value="{token}">'
-        f"{fields}"
-        '<div class="visually-hidden" aria-hidden="true"><label for="website">Leave this '
-        'empty</label><input id="website" name="website" tabindex="-1" autocomplete="off">'
-        "</div>"
-        '<button type="submit">Send request</button></form>'
+    response = pages.render(
+        "request_form.html",
+        title="Request a refund",
+        status=status,
+        fields=FIELDS,
+        values=values or {},
+        errors=errors,
+        form_error=form_error,
+        csrf=token,
     )
-    response = pages.page("Request a refund", body, status=status)
     return pages.set_csrf_cookie(response, request, cookie) if new else response
 
 
@@ -287,11 +284,12 @@ def _done(request: Request, view: dict[str, Any]) -> Response:
         outcome = str(view["customer_message"])
     else:
         outcome = f"We are looking at your request for {amount}. We will email you the outcome."
-    body = (
-        '<h1 tabindex="-1">Thank you, we have your request</h1>'
-        f'<p role="status">{pages.escape(outcome)}</p>'
-        f'<p>Your reference: <strong id="case-reference">{pages.escape(view["id"])}</strong></p>'
+    response = pages.render(
+        "request_done.html",
+        title="Request received",
+        status=201,
+        outcome=outcome,
+        reference=view["id"],
     )
-    response = pages.page("Request received", body, status=201)
     response.headers["X-Refund-Desk-Case"] = view["id"]
     return response
