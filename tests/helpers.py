@@ -11,6 +11,8 @@ from sqlalchemy import func, select
 
 from refund_desk import clock, money
 from refund_desk.api_keys import create_api_key
+from refund_desk.cases import tokens
+from refund_desk.cases.desk import Desk
 from refund_desk.governance.versions import publish
 from refund_desk.payments.sandbox import SandboxProcessor
 from refund_desk.runtime import Runtime
@@ -146,3 +148,17 @@ class LiveServer:
     def stop(self) -> None:
         self.server.should_exit = True
         self.thread.join(timeout=10)
+
+
+def button_token(desk: Desk, case: Case, action: str) -> str:
+    """The signed token a card's button carries for ``case`` as it is now."""
+    return tokens.issue(
+        desk.secret,
+        case_id=case.id,
+        action=action,
+        amount=case.amount,
+        currency=case.currency,
+        revision=case.revision,
+        policy_version=case.policy_version,
+        now=desk.now(),
+    )

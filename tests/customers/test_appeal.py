@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from refund_desk.cases import approvals, tokens
+from refund_desk.cases import approvals
 from refund_desk.customers import appeals
 from tests.customers.conftest import Channels
 from tests.customers.test_customer_tell import _act, _form
-from tests.helpers import CUSTOMER
+from tests.helpers import CUSTOMER, button_token
 
 
 def _denied_with_link(channels: Channels) -> tuple[str, str]:
@@ -73,16 +73,7 @@ def test_first_decider_cannot_decide_the_appeal_two_others_must(channels: Channe
     assert channels.case(appeal_id).status == "awaiting_approval"  # tier 4: a second approver
     case = channels.case(appeal_id)
     desk = channels.runtime.desk
-    token = tokens.issue(
-        desk.secret,
-        case_id=case.id,
-        action="approve",
-        amount=case.amount,
-        currency=case.currency,
-        revision=case.revision,
-        policy_version=case.policy_version,
-        now=desk.now(),
-    )
+    token = button_token(desk, case, "approve")
     with pytest.raises(approvals.Refused):  # the same person twice does not count
         approvals.act(desk, token_value=token, user="U0FIN2")
     actions = [r["action"] for r in channels.get(appeal_id)["audit"]]

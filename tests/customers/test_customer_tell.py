@@ -6,10 +6,10 @@ import hashlib
 import hmac
 import json
 
-from refund_desk.cases import approvals, tokens
+from refund_desk.cases import approvals
 from tests.customers.conftest import WEBHOOK_SECRET, Channels
 from tests.fakes.receiver import Receiver
-from tests.helpers import CUSTOMER
+from tests.helpers import CUSTOMER, button_token
 
 
 def _form(channels: Channels, payment: str, amount: str = "20.00") -> str:
@@ -29,16 +29,7 @@ def _form(channels: Channels, payment: str, amount: str = "20.00") -> str:
 def _act(channels: Channels, case_id: str, action: str, user: str, **kw: str) -> None:
     case = channels.case(case_id)
     desk = channels.runtime.desk
-    token = tokens.issue(
-        desk.secret,
-        case_id=case.id,
-        action=action,
-        amount=case.amount,
-        currency=case.currency,
-        revision=case.revision,
-        policy_version=case.policy_version,
-        now=desk.now(),
-    )
+    token = button_token(desk, case, action)
     outcome = approvals.act(desk, token_value=token, user=user, **kw)
     for job in outcome.jobs:
         desk.jobs.run_now(job)

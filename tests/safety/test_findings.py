@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 
 from refund_desk import clock
-from refund_desk.cases import approvals, tokens
+from refund_desk.cases import approvals
 from refund_desk.cases.errors import InvalidRequest
 from refund_desk.cases.ports import (
     AdviceRequest,
@@ -33,7 +33,7 @@ from refund_desk.storage.jobs import JobQueue
 from refund_desk.storage.models import Case, Execution, Job
 from refund_desk.web.app import create_app
 from tests.conftest import _raise_crash, make_runtime, make_settings
-from tests.helpers import ACME, Harness
+from tests.helpers import ACME, Harness, button_token
 
 # ---------------------------------------------------------------- finding 1: Socket Mode
 
@@ -107,16 +107,7 @@ def act(desk: Harness, case_id: str, action: str, user: str, **kw: str) -> appro
     with rt.db.read() as session:
         case = session.get(Case, case_id)
         assert case is not None
-        value = tokens.issue(
-            rt.secret,
-            case_id=case.id,
-            action=action,
-            amount=case.amount,
-            currency=case.currency,
-            revision=case.revision,
-            policy_version=case.policy_version,
-            now=rt.now(),
-        )
+        value = button_token(rt, case, action)
     outcome = approvals.act(rt, token_value=value, user=user, **kw)
     for job in outcome.jobs:
         rt.jobs.run_now(job)
@@ -230,16 +221,7 @@ def act_no_run(desk: Harness, case_id: str, action: str, user: str) -> approvals
     with rt.db.read() as session:
         case = session.get(Case, case_id)
         assert case is not None
-        value = tokens.issue(
-            rt.secret,
-            case_id=case.id,
-            action=action,
-            amount=case.amount,
-            currency=case.currency,
-            revision=case.revision,
-            policy_version=case.policy_version,
-            now=rt.now(),
-        )
+        value = button_token(rt, case, action)
     return approvals.act(rt, token_value=value, user=user)
 
 

@@ -211,7 +211,11 @@ def policy_publish(file: Path) -> None:
 
     backtest_and_record = _policy_cli.backtest_and_record
     from refund_desk.governance.backtest import BACKTEST_DAYS
-    from refund_desk.governance.proof import proof_against_active, proof_summary
+    from refund_desk.governance.proof import (
+        proof_against_active,
+        proof_record,
+        proof_summary,
+    )
     from refund_desk.governance.versions import check_publishable, publish
 
     runtime = _runtime()
@@ -221,11 +225,6 @@ def policy_publish(file: Path) -> None:
         run = backtest_and_record(runtime, file.name, source, BACKTEST_DAYS, None, audited=False)
         with runtime.db.read() as session:  # proved outside the write: it can take seconds
             proved = proof_against_active(session, source)
-        proof = None
-        if proved is not None:
-            version, report = proved
-            proof = {"against": version, "hash": report.hash,
-                     "more_permissive": report.more_permissive}  # fmt: skip
         with runtime.db.write() as session:
             row = publish(
                 session,
@@ -233,7 +232,7 @@ def policy_publish(file: Path) -> None:
                 source=source,
                 actor=_cli_actor(),
                 backtest="require",
-                proof=proof,
+                proof=proof_record(proved),
             )
     except CaseError as exc:
         _fail(exc.message)

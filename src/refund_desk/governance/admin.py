@@ -17,7 +17,7 @@ from refund_desk.cases.errors import InvalidRequest, NotFound
 from refund_desk.cases.executor import EXECUTE
 from refund_desk.governance.backtest import require_backtest
 from refund_desk.governance.drafts import Change, get_draft
-from refund_desk.governance.proof import proof_against_active, proof_summary
+from refund_desk.governance.proof import proof_against_active, proof_record, proof_summary
 from refund_desk.governance.versions import (
     MODES,
     check_publishable,
@@ -74,9 +74,14 @@ def publish_draft(session: Session, audit: AuditLog, *, draft_id: int, actor: Ac
                 "second_lead_needed",
                 f"You asked to publish d{draft_id}; another lead must confirm.",
             )
-    proof = None if proved is None else {"against": proved[0], "hash": proved[1].hash,
-                                         "more_permissive": looser}  # fmt: skip
-    row = publish(session, audit, source=draft.source, actor=actor, backtest="require", proof=proof)
+    row = publish(
+        session,
+        audit,
+        source=draft.source,
+        actor=actor,
+        backtest="require",
+        proof=proof_record(proved),
+    )
     draft.published_version = row.version
     session.add(draft)
     head = (

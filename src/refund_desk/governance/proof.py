@@ -7,6 +7,7 @@ per pair of texts: the backtest step proves ahead, and the publish finds the ans
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Any
 
 from sqlmodel import Session
 
@@ -27,6 +28,14 @@ def proof_against_active(session: Session, source: str) -> tuple[int, ProofRepor
     if row is None:
         return None
     return row.version, proof_between(row.source, source)
+
+
+def proof_record(proved: tuple[int, ProofReport] | None) -> dict[str, Any] | None:
+    """What the publish's audit record keeps of the proof: against what, its hash, the verdict."""
+    if proved is None:
+        return None
+    version, report = proved
+    return {"against": version, "hash": report.hash, "more_permissive": report.more_permissive}
 
 
 def proof_summary(version: int, report: ProofReport) -> str:

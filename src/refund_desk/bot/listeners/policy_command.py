@@ -37,6 +37,7 @@ from refund_desk.cases.desk import Desk
 from refund_desk.cases.errors import CaseError, InvalidRequest, NotFound
 from refund_desk.governance import admin as policy_admin
 from refund_desk.governance import drafts, review, shadow
+from refund_desk.governance.proof import proof_against_active
 from refund_desk.governance.versions import control
 from refund_desk.policy import policy_hash
 from refund_desk.policy.diff import diff_policies, diff_text
@@ -282,9 +283,19 @@ class PolicyCommands:
 
     def publish(self, user: str, channel: str | None, rest: list[str]) -> Reply:
         ref = _one_draft(rest, "publish DRAFT")
+        self._prove_ahead(ref)
         return self._change(
             user, lambda s, a: policy_admin.publish_draft(s, self.desk.audit, draft_id=ref, actor=a)
         )
+
+    def _prove_ahead(self, draft_id: int) -> None:
+        """Prove the draft in a read, so the publish's write transaction finds it proved."""
+        with self.desk.db.read() as session:
+            try:
+                source = drafts.get_draft(session, draft_id).source
+            except CaseError:
+                return  # the publish itself says what is wrong
+            proof_against_active(session, source)
 
     def rollback(self, user: str, channel: str | None, rest: list[str]) -> Reply:
         if len(rest) != 1:
