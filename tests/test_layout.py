@@ -127,3 +127,60 @@ def test_the_core_reads_time_from_the_one_clock() -> None:
         if WALL_CLOCK.search(path.read_text()):
             readers.append(rel)
     assert readers == []
+
+
+# Slack's markup: a mention, a broadcast or link (`<@U1>`, `<!here>`, `<!subteam^S1>`), an
+# emoji code, or *bold*, written inside a string literal.
+MRKDWN = re.compile(
+    r"<[@!#][A-Za-z{]|(?<![\w:/]):[a-z][a-z0-9_+-]*[a-z0-9]:(?![\w/])|(?<![\w*])\*[{A-Za-z][^*\n]*\*(?!\w)"
+)
+
+
+NOT_MARKUP = {":memory:"}  # SQLite's in-memory database, not an emoji
+
+
+def _string_literals(tree: ast.AST) -> list[tuple[int, str]]:
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            out.append((node.lineno, node.value))
+        elif isinstance(node, ast.JoinedStr):
+            pieces = [v.value if isinstance(v, ast.Constant) else "{}" for v in node.values]
+            out.append((node.lineno, "".join(str(p) for p in pieces)))
+    return out
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    lines = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            doc = node.body[0] if node.body else None
+            if isinstance(doc, ast.Expr) and isinstance(doc.value, ast.Constant):
+                lines.add(doc.value.lineno)
+    return lines
+
+
+def slack_markup_outside_the_bot() -> list[str]:
+    found = []
+    for path in PACKAGE.rglob("*.py"):
+        rel = path.relative_to(SRC).as_posix()
+        if rel.startswith(("refund_desk/bot/", "refund_desk/demo/")):
+            continue
+        tree = ast.parse(path.read_text())
+        docs = _docstrings(tree)
+        for line, value in _string_literals(tree):
+            if line not in docs and value not in NOT_MARKUP and MRKDWN.search(value):
+                found.append(f"{rel}:{line}: {value[:60]!r}")
+    return found
+
+
+def test_slack_markup_is_written_only_by_the_bot() -> None:
+    """The core says what (``refund_desk.text``); ``bot/mrkdwn.py`` says it in Slack's markup."""
+    assert slack_markup_outside_the_bot() == []
+
+
+def test_the_markup_check_sees_mentions_emoji_and_bold() -> None:
+    for sample in ('f"<@{user}> did"', '":rocket: published"', '"set the mode to *{mode}*"'):
+        assert MRKDWN.search(ast.literal_eval(sample.removeprefix("f"))), sample
+    for sample in ('"12:30:00"', '"https://x/y"', '"a * b * c"', '"amount <= 50"'):
+        assert not MRKDWN.search(ast.literal_eval(sample)), sample

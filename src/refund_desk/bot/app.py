@@ -173,7 +173,7 @@ def build_surface(desk: Desk, settings: Settings) -> Surface | None:
     if not slack_configured(settings):
         return None
     from refund_desk.bot.blocks import modals as views
-    from refund_desk.bot.listeners import actions, events
+    from refund_desk.bot.listeners import actions, events, evidence
     from refund_desk.bot.listeners import policy_command as policy_commands
     from refund_desk.bot.listeners import refund_command as commands
 
@@ -209,7 +209,7 @@ def build_surface(desk: Desk, settings: Settings) -> Surface | None:
             kind = str(body.get("type") or ("command" if "command" in body else "other"))
             SLACK_ACK_SECONDS.labels(kind).observe(time.perf_counter() - start)
 
-    for module in (actions, views, commands, policy_commands, events):
+    for module in (actions, views, commands, policy_commands, events, evidence):
         module.register(surface)
 
     @app.error

@@ -18,12 +18,14 @@ from sqlalchemy import select
 from sqlmodel import Session, col
 
 from refund_desk import clock, money
+from refund_desk.bot import mrkdwn
 from refund_desk.bot.blocks import cards
 from refund_desk.cases.desk import Desk
 from refund_desk.cases.quorum import approval_count, approvals_needed
 from refund_desk.governance.versions import LoadedPolicy, control, load_version
 from refund_desk.storage.jobs import ClaimedJob, RetryLater, enqueue
 from refund_desk.storage.models import Approval, Case, Execution, SlackMessage
+from refund_desk.text import Text
 
 log = logging.getLogger(__name__)
 SLACK_CALL = "slack.call"
@@ -204,7 +206,7 @@ class Outbox:
         if event == "case.parked":
             return f":octagonal_sign: Parked: {case.park_reason or 'a person must look'}"
         if event == "case.note":
-            return f":memo: {data.get('text', '')}"
+            return f":memo: {mrkdwn.render(Text.from_json(data.get('text')))}"
         if event == "case.reminder":
             group = (case.decision or {}).get("approvers")
             members = (
@@ -238,8 +240,8 @@ class Outbox:
         if channel is None:
             log.warning("no channel for %s: %s", event, data)
             return
-        text = data.get("text") or f"{event}: {data}"
-        self.call("chat.postMessage", channel=channel, text=cards._clip(str(text)))
+        said = Text.from_json(data.get("text")) or Text.of(f"{event}: {data}")
+        self.call("chat.postMessage", channel=channel, text=cards._clip(mrkdwn.render(said)))
 
 
 def enqueue_call(session: Session, method: str, **params: Any) -> int:

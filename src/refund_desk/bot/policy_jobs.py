@@ -22,6 +22,7 @@ from typing import Any
 from slack_sdk.errors import SlackApiError
 from sqlmodel import Session
 
+from refund_desk.bot import mrkdwn
 from refund_desk.bot.blocks.policy import review_blocks
 from refund_desk.bot.outbox import Outbox, enqueue_call
 from refund_desk.cases.desk import Desk
@@ -41,6 +42,7 @@ from refund_desk.policy import policy_hash
 from refund_desk.storage.audit import Actor
 from refund_desk.storage.jobs import ClaimedJob, RetryLater
 from refund_desk.storage.models import Case, ReviewSample
+from refund_desk.text import Text, lines, text
 
 BACKTEST_JOB = "policy.backtest"
 DRAFT_FILE_JOB = "policy.draft_file"
@@ -64,21 +66,25 @@ def policy_channel(session: Session, default: str | None) -> str | None:
     return default
 
 
-def announce(session: Session, default: str | None, text: str) -> int | None:
-    """Queue a message to the policy channel in the caller's transaction (the change's)."""
+def announce(session: Session, default: str | None, said: Text | str) -> int | None:
+    """Queue a message to the policy channel in the caller's transaction (the change's).
+
+    A ``Text`` is rendered here; a ``str`` is mrkdwn the bot wrote itself."""
     channel = policy_channel(session, default)
     if channel is None:
         return None
-    return enqueue_call(session, "chat.postMessage", channel=channel, text=clip(text))
+    body = mrkdwn.render(said)
+    return enqueue_call(session, "chat.postMessage", channel=channel, text=clip(body))
 
 
-def tell(session: Session, user: str, channel: str | None, text: str) -> int:
+def tell(session: Session, user: str, channel: str | None, said: Text | str) -> int:
     """Queue a reply only ``user`` sees (ephemeral in ``channel``, else a DM)."""
+    body = mrkdwn.render(said)
     if channel:
         return enqueue_call(
-            session, "chat.postEphemeral", channel=channel, user=user, text=clip(text)
+            session, "chat.postEphemeral", channel=channel, user=user, text=clip(body)
         )
-    return enqueue_call(session, "chat.postMessage", channel=user, text=clip(text))
+    return enqueue_call(session, "chat.postMessage", channel=user, text=clip(body))
 
 
 @dataclass
@@ -124,13 +130,13 @@ class PolicyJobs:
                     actor=actor,
                     draft_id=ref.number if ref.kind == "draft" else None,
                 )
-            text = run.text
+            said = run.text
             if ref.kind == "draft":  # beside the backtest: what the draft loosens, proved
                 with self.desk.db.read() as session:
                     proved = proof_against_active(session, source)
                 if proved is not None:
-                    text += "\n" + proof_summary(*proved)
-            ts = progress.finish(clip(f"<@{actor.id}>: {text}"))
+                    said = lines(said, proof_summary(*proved))
+            ts = progress.finish(clip(mrkdwn.render(text(actor.who, ": ", said))))
             self._upload(channel, path, title=f"Backtest of {ref}: every changed case", ts=ts)
 
     def _upload(self, channel: str, path: Path, *, title: str, ts: str) -> None:
@@ -165,7 +171,14 @@ class PolicyJobs:
                     jobs.append(announce(session, self.outbox.default_channel, change.announce))
         except CaseError as exc:
             with self.desk.db.write() as session:
-                jobs = [tell(session, user, channel, f":no_entry: Draft not saved: {exc.message}")]
+                jobs = [
+                    tell(
+                        session,
+                        user,
+                        channel,
+                        f":no_entry: Draft not saved: {mrkdwn.render(exc.text)}",
+                    )
+                ]
         for job_id in jobs:
             if job_id is not None:
                 self.desk.jobs.run_now(job_id)

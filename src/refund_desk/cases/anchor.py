@@ -17,6 +17,7 @@ from sqlalchemy.exc import IntegrityError
 from refund_desk.cases.notify import notify
 from refund_desk.storage.audit import head
 from refund_desk.storage.jobs import ClaimedJob, RetryLater, enqueue
+from refund_desk.text import Code, text
 
 if TYPE_CHECKING:
     from refund_desk.cases.desk import Desk
@@ -37,8 +38,13 @@ def run(desk: Desk, job: ClaimedJob) -> None:
             channel="audit",
             count=count,
             hash=hash_,
-            text=f"Audit anchor: {count} records, head `{hash_}`. Keep it; "
-            f"`refund-desk audit verify --anchor {hash_}` proves nothing before it changed.",
+            text=text(
+                f"Audit anchor: {count} records, head ",
+                Code(hash_),
+                ". Keep it; ",
+                Code(f"refund-desk audit verify --anchor {hash_}"),
+                " proves nothing before it changed.",
+            ),
         )
     raise RetryLater(EVERY.total_seconds(), "next anchor", failed=False)
 

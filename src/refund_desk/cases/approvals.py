@@ -31,6 +31,7 @@ from refund_desk.governance.versions import LoadedPolicy, control, load_version
 from refund_desk.policy import approver_limit
 from refund_desk.storage.audit import Actor
 from refund_desk.storage.models import Approval, Case
+from refund_desk.text import Person, Text, text
 
 if TYPE_CHECKING:
     from refund_desk.cases.desk import Desk
@@ -66,7 +67,7 @@ def act(
         # Another click consumed this token, or decided this round, a moment earlier.
         refusal = Refused("already_decided", _already_decided(desk, case_id))
     except CaseError as exc:
-        refusal = exc if isinstance(exc, Refused) else Refused(exc.code, exc.message)
+        refusal = exc if isinstance(exc, Refused) else Refused(exc.code, exc.text)
     _record_refusal(desk, case_id, user, refusal, claimed=_claimed_case(token_value))
     raise refusal
 
@@ -85,9 +86,13 @@ def _act(
         if case.status in DECIDABLE:
             raise Refused(
                 "already_decided",
-                f"This button was already used by <@{used.approver}>; use the latest card.",
+                text(
+                    "This button was already used by ",
+                    Person(used.approver),
+                    "; use the latest card.",
+                ),
             )
-        raise Refused("already_decided", f"Already decided by <@{used.approver}>.")
+        raise Refused("already_decided", text("Already decided by ", Person(used.approver), "."))
     if case.revision != token.revision or case.status not in DECIDABLE:
         raise Refused("stale", _stale_message(session, case))
     if token.policy_version != case.policy_version or token.currency != case.currency:
@@ -379,7 +384,7 @@ def _escalate(
 # ---------------------------------------------------------------- refusals
 
 
-def _stale_message(session: Session, case: Case) -> str:
+def _stale_message(session: Session, case: Case) -> Text:
     last = session.scalars(
         select(Approval)
         .where(col(Approval.case_id) == case.id)
@@ -387,16 +392,16 @@ def _stale_message(session: Session, case: Case) -> str:
         .limit(1)
     ).first()
     if case.status not in DECIDABLE and last is not None:
-        return f"Already decided by <@{last.approver}>."
-    return "This card is out of date; use the latest card in the thread."
+        return text("Already decided by ", Person(last.approver), ".")
+    return text("This card is out of date; use the latest card in the thread.")
 
 
-def _already_decided(desk: Desk, case_id: str | None) -> str:
+def _already_decided(desk: Desk, case_id: str | None) -> Text:
     if case_id is None:
-        return "Already decided."
+        return text("Already decided.")
     with desk.db.read() as session:
         case = session.get(Case, case_id)
-        return _stale_message(session, case) if case else "Already decided."
+        return _stale_message(session, case) if case else text("Already decided.")
 
 
 def _claimed_case(token_value: str) -> str | None:

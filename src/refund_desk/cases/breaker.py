@@ -19,6 +19,7 @@ from refund_desk.cases.notify import notify
 from refund_desk.governance.versions import LoadedPolicy, control, load_version
 from refund_desk.storage.audit import SYSTEM
 from refund_desk.storage.models import Control, Execution
+from refund_desk.text import Code, Mark, Person, join, text
 
 if TYPE_CHECKING:
     from refund_desk.cases.desk import Desk
@@ -50,13 +51,19 @@ def trip(desk: Desk, session: Session, reason: str) -> None:
         policy_version=switches.active_version,
         payload={"reason": reason, "mode": "approve-all"},
     )
-    mentions = " ".join(f"<@{u}>" for u in leads) or "Leads"
+    mentions = join(" ", [Person(u) for u in leads]) or text("Leads")
     notify(
         session,
         event="policy.notice",
         channel="policy",
-        text=f":rotating_light: {mentions}: automatic refunds stopped ({reason}). Every refund "
-        "now needs a person; `/refund-policy mode supervised` turns them back on.",
+        text=text(
+            Mark("alert"),
+            " ",
+            mentions,
+            f": automatic refunds stopped ({reason}). Every refund now needs a person; ",
+            Code("/refund-policy mode supervised"),
+            " turns them back on.",
+        ),
     )
 
 

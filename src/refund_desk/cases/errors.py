@@ -17,14 +17,22 @@ CaseError                 code + message
 
 from __future__ import annotations
 
+from refund_desk.text import Text
+
 
 class CaseError(Exception):
+    """``message`` is plain text (APIs, logs, the audit); ``text`` the same for a surface to
+    render (a person named in it is a ``Person``, not a Slack mention)."""
+
     status = 400
 
-    def __init__(self, code: str, message: str, fields: dict[str, str] | None = None) -> None:
-        super().__init__(message)
+    def __init__(
+        self, code: str, message: str | Text, fields: dict[str, str] | None = None
+    ) -> None:
+        self.text = message if isinstance(message, Text) else Text.of(message)
+        self.message = self.text.plain()
+        super().__init__(self.message)
         self.code = code
-        self.message = message
         self.fields = fields or {}
 
 

@@ -236,9 +236,9 @@ def policy_publish(file: Path) -> None:
             )
     except CaseError as exc:
         _fail(exc.message)
-    typer.echo(run.text.replace("`", ""))
+    typer.echo(run.text.plain())
     if proved is not None:
-        typer.echo(proof_summary(*proved).replace("`", ""))
+        typer.echo(proof_summary(*proved).plain())
     typer.echo(f"published {row.policy_name} v{row.version} ({row.content_hash[:12]})")
 
 

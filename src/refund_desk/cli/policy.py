@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from sqlmodel import Session
 
     from refund_desk.storage.audit import Actor
+    from refund_desk.text import Text
 
 
 def _source(runtime: Any, target: str) -> tuple[str, str]:
@@ -55,9 +56,9 @@ def _change(runtime: Any, act: Callable[[Session, Actor], Any]) -> None:
     typer.echo(_plain(change.reply))
 
 
-def _plain(text: str) -> str:
-    actor = _actor()
-    return text.replace(f"<@{actor.id}>", str(actor)).replace("*", "")
+def _plain(said: Text) -> str:
+    """The core's text for a terminal, without markup."""
+    return said.plain()
 
 
 def backtest_and_record(
@@ -103,7 +104,7 @@ def register(policy_app: typer.Typer) -> None:
         runtime = _runtime()
         label, source = _source(runtime, target)
         run = backtest_and_record(runtime, label, source, days, csv)
-        typer.echo(_plain(run.text.replace("`", "")))
+        typer.echo(_plain(run.text))
         typer.echo(f"({run.summary['seconds']}s; recorded for hash {run.content_hash[:12]})")
 
     @policy_app.command("diff")
@@ -122,7 +123,7 @@ def register(policy_app: typer.Typer) -> None:
         except PolicyInvalid as exc:
             _fail(str(exc))
             raise
-        typer.echo(diff_text(changes, old=a_label, new=b_label).replace("`", ""))
+        typer.echo(_plain(diff_text(changes, old=a_label, new=b_label)))
 
     @policy_app.command("prove")
     def policy_prove(
@@ -150,12 +151,11 @@ def register(policy_app: typer.Typer) -> None:
     @policy_app.command("history")
     def policy_history() -> None:
         """Published versions, newest first (* active)."""
-        from refund_desk.bot.listeners.policy_command import PolicyCommands
+        from refund_desk.governance.versions import history
 
         runtime = _runtime()
         with runtime.db.read() as session:
-            text = PolicyCommands(runtime.desk, None).history(session, [])
-        typer.echo(text.replace("`", ""))
+            typer.echo(_plain(history(session)))
 
     @policy_app.command("rollback")
     def policy_rollback(

@@ -28,6 +28,7 @@ from refund_desk.policy import parse_policy
 from refund_desk.policy.backtest import summary_text
 from refund_desk.storage.audit import Actor, AuditLog
 from refund_desk.storage.models import AuditRecord, Job, PolicyVersion
+from refund_desk.text import Code, Mark, Strong, lines, text
 
 
 def publish_draft(session: Session, audit: AuditLog, *, draft_id: int, actor: Actor) -> Change:
@@ -44,10 +45,11 @@ def publish_draft(session: Session, audit: AuditLog, *, draft_id: int, actor: Ac
     doc, results = check_publishable(draft.source, session)
     assert draft.content_hash is not None  # it parsed
     ran = require_backtest(session, draft.content_hash)
-    backtest = summary_text(ran.summary, label=f"d{draft_id}", days=ran.days)
     proved = proof_against_active(session, draft.source)
-    if proved is not None:
-        backtest += "\n" + proof_summary(*proved)
+    backtest = lines(
+        summary_text(ran.summary, label=f"d{draft_id}", days=ran.days),
+        proof_summary(*proved) if proved is not None else None,
+    )
     looser = proved is not None and proved[1].more_permissive
     # A version that pays more somewhere always needs a second lead, whatever the setting.
     if control(session).publish_needs_second_lead or looser:
@@ -62,12 +64,27 @@ def publish_draft(session: Session, audit: AuditLog, *, draft_id: int, actor: Ac
                 actor=actor,
                 payload={"draft": draft_id, "content_hash": draft.content_hash},
             )
+            confirm = Code(f"/refund-policy publish d{draft_id}")
             return Change(
-                reply=f"Publishing d{draft_id} needs a second lead: they confirm with "
-                f"`/refund-policy publish d{draft_id}`."
-                + (f"\n{proof_summary(*proved)}" if looser and proved is not None else ""),
-                announce=f"<@{actor.id}> asks to publish d{draft_id} (`{doc.policy}`). Another "
-                f"lead confirms with `/refund-policy publish d{draft_id}`.\n{backtest}",
+                reply=lines(
+                    text(
+                        f"Publishing d{draft_id} needs a second lead: they confirm with ",
+                        confirm,
+                        ".",
+                    ),
+                    proof_summary(*proved) if looser and proved is not None else None,
+                ),
+                announce=lines(
+                    text(
+                        actor.who,
+                        f" asks to publish d{draft_id} (",
+                        Code(doc.policy),
+                        "). Another lead confirms with ",
+                        confirm,
+                        ".",
+                    ),
+                    backtest,
+                ),
             )
         if draft.publish_requested_by == str(actor):
             raise InvalidRequest(
@@ -84,11 +101,17 @@ def publish_draft(session: Session, audit: AuditLog, *, draft_id: int, actor: Ac
     )
     draft.published_version = row.version
     session.add(draft)
-    head = (
-        f":rocket: <@{actor.id}> published d{draft_id} as *{row.policy_name} v{row.version}* "
-        f"(hash `{row.content_hash[:12]}`, {len(results)} tests passed)."
+    head = text(
+        Mark("published"),
+        " ",
+        actor.who,
+        f" published d{draft_id} as ",
+        Strong(f"{row.policy_name} v{row.version}"),
+        " (hash ",
+        Code(row.content_hash[:12]),
+        f", {len(results)} tests passed).",
     )
-    return Change(reply=head, announce=f"{head}\n{backtest}")
+    return Change(reply=head, announce=lines(head, backtest))
 
 
 REQUEST_LIFETIME = timedelta(days=1)
@@ -135,11 +158,10 @@ def second_lead(
             "second_lead_needed", f"You asked to {what}; another lead must confirm."
         )
     audit.append(session, action="policy.change_requested", actor=actor, payload={"change": change})
-    command = change.replace(":", " ")
+    confirm = Code(f"/refund-policy {change.replace(':', ' ')}")
     return Change(
-        reply=f"To {what} needs a second lead: they confirm with `/refund-policy {command}`.",
-        announce=f"<@{actor.id}> asks to {what}. Another lead confirms with "
-        f"`/refund-policy {command}`.",
+        reply=text(f"To {what} needs a second lead: they confirm with ", confirm, "."),
+        announce=text(actor.who, f" asks to {what}. Another lead confirms with ", confirm, "."),
     )
 
 
@@ -187,22 +209,26 @@ def rollback(session: Session, audit: AuditLog, *, version: int, actor: Actor) -
         policy_version=row.version,
         payload={"to": version, "from": previous, "content_hash": row.content_hash},
     )
-    text = (
-        f":rewind: <@{actor.id}> rolled back to v{version}: it is active again as "
-        f"*v{row.version}* (was v{previous or '-'}). Cases keep the version they started with."
+    said = text(
+        Mark("rolled_back"),
+        " ",
+        actor.who,
+        f" rolled back to v{version}: it is active again as ",
+        Strong(f"v{row.version}"),
+        f" (was v{previous or '-'}). Cases keep the version they started with.",
     )
-    return Change(reply=text, announce=text)
+    return Change(reply=said, announce=said)
 
 
 def set_mode(session: Session, audit: AuditLog, *, mode: str, actor: Actor) -> Change:
     if mode not in MODES:
-        raise InvalidRequest("bad_mode", f"Mode must be one of {', '.join(MODES)}; got `{mode}`.")
+        raise InvalidRequest("bad_mode", f"Mode must be one of {', '.join(MODES)}; got {mode!r}.")
     switches = control(session)
     before = switches.mode
     if before == mode:
-        return Change(reply=f"The mode is already *{mode}*.")
+        return Change(reply=text("The mode is already ", Strong(mode), "."))
     requested = second_lead(
-        session, audit, change=f"mode:{mode}", what=f"set the mode to *{mode}*", actor=actor
+        session, audit, change=f"mode:{mode}", what=f"set the mode to {mode}", actor=actor
     )
     if requested is not None:
         return requested
@@ -215,8 +241,8 @@ def set_mode(session: Session, audit: AuditLog, *, mode: str, actor: Actor) -> C
         policy_version=switches.active_version,
         payload={"from": before, "to": mode},
     )
-    text = f"<@{actor.id}> set the mode to *{mode}* (was {before})."
-    return Change(reply=text, announce=text)
+    said = text(actor.who, " set the mode to ", Strong(mode), f" (was {before}).")
+    return Change(reply=said, announce=said)
 
 
 def set_paused(
@@ -225,7 +251,7 @@ def set_paused(
     """The kill switch. Resuming makes every waiting execution due at once: nothing is lost."""
     switches = control(session)
     if switches.paused == paused:
-        return Change(reply=f"Execution is already {'paused' if paused else 'running'}.")
+        return Change(reply=text(f"Execution is already {'paused' if paused else 'running'}."))
     now = now or clock.now()
     switches.paused, switches.updated_at = paused, now
     session.add(switches)
@@ -253,13 +279,22 @@ def set_paused(
         payload={} if paused else {"executions_resumed": len(jobs)},
     )
     if paused:
-        text = (
-            f":octagonal_sign: <@{actor.id}> paused execution: no refund is paid until "
-            "`/refund-policy resume`. Decisions and approvals are still recorded."
+        said = text(
+            Mark("paused"),
+            " ",
+            actor.who,
+            " paused execution: no refund is paid until ",
+            Code("/refund-policy resume"),
+            ". Decisions and approvals are still recorded.",
         )
     else:
-        text = f":arrow_forward: <@{actor.id}> resumed execution ({len(jobs)} waiting refunds)."
-    return Change(reply=text, announce=text, jobs=jobs)
+        said = text(
+            Mark("resumed"),
+            " ",
+            actor.who,
+            f" resumed execution ({len(jobs)} waiting refunds).",
+        )
+    return Change(reply=said, announce=said, jobs=jobs)
 
 
 def set_second_lead(session: Session, audit: AuditLog, *, on: bool, actor: Actor) -> Change:
@@ -267,9 +302,12 @@ def set_second_lead(session: Session, audit: AuditLog, *, on: bool, actor: Actor
     switches = control(session)
     if not on:
         requested = second_lead(
-            session, audit, change="second-lead:off", what="switch the second-lead rule off",
+            session,
+            audit,
+            change="second-lead:off",
+            what="switch the second-lead rule off",
             actor=actor,
-        )  # fmt: skip
+        )
         if requested is not None:
             return requested
     switches.publish_needs_second_lead, switches.updated_at = on, clock.now()
@@ -280,8 +318,10 @@ def set_second_lead(session: Session, audit: AuditLog, *, on: bool, actor: Actor
         actor=actor,
         payload={"publish_needs_second_lead": on},
     )
-    text = f"<@{actor.id}> set: publishing {'needs' if on else 'no longer needs'} a second lead."
-    return Change(reply=text, announce=text)
+    said = text(
+        actor.who, f" set: publishing {'needs' if on else 'no longer needs'} a second lead."
+    )
+    return Change(reply=said, announce=said)
 
 
 def set_review_rate(
@@ -294,8 +334,8 @@ def set_review_rate(
     switches.review_sample_rate, switches.updated_at = rate, clock.now()
     session.add(switches)
     audit.append(session, action="policy.review_rate_set", actor=actor, payload={"rate": rate})
-    shown = "the policy's `review_sample_rate`" if rate is None else f"{rate:.0%}"
-    text = f"<@{actor.id}> set the after-the-fact review sample to {shown}."
+    shown = text("the policy's ", Code("review_sample_rate")) if rate is None else f"{rate:.0%}"
+    said = text(actor.who, " set the after-the-fact review sample to ", shown, ".")
     if switches.mode != "supervised":
-        text += " (It applies in supervised mode, where refunds execute automatically.)"
-    return Change(reply=text, announce=text)
+        said += " (It applies in supervised mode, where refunds execute automatically.)"
+    return Change(reply=said, announce=said)

@@ -16,7 +16,8 @@ from datetime import datetime, timedelta
 from typing import IO, Any
 
 import orjson
-from sqlalchemy import Text, cast, select
+from sqlalchemy import Text as SqlText
+from sqlalchemy import cast, select
 from sqlmodel import Session, col
 
 from refund_desk import clock
@@ -32,6 +33,7 @@ from refund_desk.policy.backtest import (
 from refund_desk.storage.audit import Actor, AuditLog
 from refund_desk.storage.db import Database
 from refund_desk.storage.models import Case, PolicyBacktest, PolicyDraft
+from refund_desk.text import Code, Text, text
 
 BATCH = 2000
 DEFAULT_DAYS = 30
@@ -57,9 +59,14 @@ def require_backtest(session: Session, content_hash: str) -> PolicyBacktest:
     if row is None:
         raise InvalidRequest(
             "policy_not_backtested",
-            f"No backtest over the last {BACKTEST_DAYS} days has run on this exact policy "
-            f"(hash {content_hash[:12]}); run one first "
-            "(`/refund-policy backtest DRAFT` or `refund-desk policy backtest FILE`).",
+            text(
+                f"No backtest over the last {BACKTEST_DAYS} days has run on this exact policy "
+                f"(hash {content_hash[:12]}); run one first (",
+                Code("/refund-policy backtest DRAFT"),
+                " or ",
+                Code("refund-desk policy backtest FILE"),
+                ").",
+            ),
         )
     return row
 
@@ -74,7 +81,7 @@ class BacktestRun:
     summary: dict[str, Any]
 
     @property
-    def text(self) -> str:
+    def text(self) -> Text:
         return summary_text(self.summary, label=self.label, days=self.days)
 
 
@@ -107,7 +114,7 @@ def stream_cases(
                     col(Case.created_at),
                     col(Case.amount),
                     col(Case.currency),
-                    cast(col(Case.facts), Text),
+                    cast(col(Case.facts), SqlText),
                     decision["outcome"].as_string(),
                     decision["rule"].as_string(),
                 )

@@ -26,6 +26,7 @@ from refund_desk.policy import (
 )
 from refund_desk.storage.audit import Actor, AuditLog
 from refund_desk.storage.models import PolicyDraft, PolicyVersion
+from refund_desk.text import Code, Mark, Person, Strong, Text, join, lines, text
 
 MAX_SOURCE = 200_000  # characters: a policy is a page or two, not a data dump
 _REF = re.compile(r"^(?:(d|draft)?(\d+)|v(\d+))$", re.IGNORECASE)
@@ -35,8 +36,8 @@ _REF = re.compile(r"^(?:(d|draft)?(\d+)|v(\d+))$", re.IGNORECASE)
 class Change:
     """What a policy change tells the actor (``reply``) and the policy channel (``announce``)."""
 
-    reply: str
-    announce: str | None = None
+    reply: Text
+    announce: Text | None = None
     jobs: list[int] = field(default_factory=list)
 
 
@@ -55,13 +56,13 @@ def parse_ref(text: str, *, allow: tuple[str, ...] = ("draft", "version")) -> Re
     """``d3``, ``3`` (a draft) or ``v2`` (a version); anything else is a clear error."""
     match = _REF.match(text.strip())
     if match is None:
-        raise InvalidRequest("bad_reference", f"`{text}` is not a draft (d3) or version (v2).")
+        raise InvalidRequest("bad_reference", f"{text!r} is not a draft (d3) or version (v2).")
     ref = Ref("version", int(match[3])) if match[3] else Ref("draft", int(match[2]))
     if ref.kind not in allow:
         wanted = " or ".join(
             "a draft like d3" if a == "draft" else "a version like v2" for a in allow
         )
-        raise InvalidRequest("bad_reference", f"`{text}`: expected {wanted}.")
+        raise InvalidRequest("bad_reference", f"{text!r}: expected {wanted}.")
     return ref
 
 
@@ -94,13 +95,17 @@ def require_lead(session: Session, user: str) -> None:
     if not allowed:
         raise NotALead(
             "no_policy",
-            "No policy is published yet: an admin publishes the first version from the CLI "
-            "(`refund-desk policy publish FILE`); it names the leads.",
+            text(
+                "No policy is published yet: an admin publishes the first version from the CLI (",
+                Code("refund-desk policy publish FILE"),
+                "); it names the leads.",
+            ),
         )
     if user not in allowed:
-        names = ", ".join(f"<@{u}>" for u in allowed)
+        names = join(", ", [Person(u) for u in allowed])
         raise NotALead(
-            "not_a_lead", f"Only the policy's leads ({names}) may change the policy; you may read."
+            "not_a_lead",
+            text("Only the policy's leads (", names, ") may change the policy; you may read."),
         )
 
 
@@ -135,8 +140,11 @@ def save_draft(
         if draft.published_version is not None:
             raise InvalidRequest(
                 "draft_published",
-                f"d{draft_id} is published as v{draft.published_version}; "
-                f"start a new draft (`draft from v{draft.published_version}`).",
+                text(
+                    f"d{draft_id} is published as v{draft.published_version}; start a new draft (",
+                    Code(f"draft from v{draft.published_version}"),
+                    ").",
+                ),
             )
         draft.source, draft.updated_at = source, now
         draft.last_test_ok = draft.last_test_summary = None
@@ -151,21 +159,27 @@ def save_draft(
         actor=actor,
         payload={"draft": draft.id, "content_hash": draft.content_hash, "chars": len(source)},
     )
-    state = "valid" if draft.content_hash else "not valid yet (`validate` says why)"
+    state = (
+        text("valid")
+        if draft.content_hash
+        else text("not valid yet (", Code("validate"), " says why)")
+    )
     verb = "Saved" if draft_id is None else "Updated"
     return draft, Change(
-        reply=f"{verb} draft *d{draft.id}*: {state}.",
-        announce=f"<@{actor.id}> {verb.lower()} policy draft d{draft.id}.",
+        reply=text(f"{verb} draft ", Strong(f"d{draft.id}"), ": ", state, "."),
+        announce=text(actor.who, f" {verb.lower()} policy draft d{draft.id}."),
     )
 
 
-def validate_text(source: str) -> tuple[PolicyDocument | None, str]:
+def validate_text(source: str) -> tuple[PolicyDocument | None, Text]:
     """(document, message): the message lists every problem with its rule id."""
     try:
         doc = parse_policy(source)
     except PolicyInvalid as exc:
-        return None, f":x: Not valid:\n{exc}"
-    return doc, f":white_check_mark: Valid policy `{doc.policy}` with {len(doc.rules)} rules."
+        return None, text(Mark("failed"), f" Not valid:\n{exc}")
+    return doc, text(
+        Mark("ok"), " Valid policy ", Code(doc.policy), f" with {len(doc.rules)} rules."
+    )
 
 
 @lru_cache(maxsize=32)
@@ -182,7 +196,7 @@ def test_draft(session: Session, audit: AuditLog, *, draft_id: int, actor: Actor
         raise InvalidRequest("policy_invalid", message)
     results = run_policy_tests(compiled(draft.content_hash, draft.source))
     failed = [r for r in results if not r.passed]
-    lines = [f"{'PASS' if r.passed else 'FAIL'} {r.name}: {r.message}" for r in results]
+    outcomes = [f"{'PASS' if r.passed else 'FAIL'} {r.name}: {r.message}" for r in results]
     summary = f"{len(results) - len(failed)} passed, {len(failed)} failed"
     draft.last_test_ok, draft.last_test_summary = not failed, summary
     session.add(draft)
@@ -197,9 +211,9 @@ def test_draft(session: Session, audit: AuditLog, *, draft_id: int, actor: Actor
             "failed": [r.name for r in failed],
         },
     )
-    mark = ":x:" if failed or not results else ":white_check_mark:"
+    mark = Mark("failed" if failed or not results else "ok")
     note = "" if results else " (the draft has no embedded tests)"
-    return Change(reply=f"{mark} d{draft_id}: {summary}{note}\n" + "\n".join(lines))
+    return Change(reply=lines(text(mark, f" d{draft_id}: {summary}{note}"), *outcomes))
 
 
 def list_drafts(session: Session, limit: int = 15) -> list[PolicyDraft]:

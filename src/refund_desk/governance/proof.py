@@ -14,6 +14,7 @@ from sqlmodel import Session
 from refund_desk.governance.versions import control
 from refund_desk.policy.prove import ProofReport, prove
 from refund_desk.storage.models import PolicyVersion
+from refund_desk.text import Code, Text, text
 
 
 @lru_cache(maxsize=32)
@@ -38,15 +39,15 @@ def proof_record(proved: tuple[int, ProofReport] | None) -> dict[str, Any] | Non
     return {"against": version, "hash": report.hash, "more_permissive": report.more_permissive}
 
 
-def proof_summary(version: int, report: ProofReport) -> str:
+def proof_summary(version: int, report: ProofReport) -> Text:
     """One plain line for people: looser or not, and how many kinds of request differ."""
     looser = [r for r in report.regions if r.permissive]
     settings = [x for x in report.settings if x.permissive]
     caveat = "" if report.complete else " (partial analysis: not every rule could be read exactly)"
     if not report.more_permissive:
         if not report.regions:
-            return f"Proved against v{version}: no request is decided differently{caveat}."
-        return (
+            return text(f"Proved against v{version}: no request is decided differently{caveat}.")
+        return text(
             f"Proved against v{version}: {len(report.regions)} kinds of request are decided "
             f"differently, none more permissively{caveat}."
         )
@@ -58,7 +59,8 @@ def proof_summary(version: int, report: ProofReport) -> str:
         parts.append(f"{len(settings)} settings")
     if not report.finished:
         parts.append("whatever the solver could not finish")
-    return (
-        f"Proved against v{version}: more permissive for {' and '.join(parts)}{caveat}; "
-        f"`refund-desk policy prove v{version} FILE` shows each with an example."
+    return text(
+        f"Proved against v{version}: more permissive for {' and '.join(parts)}{caveat}; ",
+        Code(f"refund-desk policy prove v{version} FILE"),
+        " shows each with an example.",
     )

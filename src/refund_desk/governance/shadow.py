@@ -21,6 +21,7 @@ from refund_desk.governance.versions import control
 from refund_desk.policy import Decision, PolicyError
 from refund_desk.storage.audit import Actor, AuditLog
 from refund_desk.storage.models import Case, PolicyDraft, ShadowDecision
+from refund_desk.text import Code, Mark, Text, lines, text
 
 log = logging.getLogger(__name__)
 SHOWN_DISAGREEMENTS = 10
@@ -29,7 +30,9 @@ SHOWN_DISAGREEMENTS = 10
 def start(session: Session, audit: AuditLog, *, draft_id: int, actor: Actor) -> Change:
     draft = get_draft(session, draft_id)
     if draft.content_hash is None:
-        raise InvalidRequest("policy_invalid", f"d{draft_id} is not valid; `validate` says why.")
+        raise InvalidRequest(
+            "policy_invalid", text(f"d{draft_id} is not valid; ", Code("validate"), " says why.")
+        )
     switches = control(session)
     switches.shadow_draft, switches.shadow_started_at = draft_id, clock.now()
     session.add(switches)
@@ -39,21 +42,30 @@ def start(session: Session, audit: AuditLog, *, draft_id: int, actor: Actor) -> 
         actor=actor,
         payload={"draft": draft_id, "content_hash": draft.content_hash},
     )
-    text = f":ghost: <@{actor.id}> started a shadow run of d{draft_id}: new cases are also "
-    text += "decided by it, without effect. `/refund-policy shadow report` compares."
-    return Change(reply=text, announce=text)
+    said = text(
+        Mark("shadow"),
+        " ",
+        actor.who,
+        f" started a shadow run of d{draft_id}: new cases are also decided by it, without effect. ",
+        Code("/refund-policy shadow report"),
+        " compares.",
+    )
+    return Change(reply=said, announce=said)
 
 
 def stop(session: Session, audit: AuditLog, *, actor: Actor) -> Change:
     switches = control(session)
     draft_id = switches.shadow_draft
     if draft_id is None:
-        return Change(reply="No shadow run is going on.")
+        return Change(reply=text("No shadow run is going on."))
     switches.shadow_draft = None
     session.add(switches)
     audit.append(session, action="policy.shadow_stopped", actor=actor, payload={"draft": draft_id})
-    text = f"<@{actor.id}> stopped the shadow run of d{draft_id}.\n" + report(session, draft_id)
-    return Change(reply=text, announce=text)
+    said = lines(
+        text(actor.who, f" stopped the shadow run of d{draft_id}."),
+        report(session, draft_id),
+    )
+    return Change(reply=said, announce=said)
 
 
 def record(session: Session, case: Case, context: Mapping[str, Any], live: Decision) -> None:
@@ -87,15 +99,19 @@ def record(session: Session, case: Case, context: Mapping[str, Any], live: Decis
     )
 
 
-def report(session: Session, draft_id: int | None = None) -> str:
+def report(session: Session, draft_id: int | None = None) -> Text:
     """Agreement rate of the (current or given) shadow draft and the disagreeing cases."""
     draft_id = draft_id if draft_id is not None else control(session).shadow_draft
     if draft_id is None:
-        return "No shadow run is going on; start one with `/refund-policy shadow start DRAFT`."
+        return text(
+            "No shadow run is going on; start one with ",
+            Code("/refund-policy shadow start DRAFT"),
+            ".",
+        )
     mine = col(ShadowDecision.draft_id) == draft_id
     total = session.scalar(select(func.count()).select_from(ShadowDecision).where(mine)) or 0
     if total == 0:
-        return f"Shadow run of d{draft_id}: no new cases yet."
+        return text(f"Shadow run of d{draft_id}: no new cases yet.")
     agree = (
         session.scalar(
             select(func.count()).select_from(ShadowDecision).where(mine, col(ShadowDecision.agree))
@@ -108,13 +124,22 @@ def report(session: Session, draft_id: int | None = None) -> str:
         .order_by(col(ShadowDecision.created_at).desc())
         .limit(SHOWN_DISAGREEMENTS)
     ).all()
-    lines = [
+    head = (
         f"Shadow run of d{draft_id}: {agree} of {total} cases agree ({agree / total:.0%}); "
         f"{total - agree} disagree."
-    ]
-    lines += [
-        f"• `{r.case_id}` {money.format_money(r.amount, r.currency)}: live {r.live_outcome} "
-        f"(`{r.live_rule}`), shadow {r.outcome} (`{r.rule}`)"
-        for r in rows
-    ]
-    return "\n".join(lines)
+    )
+    return lines(
+        text(head),
+        *[
+            text(
+                "• ",
+                Code(r.case_id),
+                f" {money.format_money(r.amount, r.currency)}: live {r.live_outcome} (",
+                Code(r.live_rule),
+                f"), shadow {r.outcome} (",
+                Code(r.rule),
+                ")",
+            )
+            for r in rows
+        ],
+    )

@@ -10,7 +10,7 @@ from functools import lru_cache
 from typing import Any, Literal
 
 from sqlalchemy import func, select
-from sqlmodel import Session
+from sqlmodel import Session, col
 
 from refund_desk import clock
 from refund_desk.cases.errors import CaseError, InvalidRequest
@@ -26,6 +26,7 @@ from refund_desk.policy import (
 )
 from refund_desk.storage.audit import Actor, AuditLog
 from refund_desk.storage.models import Control, PolicyVersion
+from refund_desk.text import Code, Text, lines, text
 
 MODES = ("shadow", "approve-all", "supervised")
 
@@ -55,6 +56,28 @@ def control(session: Session) -> Control:
     if row is None:  # the migration seeds it; a damaged database should say so
         raise CaseError("control_missing", "The control row is missing; run `db upgrade`.")
     return row
+
+
+def history(session: Session, limit: int = 20) -> Text:
+    """Published versions, newest first; ``*`` marks the active one."""
+    rows = session.scalars(
+        select(PolicyVersion).order_by(col(PolicyVersion.version).desc()).limit(limit)
+    ).all()
+    if not rows:
+        return text("No policy version is published yet.")
+    active = control(session).active_version
+    return lines(
+        "Policy history (* active):",
+        *[
+            text(
+                f"{'*' if r.version == active else ' '} v{r.version} "
+                f"{r.published_at:%Y-%m-%d %H:%M} by {r.published_by} ",
+                Code(r.content_hash[:12]),
+                f" ({r.note})" if r.note else "",
+            )
+            for r in rows
+        ],
+    )
 
 
 def check_publishable(

@@ -19,6 +19,7 @@ from refund_desk import money
 from refund_desk.policy.context import FACTS
 from refund_desk.policy.engine import CompiledPolicy
 from refund_desk.policy.errors import ContextInvalid
+from refund_desk.text import Code, Mark, Text, join, lines, text
 
 EXAMPLES = 3
 COMPARED = ("approve", "review", "deny")  # tier-1 answers ("inform") are questions, not refunds
@@ -233,36 +234,40 @@ def _amounts(amounts: Mapping[str, int]) -> str:
     return " + ".join(money.format_money(v, cur) for cur, v in sorted(amounts.items())) or "0"
 
 
-def summary_text(summary: Mapping[str, Any], *, label: str, days: int) -> str:
+def summary_text(summary: Mapping[str, Any], *, label: str, days: int) -> Text:
     """A few lines for people: totals, the biggest changes with examples, errors."""
     cases = int(summary.get("cases", 0))
     head = f"Backtest of {label} over the last {days} days: "
     if cases == 0:
-        return head + (
-            "no stored cases to replay (0 cases). That is a valid run: there is nothing "
+        return text(
+            head + "no stored cases to replay (0 cases). That is a valid run: there is nothing "
             "this change would have decided differently yet."
         )
-    lines = [
+    out: list[Text | str] = [
         head + f"{_n(cases, 'case')}, {summary['unchanged']:,} unchanged, "
         f"{summary['changed']:,} would be decided differently."
     ]
     for flip in summary.get("flips", [])[:6]:
-        examples = ", ".join(f"`{e}`" for e in flip["examples"])
-        lines.append(
-            f"• {flip['from']} → {flip['to']}: {_n(flip['cases'], 'case')}, "
-            f"{_amounts(flip['amounts'])} (e.g. {examples})"
+        examples = join(", ", [Code(str(e)) for e in flip["examples"]])
+        out.append(
+            text(
+                f"• {flip['from']} → {flip['to']}: {_n(flip['cases'], 'case')}, "
+                f"{_amounts(flip['amounts'])} (e.g. ",
+                examples,
+                ")",
+            )
         )
     rules = summary.get("rules", {})
     moved = sorted(
         ((r, sum(b["cases"] for b in d["flips"].values())) for r, d in rules.items()),
         key=lambda kv: -kv[1],
     )
-    by_rule = ", ".join(f"`{r}` {n:,}" for r, n in moved if n)
+    by_rule = join(", ", [text(Code(r), f" {n:,}") for r, n in moved if n])
     if by_rule:
-        lines.append(f"Changes by the rule that now decides: {by_rule}.")
+        out.append(text("Changes by the rule that now decides: ", by_rule, "."))
     errors = summary.get("errors", {})
     if errors.get("cases"):
-        lines.append(f":warning: {_n(errors['cases'], 'case')} could not be evaluated.")
+        out.append(text(Mark("warning"), f" {_n(errors['cases'], 'case')} could not be evaluated."))
     if summary.get("skipped"):
-        lines.append(f"({summary['skipped']:,} stored cases had no refund decision to compare.)")
-    return "\n".join(lines)
+        out.append(f"({summary['skipped']:,} stored cases had no refund decision to compare.)")
+    return lines(*out)

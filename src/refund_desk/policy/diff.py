@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from refund_desk.policy.schema import PolicyDocument, Rule
+from refund_desk.text import Code, Text, lines, text
 
 RULE_FIELDS = ("when", "outcome", "tier", "approvers", "say")
 
@@ -74,15 +75,16 @@ def _describe(rule: Rule) -> str:
 
 
 def _short(value: Any, limit: int = 120) -> str:
-    text = "none" if value is None else str(value)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    shown = "none" if value is None else str(value)
+    return shown if len(shown) <= limit else shown[: limit - 1] + "…"
 
 
-def diff_text(changes: list[Change], *, old: str, new: str) -> str:
+def diff_text(changes: list[Change], *, old: str, new: str) -> Text:
     """Lines for Slack and the CLI."""
     if not changes:
-        return f"{old} and {new} decide alike: no rule or setting differs."
+        return text(f"{old} and {new} decide alike: no rule or setting differs.")
     marks = {"added": "+", "removed": "-", "changed": "~", "moved": "↕", "setting": "•"}
-    lines = [f"Changes from {old} to {new}:"]
-    lines += [f"{marks[c.kind]} {c.kind} `{c.name}`: {c.detail}" for c in changes]
-    return "\n".join(lines)
+    return lines(
+        f"Changes from {old} to {new}:",
+        *[text(f"{marks[c.kind]} {c.kind} ", Code(c.name), f": {c.detail}") for c in changes],
+    )

@@ -19,6 +19,7 @@ from sqlmodel import Session, col
 from refund_desk import clock
 from refund_desk.storage.crypto import keyed_hash, same
 from refund_desk.storage.models import AuditHead, AuditRecord
+from refund_desk.text import Person
 
 GENESIS = "0" * 64
 
@@ -30,6 +31,11 @@ class Actor:
 
     def __str__(self) -> str:
         return f"{self.kind}:{self.id}" if self.id else self.kind
+
+    @property
+    def who(self) -> Person | str:
+        """For a message: a person (Slack mentions them), or what acted (``cli:ana``)."""
+        return Person(self.id) if self.kind == "human" and self.id else str(self)
 
 
 SYSTEM = Actor("system")

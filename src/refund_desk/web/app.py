@@ -141,7 +141,7 @@ def create_app(
         if surface.http:  # only with a signing secret; never in Socket Mode
             app.include_router(surface.router())
         app.state.slack = surface
-    channels.install(app, runtime, surface)  # web form, email, platform webhooks, appeals
+    channels.install(app)  # web form, email, platform webhooks, appeals
     if slack_emulator is not None:
         app.include_router(slack_emulator.router())
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from refund_desk import money
+from refund_desk.bot import mrkdwn
 from refund_desk.bot.blocks import cards
 from refund_desk.bot.outbox import enqueue_call
 from refund_desk.cases import approvals, tokens
@@ -45,7 +46,7 @@ async def decide(
             await ack(response_action="errors", errors={"amount": refusal.message})
             return
         await ack()
-        await tell(surface, channel, user, f":no_entry: {refusal.message}")
+        await tell(surface, channel, user, f":no_entry: {mrkdwn.render(refusal.text)}")
         return
     await ack()
     surface.start_jobs(outcome.jobs)

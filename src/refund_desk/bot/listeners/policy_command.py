@@ -12,10 +12,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from sqlalchemy import select
-from sqlmodel import Session, col
+from sqlmodel import Session
 
 from refund_desk import money
+from refund_desk.bot import mrkdwn
 from refund_desk.bot.blocks.policy import (
     DRAFT_MODAL,
     HELP,
@@ -38,12 +38,13 @@ from refund_desk.cases.errors import CaseError, InvalidRequest, NotFound
 from refund_desk.governance import admin as policy_admin
 from refund_desk.governance import drafts, review, shadow
 from refund_desk.governance.proof import proof_against_active
-from refund_desk.governance.versions import control
+from refund_desk.governance.versions import control, history
 from refund_desk.policy import policy_hash
 from refund_desk.policy.diff import diff_policies, diff_text
 from refund_desk.storage.audit import Actor
 from refund_desk.storage.jobs import enqueue
 from refund_desk.storage.models import Case, PolicyVersion, ReviewSample, ShadowDecision
+from refund_desk.text import Text, text
 
 if TYPE_CHECKING:
     from refund_desk.bot.app import Surface
@@ -51,13 +52,24 @@ if TYPE_CHECKING:
 MAX_DAYS = 365
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Reply:
-    """The ephemeral answer, jobs to start after ack(), and a draft modal to open."""
+    """The ephemeral answer (a core ``Text`` is rendered to mrkdwn here), jobs to start after
+    ack(), and a draft modal to open."""
 
     text: str
     jobs: list[int] = field(default_factory=list)
     modal_for: tuple[int | None] | None = None  # (draft id or None,) when a modal should open
+
+    def __init__(
+        self,
+        said: Text | str,
+        jobs: list[int] | None = None,
+        modal_for: tuple[int | None] | None = None,
+    ) -> None:
+        object.__setattr__(self, "text", mrkdwn.render(said))
+        object.__setattr__(self, "jobs", list(jobs or []))
+        object.__setattr__(self, "modal_for", modal_for)
 
 
 def usage(text: str) -> InvalidRequest:
@@ -83,8 +95,8 @@ class PolicyCommands:
             if sub in self.CHANGES:
                 return self.CHANGES[sub](self, user, channel, rest)
         except CaseError as exc:
-            return Reply(f":no_entry: {exc.message}")
-        return Reply(f":no_entry: Unknown subcommand `{sub}`.\n{HELP}")
+            return Reply(f":no_entry: {mrkdwn.render(exc.text)}")
+        return Reply(f":no_entry: Unknown subcommand `{mrkdwn.escape(sub)}`.\n{HELP}")
 
     # ------------------------------------------------------------ reading
 
@@ -118,20 +130,8 @@ class PolicyCommands:
             head = f"*Draft d{draft.id}* by {draft.author}, {_draft_state(draft)}"
         return f"{head}\n```{clip(source, 2800)}```"
 
-    def history(self, session: Session, rest: list[str]) -> str:
-        rows = session.scalars(
-            select(PolicyVersion).order_by(col(PolicyVersion.version).desc()).limit(20)
-        ).all()
-        if not rows:
-            return "No policy version is published yet."
-        active = control(session).active_version
-        lines = [
-            f"{'*' if r.version == active else ' '} v{r.version} "
-            f"{r.published_at:%Y-%m-%d %H:%M} by {r.published_by} `{r.content_hash[:12]}`"
-            + (f" ({r.note})" if r.note else "")
-            for r in rows
-        ]
-        return "Policy history (* active):\n" + "\n".join(lines)
+    def history(self, session: Session, rest: list[str]) -> Text:
+        return history(session)
 
     def list_drafts(self, session: Session, rest: list[str]) -> str:
         rows = drafts.list_drafts(session)
@@ -139,7 +139,7 @@ class PolicyCommands:
             return "No drafts yet: `/refund-policy draft` starts one."
         return "Drafts:\n" + "\n".join(f"• d{d.id} by {d.author}, {_draft_state(d)}" for d in rows)
 
-    def validate(self, session: Session, rest: list[str]) -> str:
+    def validate(self, session: Session, rest: list[str]) -> Text:
         if len(rest) != 1:
             raise usage("validate DRAFT")
         return drafts.validate_text(drafts.source_of(session, drafts.parse_ref(rest[0])))[1]
@@ -152,11 +152,12 @@ class PolicyCommands:
         for ref in refs:
             doc, message = drafts.validate_text(drafts.source_of(session, ref))
             if doc is None:
-                raise InvalidRequest("policy_invalid", f"{ref}: {message}")
+                raise InvalidRequest("policy_invalid", text(f"{ref}: ", message))
             docs.append(doc)
-        return clip(diff_text(diff_policies(*docs), old=str(refs[0]), new=str(refs[1])))
+        changes = diff_policies(*docs)
+        return clip(mrkdwn.render(diff_text(changes, old=str(refs[0]), new=str(refs[1]))))
 
-    def shadow_report(self, session: Session, rest: list[str]) -> str:
+    def shadow_report(self, session: Session, rest: list[str]) -> Text:
         return shadow.report(session)
 
     def reviews(self, session: Session, rest: list[str]) -> str:
@@ -189,7 +190,7 @@ class PolicyCommands:
             lines.append(f"Shadow d{shadowed.draft_id}: {shadowed.outcome} by `{shadowed.rule}`.")
         return "\n".join(lines)
 
-    READS: ClassVar[dict[str, Callable[[PolicyCommands, Session, list[str]], str]]] = {
+    READS: ClassVar[dict[str, Callable[[PolicyCommands, Session, list[str]], Text | str]]] = {
         "help": help,
         "show": show,
         "history": history,
@@ -252,7 +253,7 @@ class PolicyCommands:
             source = drafts.source_of(session, ref)
             doc, message = drafts.validate_text(source)
             if doc is None:
-                raise InvalidRequest("policy_invalid", f"{ref}: {message}")
+                raise InvalidRequest("policy_invalid", text(f"{ref}: ", message))
             target = policy_channel(session, self.default_channel) or channel or user
             job = enqueue(
                 session,
@@ -393,10 +394,10 @@ class PolicyCommands:
                 jobs += [job_id] if job_id is not None else []
         return Reply(change.reply, jobs)
 
-    def tell(self, user: str, channel: str | None, text: str) -> int:
+    def tell(self, user: str, channel: str | None, said: Text | str) -> int:
         """An ephemeral answer as a job (a button click has no response_url to answer on)."""
         with self.desk.db.write() as session:
-            return tell(session, user, channel, text)
+            return tell(session, user, channel, said)
 
     def answer_review(self, user: str, case_id: str, verdict: str, where: dict[str, str]) -> Reply:
         with self.desk.db.write() as session:
@@ -523,7 +524,10 @@ def register(surface: Surface) -> None:
         except CaseError as exc:
             await ack()
             job = await surface.blocking(
-                commands.tell, body["user"]["id"], where["channel"], f":no_entry: {exc.message}"
+                commands.tell,
+                body["user"]["id"],
+                where["channel"],
+                f":no_entry: {mrkdwn.render(exc.text)}",
             )
             surface.start_jobs([job])
             return

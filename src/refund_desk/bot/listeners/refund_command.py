@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import select
 from sqlmodel import col
 
+from refund_desk.bot import mrkdwn
 from refund_desk.bot.blocks import cards
 from refund_desk.bot.outbox import enqueue_call
 from refund_desk.cases.desk import Desk
@@ -51,7 +52,8 @@ def file_case(desk: Desk, job: ClaimedJob) -> None:
         text = f"Filed case `{case_id}`: {status.replace('_', ' ')}."
     except InvalidRequest as exc:
         details = "; ".join(f"{k}: {v}" for k, v in exc.fields.items())
-        text = f":no_entry: The case was not filed: {exc.message} {details}".strip()
+        said = f"{mrkdwn.render(exc.text)} {mrkdwn.escape(details)}".strip()
+        text = f":no_entry: The case was not filed: {said}"
     with desk.db.write() as session:
         job_id = enqueue_call(
             session,

@@ -1,0 +1,51 @@
+"""Slack's mrkdwn for the core's ``Text``: the one place that writes Slack markup for it.
+
+Every string part is escaped as Slack asks (``&``, ``<``, ``>``), so text from a customer, a
+policy or a person never turns into a mention, a link or a broadcast. A person whose id is a
+user group (``S…``) is mentioned as a group.
+"""
+
+from __future__ import annotations
+
+from refund_desk.text import Code, Mark, Person, Strong, Text
+
+EMOJI = {
+    "ok": ":white_check_mark:",
+    "failed": ":x:",
+    "refused": ":no_entry:",
+    "warning": ":warning:",
+    "alert": ":rotating_light:",
+    "published": ":rocket:",
+    "rolled_back": ":rewind:",
+    "paused": ":octagonal_sign:",
+    "resumed": ":arrow_forward:",
+    "shadow": ":ghost:",
+}
+
+
+def escape(value: str) -> str:
+    """Slack's three control characters, escaped as its documentation asks."""
+    return value.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def mention(user: str) -> str:
+    return f"<!subteam^{user}>" if user.startswith("S") else f"<@{user}>"
+
+
+def render(value: Text | str) -> str:
+    """mrkdwn for a ``Text``; a plain ``str`` is taken as already written for Slack."""
+    if isinstance(value, str):
+        return value
+    out: list[str] = []
+    for part in value:
+        if isinstance(part, Person):
+            out.append(mention(part.id))
+        elif isinstance(part, Code):
+            out.append("`" + escape(part.text).replace("`", "'") + "`")
+        elif isinstance(part, Strong):
+            out.append(f"*{escape(part.text)}*")
+        elif isinstance(part, Mark):
+            out.append(EMOJI[part.name])
+        else:
+            out.append(escape(part))
+    return "".join(out)
