@@ -1,0 +1,47 @@
+"""The core's words for people: structure that survives a job payload and reads plainly."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from refund_desk.storage.audit import Actor
+from refund_desk.text import Code, Mark, Person, Strong, Text, join, lines, text
+
+
+def test_a_text_survives_a_job_payload() -> None:
+    said = text(
+        Mark("published"), " ", Person("U1"), " published ", Strong("v4"), " (", Code("abc"), ")."
+    )
+    assert Text.from_json(json.loads(json.dumps(said.to_json()))) == said
+
+
+def test_a_payload_queued_as_a_plain_string_still_reads() -> None:
+    assert Text.from_json("Evidence e1 checked.") == text("Evidence e1 checked.")
+    assert Text.from_json(None) == text()
+
+
+def test_plain_text_has_no_markup() -> None:
+    said = text(
+        Mark("alert"), " ", Person("U1"), ": stopped; ", Code("/refund-policy mode supervised")
+    )
+    assert said.plain() == "U1: stopped; /refund-policy mode supervised"
+    assert "stopped; /refund" in said
+
+
+def test_a_person_acts_by_mention_and_a_program_by_name() -> None:
+    assert Actor("human", "U1").who == Person("U1")
+    assert Actor("cli", "ana").who == "cli:ana"
+    assert text(Actor("cli", "ana").who, " published v2.").plain() == "cli:ana published v2."
+
+
+def test_joining_and_lines() -> None:
+    assert join(", ", [Person("U1"), Person("U2")]).plain() == "U1, U2"
+    assert lines("a", None, text("b")).plain() == "a\nb"
+    assert (text("a") + Code("b") + "c").plain() == "abc"
+
+
+def test_an_unknown_mark_is_refused() -> None:
+    with pytest.raises(ValueError, match="unknown mark"):
+        Mark("party")
