@@ -153,8 +153,8 @@ class SandboxProcessor:
             if self.honour_idempotency_keys:
                 seen = session.scalars(
                     select(SandboxRefund).where(
-                        SandboxRefund.payment_id == payment_id,  # type: ignore[arg-type]
-                        SandboxRefund.idempotency_key == idempotency_key,  # type: ignore[arg-type]
+                        col(SandboxRefund.payment_id) == payment_id,
+                        col(SandboxRefund.idempotency_key) == idempotency_key,
                     )
                 ).first()
                 if seen is not None:
