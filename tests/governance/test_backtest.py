@@ -111,3 +111,37 @@ def test_diff_names_rule_level_changes() -> None:
         ("setting", "leads"),
         ("setting", "tests"),
     }
+
+
+TO_FINANCE = ACME.read_text().replace(
+    "default: {outcome: review",
+    "  - id: over-100-to-finance\n"
+    "    when: request.amount > 100\n"
+    "    outcome: review\n"
+    "    tier: 3\n"
+    "    approvers: finance\n"
+    "default: {outcome: review",
+)
+
+
+def test_a_backtest_reports_cases_that_would_go_to_other_people(any_runtime: Runtime) -> None:
+    """Same outcome, another approver group: that is a change, counted with its money."""
+    harness = Harness(any_runtime)
+    harness.publish()
+    payment = harness.payment("150.00")
+    body = harness.request(payment, "150.00", message="I changed my mind about it.")
+    moved = harness.post(body).json()["id"]
+    run = run_backtest(any_runtime.db, CompiledPolicy.compile(parse_policy(TO_FINANCE)), label="d1")
+    s = run.summary
+    assert (s["cases"], s["changed"], s["flips"]) == (1, 1, [])
+    [route] = s["routes"]
+    assert (route["kind"], route["from"], route["to"], route["cases"]) == (
+        "approvers",
+        "support-leads",
+        "finance",
+        1,
+    )
+    assert route["amounts"] == {"USD": 15000} and route["examples"] == [moved]
+    said = run.text.plain()
+    assert "1 would be decided differently" in said
+    assert "approver group support-leads → finance: 1 case, 150.00 USD" in said

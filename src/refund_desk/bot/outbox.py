@@ -20,8 +20,8 @@ from sqlmodel import Session, col
 from refund_desk import clock, money
 from refund_desk.bot import mrkdwn
 from refund_desk.bot.blocks import cards
+from refund_desk.bot.card_facts import card_context
 from refund_desk.cases.desk import Desk
-from refund_desk.cases.quorum import approval_count, approvals_needed
 from refund_desk.governance.versions import LoadedPolicy, control, load_version
 from refund_desk.storage.jobs import ClaimedJob, RetryLater, enqueue
 from refund_desk.storage.models import Approval, Case, Execution, SlackMessage
@@ -107,18 +107,7 @@ class Outbox:
     ) -> tuple[cards.CardContext, LoadedPolicy | None]:
         version = case.policy_version or control(session).active_version
         policy = load_version(session, version) if version else None
-        group = (case.decision or {}).get("approvers")
-        if group is None and policy is not None:
-            group = policy.doc.approvers_for(policy.doc.default)
-        ctx = cards.CardContext(
-            case=case,
-            email=self.desk.vault.decrypt(case.email_enc),
-            approvals=approval_count(session, case),
-            needed=approvals_needed(case),
-            channel_group=group,
-            now=clock.now(),
-        )
-        return ctx, policy
+        return card_context(session, self.desk, case, policy, clock.now()), policy
 
     def channel_for(self, case: Case, policy: LoadedPolicy | None) -> str | None:
         if policy is not None:
@@ -192,7 +181,12 @@ class Outbox:
                 f"Approved by <@{data.get('user')}>; another approver is needed (fresh card above)."
             )
         if event == "case.approved":
-            return f"Approved by {who} for {amount}; refunding now."
+            wanted = case.asked()
+            if wanted is not None and case.amount < wanted:
+                amount = f"{money.to_major(case.amount, case.currency)} of " + money.format_money(
+                    wanted, case.currency
+                )
+            return f"Approved by {who} for {amount}; the refund is queued."
         if event == "case.refunded":
             refund = session.scalars(
                 select(Execution).where(
@@ -200,6 +194,10 @@ class Outbox:
                 )
             ).first()
             ref = f" (refund `{refund.processor_refund_id}`)" if refund else ""
+            wanted = case.asked()
+            if wanted is not None and case.amount < wanted:
+                whole = money.format_money(wanted, case.currency)
+                amount = f"{money.to_major(case.amount, case.currency)} of {whole} (partial)"
             return f":white_check_mark: Refunded {amount}{ref}."
         if event == "case.denied":
             return f"Denied by {who if last and last.decision == 'deny' else 'the policy'}."

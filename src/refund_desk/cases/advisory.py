@@ -136,7 +136,8 @@ _GUARDRAILS = {
 }
 
 
-def _why(rule: str, policy: LoadedPolicy | None) -> str:
+def why(rule: str, policy: LoadedPolicy | None) -> str:
+    """Why ``rule`` decided, in words: the guardrail's meaning or the rule's condition."""
     if rule.startswith("guardrail:"):
         return _GUARDRAILS.get(rule.removeprefix("guardrail:"), "a hard limit")
     if policy is None:
@@ -174,7 +175,7 @@ def explanation(
         f"{customer.get('refunds_90d')} refunds in 90 days, "
         f"{customer.get('chargebacks_365d')} chargebacks in 365 days.",
         f"Rule: {record.get('rule')} -> {record.get('outcome')} (tier {record.get('tier')}): "
-        f"{_why(str(record.get('rule')), policy)}.",
+        f"{why(str(record.get('rule')), policy)}.",
     ]
     if record.get("error"):
         lines.append(f"Error: {record['error']}.")

@@ -22,6 +22,7 @@ from refund_desk.cases import tokens
 from refund_desk.cases.decide import strictest
 from refund_desk.cases.errors import CaseError, Refused
 from refund_desk.cases.executor import _open_execution, enqueue_execution
+from refund_desk.cases.facts import left_on_record
 from refund_desk.cases.lifecycle import Status, move
 from refund_desk.cases.notify import notify
 from refund_desk.cases.ports import Provenance
@@ -113,7 +114,7 @@ def _act(
         return _deny(desk, session, case, token, user, reason)
     pay = case.amount
     if token.action == "approve_partial":
-        pay = _partial_amount(amount, token, case)
+        pay = _partial_amount(amount, token, case, left_on_record(session, case.payment_id))
     elif token.amount != case.amount:
         raise Refused("token_mismatch", "This button was made for another amount.")
     _check_authority(case, policy, user, pay)
@@ -223,7 +224,10 @@ def may_vouch(session: Session, case: Case, user: str) -> bool:
     )
 
 
-def _partial_amount(amount: str | None, token: tokens.ActionToken, case: Case) -> int:
+def _partial_amount(
+    amount: str | None, token: tokens.ActionToken, case: Case, left: int | None
+) -> int:
+    """The amount a person typed: positive, at most the case's, at most what is still left."""
     if amount is None:
         raise Refused("invalid_amount", "Enter the amount to refund.")
     try:
@@ -236,6 +240,12 @@ def _partial_amount(amount: str | None, token: tokens.ActionToken, case: Case) -
         raise Refused(
             "invalid_amount",
             f"At most {money.format_money(token.amount, case.currency)} can be refunded.",
+        )
+    if left is not None and minor > left:
+        raise Refused(
+            "invalid_amount",
+            f"At most {money.format_money(left, case.currency)} can be refunded: that is what "
+            "is still refundable on this payment.",
         )
     return minor
 
@@ -414,9 +424,15 @@ def _claimed_case(token_value: str) -> str | None:
         return None
 
 
+INPUT_ERRORS = frozenset({"invalid_amount"})  # a typo in a modal: shown on the field, no record
+
+
 def _record_refusal(
     desk: Desk, case_id: str | None, user: str, refusal: CaseError, *, claimed: str | None
 ) -> None:
+    """A refused decision is on the record (who tried what); a mistyped amount is not one."""
+    if refusal.code in INPUT_ERRORS:
+        return
     with desk.db.write() as session:
         case = session.get(Case, case_id) if case_id else None
         desk.audit.append(

@@ -366,6 +366,7 @@ def _record(desk: Desk, execution: Execution, refund: ProcessorRefund) -> None:
             )
             if row.automatic:  # a share of automatic refunds goes to a person afterwards
                 sample_for_review(desk, session, case)
+            _refresh_waiting_cards(session, case)
         elif refund.status in ("failed", "canceled"):
             _mark_failed(
                 desk,
@@ -446,6 +447,19 @@ def _fail(desk: Desk, case_id: str, execution: Execution | None, code: str, mess
             return
         if row is not None and row.status == case_facts.OPEN_EXECUTION:
             _mark_failed(desk, session, case, row, code, message)
+
+
+def _refresh_waiting_cards(session: Session, case: Case) -> None:
+    """Money left the payment: the other cases waiting on it show what is still refundable."""
+    waiting = session.scalars(
+        select(col(Case.id)).where(
+            col(Case.payment_id) == case.payment_id,
+            col(Case.id) != case.id,
+            col(Case.status).in_([Status.awaiting_approval, Status.parked]),
+        )
+    ).all()
+    for other in waiting:
+        notify(session, event="case.payment_changed", case_id=other)
 
 
 def _mark_failed(

@@ -9,13 +9,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import func, or_, select
 from sqlmodel import Session, col
 
 from refund_desk.cases.lifecycle import FINAL, Status
 from refund_desk.cases.ports import PaymentFacts
 from refund_desk.storage.crypto import normalize_email
-from refund_desk.storage.models import Case, Execution
+from refund_desk.storage.models import Case, Execution, Payment
 
 OPEN_EXECUTION = "reserved"
 
@@ -45,6 +45,28 @@ def refundable(session: Session, payment: PaymentFacts) -> Refundable:
     ids = frozenset(r[0] for r in open_rows)
     reserved = sum(r[1] for r in open_rows)
     return Refundable(payment.amount, payment.refunded_amount(excluding=ids) + reserved, ids)
+
+
+def left_on_record(session: Session, payment_id: str) -> int | None:
+    """What is still refundable by our own record, without asking the processor.
+
+    The payment as last seen (captured, refunded then), less our reservations and our refunds
+    made since. It never overstates what the processor would say, bar refunds made elsewhere
+    since that sighting; the executor re-checks against the processor before paying.
+    """
+    row = session.get(Payment, payment_id)
+    if row is None:
+        return None
+    ours = session.scalar(
+        select(func.coalesce(func.sum(col(Execution.amount)), 0)).where(
+            col(Execution.payment_id) == payment_id,
+            or_(
+                col(Execution.status) == OPEN_EXECUTION,
+                (col(Execution.status) == "succeeded") & (col(Execution.created_at) >= row.seen_at),
+            ),
+        )
+    )
+    return max(0, row.amount - row.refunded - int(ours or 0))
 
 
 def customer_verified(email: str, payment: PaymentFacts) -> bool:

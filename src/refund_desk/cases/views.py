@@ -27,6 +27,8 @@ def case_view(session: Session, case_id: str, *, with_audit: bool) -> dict[str, 
         .order_by(col(Execution.created_at))
     ).all()
     decision = case.decision or {}
+    wanted = case.asked()
+    refunded = sum(e.amount for e in executions if e.status == "succeeded")
     view: dict[str, Any] = {
         "id": case.id,
         "status": case.status,
@@ -34,6 +36,10 @@ def case_view(session: Session, case_id: str, *, with_audit: bool) -> dict[str, 
         "amount": major(case.amount, case.currency),
         "currency": case.currency,
         "amount_source": case.amount_source,
+        # What the customer asked for, and what was paid: "200.00 of 320.00" for a partial.
+        "requested_amount": major(wanted, case.currency),
+        "refunded_amount": major(refunded, case.currency),
+        "partial": case.status == "refunded" and wanted is not None and refunded < wanted,
         "payment": case.payment_id,
         "source": case.source,
         "external_id": case.external_id,

@@ -20,6 +20,7 @@ from sqlalchemy import select
 from sqlmodel import Session, col
 
 from refund_desk import clock, money
+from refund_desk.cases.notify import notify
 from refund_desk.storage.audit import SYSTEM
 from refund_desk.storage.jobs import ClaimedJob, RetryLater, backoff, enqueue
 from refund_desk.storage.models import Approval, Case, CustomerMessage
@@ -123,23 +124,15 @@ def compose(session: Session, case: Case) -> tuple[str, str, datetime | None]:
         return "in_review", text, expected
     paid = money.format_money(case.amount, case.currency)
     text = case.customer_message or DEFAULT_REFUNDED.format(amount=paid)
-    asked = _asked(case)
+    wanted = case.asked()
     note = _approver_note(session, case)
     kind = "refunded"
-    if asked is not None and case.amount < asked:
+    if wanted is not None and case.amount < wanted:
         kind = "partially_refunded"
-        text += f" That is part of the {money.format_money(asked, case.currency)} you asked for."
+        text += f" That is part of the {money.format_money(wanted, case.currency)} you asked for."
     if note:
         text += f" A note from our team: {note}"
     return kind, text, None
-
-
-def _asked(case: Case) -> int | None:
-    """What the customer asked for: their amount, else the amount the case was decided on."""
-    if case.requested_amount is not None:
-        return case.requested_amount
-    decided = ((case.facts or {}).get("request") or {}).get("amount")
-    return int(decided) if isinstance(decided, int) else None
 
 
 def _approver_note(session: Session, case: Case) -> str | None:
@@ -254,6 +247,7 @@ class Delivery:
                     **({"error": error[:200]} if error else {}),
                 },
             )
+            notify(session, event="case.customer_told", case_id=case.id)  # the card says so
 
 
 def messages(session: Session, case_id: str) -> list[CustomerMessage]:

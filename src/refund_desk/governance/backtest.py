@@ -95,7 +95,8 @@ def stream_cases(
 ) -> Iterator[StoredCase]:
     """Cases created since ``since`` with ids in [lo, hi), in id order, a batch at a time.
 
-    Only the decision's outcome and rule are read (extracted in SQL), not its whole trace;
+    Only the decision's outcome, rule, tier and approver group are read (extracted in SQL), not
+    its whole trace;
     the facts come as text and are decoded with orjson, which is most of the cost per row.
     """
     decision = col(Case.decision)
@@ -117,14 +118,18 @@ def stream_cases(
                     cast(col(Case.facts), SqlText),
                     decision["outcome"].as_string(),
                     decision["rule"].as_string(),
+                    decision["tier"].as_integer(),
+                    decision["approvers"].as_string(),
                 )
                 .where(*where)
                 .order_by(col(Case.id))
                 .limit(batch)
             ).all()
-        for case_id, created_at, amount, currency, facts, outcome, rule in rows:
+        for case_id, created_at, amount, currency, facts, outcome, rule, tier, group in rows:
             frozen = orjson.loads(facts) if facts is not None else None
-            yield StoredCase(case_id, created_at, amount, currency, frozen, outcome, rule)
+            yield StoredCase(
+                case_id, created_at, amount, currency, frozen, outcome, rule, tier, group
+            )
         if len(rows) < batch:
             return
         last, first = rows[-1][0], False

@@ -33,6 +33,10 @@ CSV_COLUMNS = (
     "now_outcome",
     "now_rule",
     "error",
+    "was_tier",
+    "now_tier",
+    "was_approvers",
+    "now_approvers",
 )
 
 
@@ -47,6 +51,12 @@ class StoredCase:
     facts: Mapping[str, Any] | None
     outcome: str | None
     rule: str | None
+    tier: int | None = None  # None: not stored then, so not compared
+    approvers: str | None = None
+
+
+def _needed(tier: int | None) -> int | None:
+    return None if tier is None else (2 if tier >= 4 else 1)
 
 
 @dataclass(frozen=True)
@@ -57,10 +67,27 @@ class Replayed:
     outcome: str
     rule: str
     error: str | None = None
+    tier: int | None = None
+    approvers: str | None = None
+
+    def changes(self) -> tuple[str, ...]:
+        """Every kind of difference: outcome, tier, approvers (the group), approvals needed."""
+        case = self.case
+        kinds = []
+        if self.error is not None or self.outcome != case.outcome:
+            kinds.append("outcome")
+        if case.tier is not None and self.tier is not None and self.tier != case.tier:
+            kinds.append("tier")
+        people = self.outcome == "review" and case.outcome == "review"
+        if people and case.approvers != self.approvers and (case.approvers or self.approvers):
+            kinds.append("approvers")
+        if case.tier is not None and _needed(self.tier) != _needed(case.tier):
+            kinds.append("approvals")
+        return tuple(kinds)
 
     @property
     def changed(self) -> bool:
-        return self.error is not None or self.outcome != self.case.outcome
+        return bool(self.changes())
 
 
 @dataclass
@@ -97,6 +124,8 @@ class Tally:
     errors: Bucket = field(default_factory=Bucket)
     flips: dict[tuple[str, str], Bucket] = field(default_factory=dict)
     rules: dict[str, dict[str, Any]] = field(default_factory=dict)  # rule -> decided, changed
+    # Same outcome, other people: (kind, then, now) -> cases; kind is tier | approvers | approvals
+    routes: dict[tuple[str, str, str], Bucket] = field(default_factory=dict)
 
     def add(self, replayed: Replayed) -> None:
         case = replayed.case
@@ -105,8 +134,18 @@ class Tally:
         rule["decided"] += 1
         if replayed.error is not None:
             self.errors.add(case)
-        if not replayed.changed:
+        changes = replayed.changes()
+        if not changes:
             self.unchanged += 1
+            return
+        for kind, then, now in (
+            ("tier", case.tier, replayed.tier),
+            ("approvers", case.approvers, replayed.approvers),
+            ("approvals", _needed(case.tier), _needed(replayed.tier)),
+        ):
+            if kind in changes:
+                self.routes.setdefault((kind, str(then), str(now)), Bucket()).add(case)
+        if "outcome" not in changes:
             return
         key = (str(case.outcome), replayed.outcome)
         self.flips.setdefault(key, Bucket()).add(case)
@@ -120,6 +159,8 @@ class Tally:
         self.errors.merge(other.errors)
         for key, bucket in other.flips.items():
             self.flips.setdefault(key, Bucket()).merge(bucket)
+        for route, bucket in other.routes.items():
+            self.routes.setdefault(route, Bucket()).merge(bucket)
         for rule, data in other.rules.items():
             mine = self.rules.setdefault(rule, {"decided": 0, "flips": {}})
             mine["decided"] += data["decided"]
@@ -136,6 +177,10 @@ class Tally:
             "skipped": self.skipped,
             "errors": self.errors.to_dict(),
             "flips": [{"from": a, "to": b, **bucket.to_dict()} for (a, b), bucket in flips],
+            "routes": [
+                {"kind": kind, "from": a, "to": b, **bucket.to_dict()}
+                for (kind, a, b), bucket in sorted(self.routes.items(), key=lambda kv: -kv[1].cases)
+            ],
             "rules": {
                 rule: {
                     "decided": data["decided"],
@@ -174,7 +219,9 @@ def decide_again(policy: CompiledPolicy, case: StoredCase) -> Replayed:
             decision = policy.evaluate(case.facts, counterfactual=False)
     except ContextInvalid as exc:  # facts frozen under an older list of facts
         return Replayed(case, "review", "error", f"facts no longer valid: {exc}")
-    return Replayed(case, decision.outcome, decision.rule, decision.error)
+    return Replayed(
+        case, decision.outcome, decision.rule, decision.error, decision.tier, decision.approvers
+    )
 
 
 def replay(
@@ -222,6 +269,10 @@ class CsvSink:
                 replayed.outcome,
                 replayed.rule,
                 replayed.error or "",
+                "" if case.tier is None else case.tier,
+                replayed.tier,
+                case.approvers or "",
+                replayed.approvers or "",
             )
         )
 
@@ -262,6 +313,17 @@ def summary_text(summary: Mapping[str, Any], *, label: str, days: int) -> Text:
         ((r, sum(b["cases"] for b in d["flips"].values())) for r, d in rules.items()),
         key=lambda kv: -kv[1],
     )
+    routes = {"tier": "tier", "approvers": "approver group", "approvals": "approvals needed"}
+    for route in summary.get("routes", [])[:6]:
+        examples = join(", ", [Code(str(e)) for e in route["examples"]])
+        out.append(
+            text(
+                f"• {routes.get(route['kind'], route['kind'])} {route['from']} → {route['to']}: "
+                f"{_n(route['cases'], 'case')}, {_amounts(route['amounts'])} (e.g. ",
+                examples,
+                ")",
+            )
+        )
     by_rule = join(", ", [text(Code(r), f" {n:,}") for r, n in moved if n])
     if by_rule:
         out.append(text("Changes by the rule that now decides: ", by_rule, "."))

@@ -141,6 +141,14 @@ class Case(SQLModel, table=True):
         default_factory=clock.now, sa_column=Column(UTCDateTime(), nullable=False)
     )
 
+    def asked(self) -> int | None:
+        """What the customer asked for: their amount, else the amount the case was decided on
+        (a person's partial approval changes ``amount``, never this)."""
+        if self.requested_amount is not None:
+            return self.requested_amount
+        decided = ((self.facts or {}).get("request") or {}).get("amount")
+        return int(decided) if isinstance(decided, int) else None
+
 
 class IntakeKey(SQLModel, table=True):
     """An integrator's Idempotency-Key: the same key and body always answer with the same case."""

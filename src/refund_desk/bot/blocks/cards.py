@@ -1,13 +1,17 @@
 """Block Kit for a case, built with slack_sdk's models so Slack's limits are checked here.
 
-The card shows what an approver needs and nothing more: the amount, the order's facts, the
-rule and policy version, the tier and deadline, the advisor's summary (labelled advisory), the
-masked customer, duplicate links. Its buttons carry signed single-use tokens, never decisions.
+A card is read in three seconds: a header with what is asked and why a person is needed, who
+may decide (mentioned), who filed it and who decided it; facts in words with their provenance
+as a small mark ("AI guess"); the advisor's one line of what is new; buttons whose confirm says
+what that click does. Every number is true when the card is drawn: what is still refundable is
+recomputed on every update, a partial refund reads "of" what was asked, and "Customer told"
+appears only for a message that was delivered. Buttons carry signed single-use tokens, never
+decisions.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -31,12 +35,34 @@ from slack_sdk.models.views import View
 
 from refund_desk import money
 from refund_desk.bot.blocks.evidence import evidence_blocks
+from refund_desk.bot.mrkdwn import escape, mention
 from refund_desk.cases import tokens
 from refund_desk.cases.ports import REASONS
 from refund_desk.storage.models import Case
 
 MAX_TEXT = 2900  # Slack refuses section text over 3,000 characters
 DECIDABLE = ("awaiting_approval", "parked")
+FINAL = ("refunded", "denied", "failed")
+
+
+@dataclass(frozen=True)
+class Decider:
+    """A person's decision on the card: who, what, when, and the note they gave."""
+
+    user: str
+    decision: str  # approve | deny | escalate
+    at: datetime
+    amount: int | None = None
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class Told:
+    """The customer message of the case's outcome, as sent (or not)."""
+
+    text: str
+    channel: str | None  # email | webhook | zendesk | ... ; None: nowhere to send it
+    status: str  # queued | sent | recorded | failed
 
 
 @dataclass(frozen=True)
@@ -47,6 +73,15 @@ class CardContext:
     needed: int
     channel_group: str | None
     now: datetime
+    approvers: tuple[str, ...] = ()  # who may decide now: the group's people (or a user group)
+    why: str | None = None  # why a person is needed, in words
+    asked: int | None = None  # what the customer asked for, when it differs from the case
+    left: int | None = None  # still refundable on the payment, by our record, now
+    refunded: int = 0  # paid out on this case
+    deciders: tuple[Decider, ...] = ()  # this round's approvals, the deny, escalations
+    told: Told | None = None
+    paused: bool = False
+    notes: tuple[str, ...] = field(default_factory=tuple)
 
 
 def mask_email(email: str | None) -> str:
@@ -65,76 +100,278 @@ def _money(minor: int | None, currency: str) -> str:
 
 
 def _when(moment: datetime | None) -> str:
+    """A moment in the reader's own time zone (Slack's date formatting), UTC as the fallback."""
     if moment is None:
         return "none"
     stamp = int(moment.timestamp())
     return f"<!date^{stamp}^{{date_short_pretty}} {{time}}|{moment:%Y-%m-%d %H:%M} UTC>"
 
 
-def case_blocks(ctx: CardContext, *, secret: str) -> list[Block]:
+def _time(moment: datetime) -> str:
+    stamp = int(moment.timestamp())
+    return f"<!date^{stamp}^{{time}}|{moment:%H:%M} UTC>"
+
+
+def until(moment: datetime | None, now: datetime) -> str | None:
+    """ "in 3 h 58 min", "2 min ago"; None without a moment."""
+    if moment is None:
+        return None
+    seconds = int((moment - now).total_seconds())
+    minutes = abs(seconds) // 60
+    days, hours, mins = minutes // 1440, minutes % 1440 // 60, minutes % 60
+    if days:
+        span = f"{days} d {hours} h"
+    elif hours:
+        span = f"{hours} h {mins} min"
+    else:
+        span = f"{max(mins, 1)} min"
+    return f"in {span}" if seconds >= 0 else f"{span} ago"
+
+
+def words(value: str | None) -> str:
+    return (value or "unknown").replace("_", " ").replace("-", " ")
+
+
+def _paid_line(ctx: CardContext) -> str:
+    """ "Refunded 200.00 of 320.00 USD (partial)" or "Refunded 45.00 USD"."""
+    case = ctx.case
+    paid = ctx.refunded or case.amount
+    if ctx.asked is not None and paid < ctx.asked:
+        whole = money.format_money(ctx.asked, case.currency)
+        return f"Refunded {money.to_major(paid, case.currency)} of {whole} (partial)"
+    return f"Refunded {money.format_money(paid, case.currency)}"
+
+
+def header_line(ctx: CardContext) -> str:
+    """What is asked and where it stands, in one plain line (Block Kit headers are plain)."""
+    case = ctx.case
+    amount = money.format_money(case.amount, case.currency)
+    if case.status in DECIDABLE:
+        still = max(ctx.needed - ctx.approvals, 1)
+        group = (ctx.channel_group or "approver").replace("_", " ").replace("-", " ")
+        parts = [amount, words(case.reason), f"needs {still} {group}"]
+        due = until(case.sla_due_at, ctx.now)
+        if case.status == "parked":
+            parts[2] = "parked: " + parts[2]
+        if due:
+            parts.append(
+                f"due {due}" if due.startswith("in") else f"overdue {due.removesuffix(' ago')}"
+            )
+        return " · ".join(parts)
+    if case.status == "refunded":
+        return _paid_line(ctx)
+    if case.status == "denied":
+        return f"Denied · {amount} · {words(case.reason)}"
+    if case.status in ("approved", "executing"):
+        return f"Approved · paying {amount}"
+    return f"{words(case.status).capitalize()} · {amount}"
+
+
+def _who(users: tuple[str, ...]) -> str:
+    return " ".join(mention(u) for u in users) or "nobody (the policy names no one)"
+
+
+def _note(text: str | None) -> str | None:
+    return escape(text.strip()) if text and text.strip() else None
+
+
+def _decided_line(ctx: CardContext) -> str | None:
+    """Who decided, when, and with what note; in place of the buttons once decided."""
+    case = ctx.case
+    rule = escape(str((case.decision or {}).get("rule")))
+    approvals = [d for d in ctx.deciders if d.decision == "approve"]
+    denial = next((d for d in reversed(ctx.deciders) if d.decision == "deny"), None)
+    if case.status == "denied":
+        if denial is None:
+            return f":no_entry_sign: Denied by the policy (rule `{rule}`)"
+        reason = _note(denial.reason)
+        said = f": {reason}" if reason else ""
+        return f":no_entry_sign: Denied by {mention(denial.user)} · {_time(denial.at)}{said}"
+    if case.status in ("approved", "executing", "refunded"):
+        what = _paid_line(ctx) if case.status == "refunded" else "Approved"
+        if not approvals:
+            return f":white_check_mark: {what} by the policy (rule `{rule}`)"
+        names = ", ".join(f"{mention(d.user)} · {_time(d.at)}" for d in approvals)
+        note = next((n for d in reversed(approvals) if (n := _note(d.reason))), None)
+        return f":white_check_mark: {what} by {names}" + (f" · note: {note}" if note else "")
+    if approvals:
+        last = approvals[-1]
+        return (
+            f"Approval {ctx.approvals} of {ctx.needed} by {mention(last.user)} · "
+            f"{_time(last.at)}; another approver decides next."
+        )
+    return None
+
+
+def _people_lines(ctx: CardContext) -> list[str]:
+    case = ctx.case
+    lines: list[str] = []
+    if case.status in DECIDABLE:
+        lines.append(f"*Decides:* {_who(ctx.approvers)}")
+        if ctx.why:
+            lines.append(f"*Why a person:* {escape(ctx.why)}")
+    if case.requested_by:
+        lines.append(f"Filed by {mention(case.requested_by)} (they may not decide it)")
+    for d in ctx.deciders:
+        if d.decision == "escalate":
+            why = f": {escape(d.reason.strip())}" if d.reason and d.reason.strip() else ""
+            lines.append(f":arrow_up: Escalated by {mention(d.user)} · {_time(d.at)}{why}")
+    decided = _decided_line(ctx)
+    if decided:
+        lines.append(decided)
+    return lines
+
+
+def _fields(ctx: CardContext) -> list[str]:
     case = ctx.case
     decision = case.decision or {}
     facts = case.facts or {}
     order = facts.get("order") or {}
-    advice = case.advice or {}
-    header = (
-        f"Refund {money.format_money(case.amount, case.currency)} · {case.status.replace('_', ' ')}"
-    )
-    blocks: list[Block] = [HeaderBlock(text=PlainTextObject(text=_clip(header, 150)))]
-    fields = [
-        f"*Amount*\n{money.format_money(case.amount, case.currency)} ({case.amount_source})",
-        f"*Payment*\n`{case.payment_id}`",
-        f"*Order*\ncaptured {_money(order.get('amount'), case.currency)}, "
-        f"refundable {_money(order.get('refundable'), case.currency)}, "
-        f"{order.get('age_days', '?')} days old",
-        f"*Rule*\n`{decision.get('rule', 'none')}` · policy v{case.policy_version or '-'}",
-        f"*Tier*\n{decision.get('tier', '-')} · approvals {ctx.approvals} of {ctx.needed}",
-        f"*Decide by*\n{_when(case.sla_due_at)}",
-        f"*Customer*\n{mask_email(ctx.email)} "
-        f"({'verified' if case.customer_verified else 'NOT verified'})",
-        f"*Reason*\n{case.reason or 'unknown'} ({case.reason_source or '-'})",
+    cur = case.currency
+    if case.status == "refunded":
+        amount = _paid_line(ctx)
+    elif ctx.asked is not None and ctx.asked != case.amount:
+        amount = (
+            f"{money.format_money(case.amount, cur)} (asked {money.format_money(ctx.asked, cur)})"
+        )
+    else:
+        amount = money.format_money(case.amount, cur)
+    if case.amount_source == "model_inference":
+        amount += " · _AI guess_"
+    elif case.amount_source == "human_entry":
+        amount += " · _set by an approver_"
+    left = ctx.left if ctx.left is not None else order.get("refundable")
+    reason = words(case.reason)
+    if case.reason_source == "model_inference":
+        confidence = (case.advice or {}).get("confidence")
+        mark = f"AI guess {float(confidence):.0%}" if confidence is not None else "AI guess"
+        reason += f" · _{mark}_"
+    due = until(case.sla_due_at, ctx.now)
+    return [
+        f"*Amount*\n{amount}",
+        f"*Payment*\n`{escape(case.payment_id)}`",
+        f"*Order*\npaid {_money(order.get('amount'), cur)} {order.get('age_days', '?')} days ago"
+        f" · still refundable {_money(left, cur)}",
+        f"*Customer*\n{escape(mask_email(ctx.email))}"
+        f" · {'verified payer' if case.customer_verified else '*not* the payer on record'}",
+        f"*Reason*\n{escape(reason)}",
+        f"*Rule*\n`{escape(str(decision.get('rule', 'none')))}`"
+        f" · policy v{case.policy_version or '-'} · tier {decision.get('tier', '-')}",
+        f"*Decide by*\n{_when(case.sla_due_at)}"
+        + (f" ({due})" if due and case.status in DECIDABLE else ""),
     ]
-    blocks.append(SectionBlock(fields=[MarkdownTextObject(text=_clip(f, 1900)) for f in fields]))
-    notes: list[str] = []
-    if case.possible_duplicate:
-        notes.append(f":warning: Possible duplicate of `{case.duplicate_of}`")
-    if case.park_reason:
-        notes.append(f":octagonal_sign: {case.park_reason}")
-    if decision.get("counterfactual"):
-        notes.append(f":bulb: {decision['counterfactual']}")
+
+
+def _advisory(case: Case) -> str | None:
+    """One line of what the advisor adds beyond the fields: its reading, and any risk."""
+    advice = case.advice or {}
+    if not advice:
+        return None
+    if advice.get("error"):
+        error = escape(str(advice["error"])[:200])
+        return f"Advisory (AI): no advice ({error}); the policy decided without it."
+    provider = advice.get("provider", "offline")
+    confidence = advice.get("confidence")
+    head = (
+        f"Advisory (AI, {escape(str(provider))}"
+        + (f", {float(confidence):.0%} sure" if confidence is not None else "")
+        + "; not a decision):"
+    )
+    new: list[str] = []
     if advice.get("injection_suspected"):
-        notes.append(":rotating_light: The message looks like it tries to instruct the system.")
-    if ctx.channel_group:
-        notes.append(f"Approver group: *{ctx.channel_group}*")
-    if case.escalation_level:
-        notes.append(f"Escalated (level {case.escalation_level})")
+        new.append(":rotating_light: the message tries to instruct the system (treated as data)")
+    if advice.get("fallback"):
+        new.append("the model failed; this is the offline advisor's reading")
+    found = advice.get("amount_minor")
+    if (
+        isinstance(found, int)
+        and found != case.amount
+        and advice.get("currency") in (None, case.currency)
+    ):
+        new.append(f"the message names {money.format_money(found, case.currency)}")
+    ref = advice.get("order_ref")
+    if ref and str(ref) not in case.payment_id:
+        new.append(f"the message names reference `{escape(str(ref))}`")
+    if advice.get("reason") and case.reason and advice.get("reason") != case.reason:
+        new.append(f"it reads the reason as {words(str(advice['reason']))}")
+    summary = str(advice.get("summary") or "").strip()
+    if summary:
+        new.append(f"“{escape(summary[:300])}”")
+    return f"{head} {'; '.join(new) if new else 'nothing beyond the facts above.'}"
+
+
+def told_line(told: Told | None) -> str | None:
+    """The truth about the customer message: sent where, or why not."""
+    if told is None:
+        return None
+    said = escape(told.text)
+    if told.status == "sent":
+        return f"*Customer told* ({told.channel}): {said}"
+    if told.status == "queued":
+        return f"*Telling the customer* ({told.channel or 'pending'}): {said}"
+    if told.status == "failed":
+        return f":warning: *Customer not reached* ({told.channel}): not delivered: {said}"
+    return (
+        f"*Not sent to the customer:* no customer channel is configured; kept on the case: {said}"
+    )
+
+
+def case_blocks(ctx: CardContext, *, secret: str) -> list[Block]:
+    case = ctx.case
+    decision = case.decision or {}
+    blocks: list[Block] = [HeaderBlock(text=PlainTextObject(text=_clip(header_line(ctx), 150)))]
+    people = _people_lines(ctx)
+    if people:
+        blocks.append(SectionBlock(text=MarkdownTextObject(text=_clip("\n".join(people)))))
+    blocks.append(
+        SectionBlock(fields=[MarkdownTextObject(text=_clip(f, 1900)) for f in _fields(ctx)])
+    )
+    notes: list[str] = list(ctx.notes)
+    if case.possible_duplicate:
+        notes.append(f":warning: Possible duplicate of `{escape(str(case.duplicate_of))}`")
+    if case.park_reason:
+        notes.append(f":octagonal_sign: Parked: {escape(case.park_reason)}")
+    if decision.get("counterfactual"):
+        notes.append(f":bulb: {escape(str(decision['counterfactual']))}")
     if notes:
         blocks.append(SectionBlock(text=MarkdownTextObject(text=_clip("\n".join(notes)))))
     blocks.extend(evidence_blocks(case, decidable=case.status in DECIDABLE))
-    advisory = advice.get("explanation") or advice.get("summary")
+    advisory = _advisory(case)
     if advisory:
-        label = (
-            f"*Advisory (AI, {advice.get('provider', 'offline')}, "
-            f"confidence {float(advice.get('confidence') or 0):.0%}; not a decision):*"
-        )
-        blocks.append(
-            ContextBlock(elements=[MarkdownTextObject(text=_clip(f"{label} {advisory}", 1900))])
-        )
+        blocks.append(ContextBlock(elements=[MarkdownTextObject(text=_clip(advisory, 1900))]))
     if case.status in DECIDABLE:
         blocks.append(DividerBlock())
-        blocks.append(ActionsBlock(block_id="decide", elements=_buttons(case, ctx.now, secret)))
-    elif case.customer_message:
-        blocks.append(
-            ContextBlock(
-                elements=[
-                    MarkdownTextObject(text=_clip(f"Customer told: {case.customer_message}", 1900))
-                ]
-            )
-        )
+        blocks.append(ActionsBlock(block_id="decide", elements=_buttons(ctx, secret)))
+    else:
+        told = told_line(ctx.told)
+        if told:
+            blocks.append(ContextBlock(elements=[MarkdownTextObject(text=_clip(told, 1900))]))
     return blocks
 
 
-def _buttons(case: Case, now: datetime, secret: str) -> list[ButtonElement]:
+def approve_confirm(ctx: CardContext) -> str:
+    """What this Approve click does, true at the moment the card is drawn."""
+    case = ctx.case
+    amount = money.format_money(case.amount, case.currency)
+    if ctx.approvals + 1 < ctx.needed:
+        return (
+            f"Approval {ctx.approvals + 1} of {ctx.needed}: nothing is paid yet; "
+            f"another approver decides next."
+        )
+    if ctx.left is not None and case.amount > ctx.left:
+        left = money.format_money(ctx.left, case.currency)
+        return (
+            f"Only {left} is still refundable: {amount} will not be paid; "
+            "the case will be parked for a person."
+        )
+    if ctx.paused:
+        return f"Approves {amount}; execution is paused, so it is paid when a lead resumes it."
+    return f"Refunds {amount} now to the customer's payment."
+
+
+def _buttons(ctx: CardContext, secret: str) -> list[ButtonElement]:
+    case, now = ctx.case, ctx.now
+
     def token(action: str) -> str:
         return tokens.issue(
             secret,
@@ -147,16 +384,16 @@ def _buttons(case: Case, now: datetime, secret: str) -> list[ButtonElement]:
             now=now,
         )
 
-    amount = money.format_money(case.amount, case.currency)
+    step = f" ({ctx.approvals + 1} of {ctx.needed})" if ctx.needed > 1 else ""
     return [
         ButtonElement(
-            text="Approve",
+            text=f"Approve{step}",
             action_id="approve",
             value=token("approve"),
             style="primary",
             confirm=ConfirmObject(
                 title="Approve this refund?",
-                text=f"{amount} will be refunded to the customer's payment.",
+                text=approve_confirm(ctx),
                 confirm="Approve",
                 deny="Cancel",
             ),
@@ -171,7 +408,7 @@ def _buttons(case: Case, now: datetime, secret: str) -> list[ButtonElement]:
 
 def fallback_text(case: Case) -> str:
     amount = money.format_money(case.amount, case.currency)
-    return f"Refund {amount} for {case.payment_id}: {case.status}"
+    return f"Refund {amount} for {case.payment_id}: {case.status.replace('_', ' ')}"
 
 
 # ---------------------------------------------------------------- modals

@@ -1,0 +1,175 @@
+"""What a card says is true at the moment it is drawn: what a click does, who decided, what was
+paid of what was asked, and whether the customer was really told."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from refund_desk.demo.slack import SlackEmulator
+from refund_desk.payments.sandbox import SandboxProcessor
+from refund_desk.runtime import build
+from refund_desk.storage.db import Database
+from tests.conftest import _raise_crash, make_settings
+from tests.fakes.receiver import Receiver
+from tests.helpers import ACME
+from tests.slack_helpers import SIGNING_SECRET, TOKEN, SlackHarness
+
+
+@pytest.fixture()
+def receiver() -> Iterator[tuple[Receiver, str]]:
+    fake = Receiver()
+    url = fake.start()
+    yield fake, url
+    fake.stop()
+
+
+@pytest.fixture()
+def desk(any_db_url: str, slack: SlackEmulator) -> Iterator[SlackHarness]:
+    settings = make_settings(
+        any_db_url,
+        SLACK_BOT_TOKEN=TOKEN,
+        SLACK_SIGNING_SECRET=SIGNING_SECRET,
+        SLACK_API_URL=slack.api_url,
+        REFUND_DESK_CHANNEL="C0REFUNDS",
+        REFUND_DESK_WEBHOOK_SECRET="whsec-test",
+        REFUND_DESK_ALLOW_PRIVATE_CALLBACKS="true",  # the receiver listens on loopback
+    )
+    db = Database.from_url(any_db_url)
+    runtime = build(settings, db=db, processor=SandboxProcessor(db, crash=_raise_crash))
+    harness = SlackHarness(runtime, slack)
+    harness.publish(ACME.read_text())
+    yield harness
+    harness.surface.pool.shutdown(wait=True)
+    db.dispose()
+
+
+def review_case(desk: SlackHarness, amount: str, paid: str, **extra: Any) -> str:
+    payment = desk.payment(paid, chargebacks=extra.pop("chargebacks", 0))
+    body = desk.post(desk.request(payment, amount, **extra)).json()
+    assert body["status"] == "awaiting_approval", body
+    desk.settle()
+    return str(body["id"])
+
+
+def _text(card: Any) -> str:
+    return json.dumps(card.blocks)
+
+
+def _confirm(card: Any, action: str) -> str:
+    for block in card.blocks:
+        for element in block.get("elements", []):
+            if element.get("action_id") == action:
+                return str(element["confirm"]["text"]["text"])
+    raise AssertionError(f"no {action} button")
+
+
+def test_a_tier_four_cards_first_approve_says_nothing_is_paid_yet(desk: SlackHarness) -> None:
+    case_id = review_case(desk, "40.00", "50.00", chargebacks=1)
+    assert desk.get(case_id)["decision"]["tier"] == 4
+    card = desk.card()
+    assert _confirm(card, "approve").startswith("Approval 1 of 2: nothing is paid yet")
+    desk.click("U0FIN1", "approve", desk.buttons()["approve"])
+    desk.settle()
+    fresh = desk.card()
+    assert "Approval 1 of 2 by <@U0FIN1>" in _text(fresh)
+    assert _confirm(fresh, "approve") == "Refunds 40.00 USD now to the customer's payment."
+
+
+def test_the_card_names_who_may_decide_and_after_a_decision_who_did(desk: SlackHarness) -> None:
+    case_id = review_case(desk, "600.00", "900.00")
+    before = _text(desk.card())
+    assert "<@U0FIN1> <@U0FIN2>" in before and "Why a person" in before
+    desk.click("U0FIN2", "approve", desk.buttons()["approve"])
+    desk.settle()
+    assert desk.get(case_id)["status"] == "refunded"
+    after = desk.card()
+    assert desk.slack.buttons(after) == {}
+    assert "Refunded 600.00 USD by <@U0FIN2>" in _text(after)
+
+
+def test_a_partial_refund_reads_of_what_was_asked_on_the_card_and_in_the_api(
+    desk: SlackHarness,
+) -> None:
+    case_id = review_case(desk, "600.00", "900.00")
+    desk.click("U0FIN1", "approve_partial", desk.buttons()["approve_partial"])
+    [view] = desk.slack.views
+    desk.submit(
+        "U0FIN1", "partial_modal", view["private_metadata"], {"amount": "200.00", "reason": "Half"}
+    )
+    desk.settle()
+    case = desk.get(case_id)
+    assert case["status"] == "refunded"
+    assert (case["amount"], case["requested_amount"], case["refunded_amount"]) == (
+        "200.00",
+        "600.00",
+        "200.00",
+    )
+    assert case["partial"] is True
+    card = desk.card()
+    header = card.blocks[0]["text"]["text"]
+    assert header == "Refunded 200.00 of 600.00 USD (partial)"
+    assert "by <@U0FIN1>" in _text(card) and "note: Half" in _text(card)
+
+
+def test_a_partial_amount_above_what_is_still_refundable_is_refused_on_the_field(
+    desk: SlackHarness,
+) -> None:
+    payment = desk.payment("100.00")
+    mind = "I changed my mind about it."
+    first = desk.post(desk.request(payment, "60.00", message=mind)).json()
+    second = desk.post(desk.request(payment, "50.00", message=mind)).json()
+    desk.settle()
+    assert first["status"] == second["status"] == "awaiting_approval"
+
+    def card_of(amount: str) -> Any:
+        return next(
+            m
+            for m in reversed(desk.slack.in_channel("C0REFUNDS"))
+            if m.blocks and m.blocks[0]["text"]["text"].startswith(amount)
+        )
+
+    desk.click("U0LEAD2", "approve", desk.slack.buttons(card_of("60.00"))["approve"], "C0REFUNDS")
+    desk.settle()
+    assert desk.get(first["id"])["status"] == "refunded"
+    assert "still refundable 40.00 USD" in _text(card_of("50.00"))
+    partial = desk.slack.buttons(card_of("50.00"))["approve_partial"]
+    desk.click("U0LEAD2", "approve_partial", partial, "C0REFUNDS")
+    view = desk.slack.views[-1]
+    answer = desk.submit(
+        "U0LEAD2", "partial_modal", view["private_metadata"], {"amount": "45.00", "reason": None}
+    )
+    assert answer.json()["response_action"] == "errors"
+    assert "40.00 USD" in answer.json()["errors"]["amount"]
+    assert "still refundable" in answer.json()["errors"]["amount"]
+    assert desk.refusals(second["id"]) == [], "a typo is not a decision: no audit record"
+    desk.submit(
+        "U0LEAD2", "partial_modal", view["private_metadata"], {"amount": "40.00", "reason": None}
+    )
+    desk.settle()
+    assert desk.get(second["id"])["status"] == "refunded"
+    assert sum(r["amount"] for r in desk.refunds_at_processor(payment)) == 10000
+
+
+def test_customer_told_only_when_a_message_was_delivered(
+    desk: SlackHarness, receiver: tuple[Receiver, str]
+) -> None:
+    fake, url = receiver
+    silent = review_case(desk, "600.00", "900.00")
+    desk.click("U0FIN1", "approve", desk.buttons()["approve"])
+    desk.settle()
+    assert desk.get(silent)["status"] == "refunded"
+    text = _text(desk.card())
+    assert "Customer told" not in text
+    assert "Not sent to the customer:* no customer channel is configured" in text
+
+    told = review_case(desk, "700.00", "900.00", callback_url=f"{url}/outcome")
+    desk.click("U0FIN1", "approve", desk.buttons()["approve"])
+    desk.settle()
+    assert desk.get(told)["status"] == "refunded"
+    assert fake.requests, "the integrator's webhook received the outcome"
+    text = _text(desk.card())
+    assert "Customer told* (webhook): Your refund of 700.00 USD has been issued." in text
