@@ -115,6 +115,19 @@ class SlackHarness(Harness):
         view["state"] = {"values": state}
         return self.interaction(payload)
 
+    def escalate(
+        self,
+        user: str,
+        value: str,
+        reason: str = "Needs a manager's eye.",
+        channel: str = "C0FINANCE",
+    ) -> Any:
+        """Click Escalate, then give the reason its modal asks for."""
+        self.click(user, "escalate", value, channel)
+        view = self.slack.views[-1]
+        assert view["callback_id"] == "escalate_modal", view
+        return self.submit(user, "escalate_modal", view["private_metadata"], {"reason": reason})
+
     def slash(self, user: str, command: str, text: str = "") -> Any:
         form = fixture("slash_command.json")
         form.update(user_id=user, command=command, text=text)

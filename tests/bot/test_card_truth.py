@@ -173,3 +173,21 @@ def test_customer_told_only_when_a_message_was_delivered(
     assert fake.requests, "the integrator's webhook received the outcome"
     text = _text(desk.card())
     assert "Customer told* (webhook): Your refund of 700.00 USD has been issued." in text
+
+
+def test_escalate_asks_why_names_who_and_stops_at_the_managers(desk: SlackHarness) -> None:
+    case_id = review_case(desk, "600.00", "900.00")
+    desk.escalate("U0FIN1", desk.buttons()["escalate"], reason="Customer is a reseller")
+    desk.settle()
+    case = desk.get(case_id)
+    assert case["escalation_level"] == 1
+    card = _text(desk.card())
+    assert "Escalated by <@U0FIN1>" in card and "Customer is a reseller" in card
+    assert "<@U0MGR1>" in card.split("Why a person")[0], "the card names who decides now"
+    thread = [m.text for m in desk.slack.thread(desk.card())]
+    assert any("asked by <@U0FIN1>: Customer is a reseller" in t for t in thread)
+    [dm] = [m for m in desk.slack.messages if m.channel == "D0MGR1"]
+    desk.escalate("U0MGR1", desk.slack.buttons(dm)["escalate"], channel="D0MGR1")
+    desk.settle()
+    assert desk.get(case_id)["escalation_level"] == 1
+    assert [r["payload"]["code"] for r in desk.refusals(case_id)] == ["top_of_chain"]

@@ -26,7 +26,7 @@ def test_metrics_cover_decisions_slas_latency_outbox_and_drift(
     big = desk.payment("900.00")
     waiting = desk.post(desk.request(big, "600.00")).json()["id"]
     desk.settle()
-    desk.click("U0FIN1", "escalate", desk.buttons()["escalate"])
+    desk.escalate("U0FIN1", desk.buttons()["escalate"])
     desk.settle()
     with desk.runtime.db.write() as session:  # its deadline has passed
         case = session.get(Case, waiting)

@@ -147,7 +147,7 @@ def test_a_token_edited_to_another_amount_is_refused(desk: SlackHarness) -> None
 def test_stale_and_expired_tokens_are_refused(desk: SlackHarness) -> None:
     case_id = review_case(desk)
     old_approve = desk.buttons()["approve"]
-    desk.click("U0FIN1", "escalate", desk.buttons()["escalate"])  # bumps the revision
+    desk.escalate("U0FIN1", desk.buttons()["escalate"])  # bumps the revision
     desk.settle()
     desk.click("U0FIN1", "approve", old_approve)
     expired = tokens.issue(

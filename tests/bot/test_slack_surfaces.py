@@ -115,7 +115,7 @@ def test_escalation_sends_the_card_to_managers_who_may_approve(desk: SlackHarnes
     case_id = desk.post(desk.request(payment, "600.00")).json()["id"]
     desk.settle()
     desk.click("U0MGR1", "approve", desk.buttons()["approve"])  # not yet escalated
-    desk.click("U0FIN1", "escalate", desk.buttons()["escalate"])
+    desk.escalate("U0FIN1", desk.buttons()["escalate"])
     desk.settle()
     [dm] = [m for m in desk.slack.messages if m.channel == "D0MGR1"]
     assert "approve" in desk.slack.buttons(dm)

@@ -220,7 +220,13 @@ class Outbox:
         if event == "case.escalated":
             managers = policy.doc.managers.members if policy and policy.doc.managers else []
             whom = " ".join(f"<@{m}>" for m in managers) or "the managers"
-            why = "the deadline passed" if data.get("basis") == "sla" else "asked by an approver"
+            if data.get("basis") == "sla":
+                why = "the deadline passed"
+            elif data.get("user"):
+                said = f": {mrkdwn.escape(str(data['reason']))}" if data.get("reason") else ""
+                why = f"asked by <@{data['user']}>{said}"
+            else:
+                why = "asked by an approver"
             return f":arrow_up: Escalated to {whom} (level {data.get('level')}): {why}."
         if event == "case.awaiting_approval":
             return "Back with the approvers."

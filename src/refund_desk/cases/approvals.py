@@ -107,7 +107,7 @@ def _act(
         raise Refused("own_request", "You filed the appealed case, so someone else must decide.")
     policy = _authority_policy(session, case)
     if token.action == "escalate":
-        return _escalate(desk, session, case, token, user, policy)
+        return _escalate(desk, session, case, token, user, policy, reason)
     if token.action == "deny":
         _check_member(case, policy, user)
         _check_resolved(session, case, None)
@@ -369,11 +369,26 @@ def _escalate(
     token: tokens.ActionToken,
     user: str,
     policy: LoadedPolicy,
+    reason: str | None,
 ) -> Outcome:
+    """Up to the managers, once: they are the top of the chain, and nobody escalates to
+    themselves."""
     _check_member(case, policy, user)
-    if policy.doc.managers is None:
+    managers = policy.doc.managers
+    if managers is None:
         raise Refused("no_managers", "The policy names no managers to escalate to.")
-    _record(session, case, token, user, "escalate", None, None)
+    if case.escalation_level >= 1:
+        raise Refused(
+            "top_of_chain",
+            "The case is already with the managers, the top of the chain: decide it here.",
+        )
+    if set(managers.members) <= {user}:
+        raise Refused(
+            "escalate_to_self",
+            "You are the only manager, so escalating would send it back to you: decide it here.",
+        )
+    reason = (reason or "").strip() or None
+    _record(session, case, token, user, "escalate", None, reason)
     case.escalation_level += 1
     case.revision += 1
     case.updated_at = clock.now()
@@ -385,9 +400,16 @@ def _escalate(
         case_id=case.id,
         correlation_id=case.correlation_id,
         policy_version=case.policy_version,
-        payload={"level": case.escalation_level},
+        payload={"level": case.escalation_level, "has_reason": reason is not None},
     )
-    job = notify(session, event="case.escalated", case_id=case.id, level=case.escalation_level)
+    job = notify(
+        session,
+        event="case.escalated",
+        case_id=case.id,
+        level=case.escalation_level,
+        user=user,
+        reason=reason,
+    )
     return Outcome(case.id, "Escalated to the managers.", [job])
 
 

@@ -432,6 +432,24 @@ def deny_modal(token: str, channel: str) -> View:
     )
 
 
+def escalate_modal(token: str, channel: str) -> View:
+    return View(
+        type="modal",
+        callback_id="escalate_modal",
+        private_metadata=f"{channel}|{token}",
+        title="Escalate to managers",
+        submit="Escalate",
+        close="Cancel",
+        blocks=[
+            InputBlock(
+                block_id="reason",
+                label="Why the managers should decide",
+                element=PlainTextInputElement(action_id="value", multiline=True, max_length=500),
+            )
+        ],
+    )
+
+
 def partial_modal(token: str, channel: str, ceiling: str) -> View:
     return View(
         type="modal",

@@ -1,4 +1,5 @@
-"""Modal submissions: the reason for a denial, the amount of a partial approval, a new case."""
+"""Modal submissions: the reason for a denial or an escalation, the amount of a partial
+approval."""
 
 from __future__ import annotations
 
@@ -34,3 +35,4 @@ def register(surface: Surface) -> None:
 
     surface.app.view("deny_modal")(on_decision_modal)
     surface.app.view("partial_modal")(on_decision_modal)
+    surface.app.view("escalate_modal")(on_decision_modal)

@@ -76,10 +76,13 @@ def register(surface: Surface) -> None:
         )
 
     @app.action("escalate")
-    async def on_escalate(ack: Any, body: dict[str, Any], action: dict[str, Any]) -> None:
-        await decide(
-            surface, ack, user=body["user"]["id"], channel=channel_of(body), token=action["value"]
-        )
+    async def on_escalate(
+        ack: Any, body: dict[str, Any], action: dict[str, Any], client: Any
+    ) -> None:
+        """A short modal first: the managers read why it came to them."""
+        view = cards.escalate_modal(action["value"], channel_of(body) or "")
+        await client.views_open(trigger_id=body["trigger_id"], view=view)
+        await ack()
 
     @app.action("deny")
     async def on_deny(ack: Any, body: dict[str, Any], action: dict[str, Any], client: Any) -> None:
