@@ -16,7 +16,7 @@ from refund_desk.storage.db import Database
 from tests.conftest import _raise_crash, make_settings
 from tests.fakes.receiver import Receiver
 from tests.helpers import ACME
-from tests.slack_helpers import SIGNING_SECRET, TOKEN, SlackHarness
+from tests.slack_helpers import SIGNING_SECRET, TOKEN, SlackHarness, fixture
 
 
 @pytest.fixture()
@@ -191,3 +191,21 @@ def test_escalate_asks_why_names_who_and_stops_at_the_managers(desk: SlackHarnes
     desk.settle()
     assert desk.get(case_id)["escalation_level"] == 1
     assert [r["payload"]["code"] for r in desk.refusals(case_id)] == ["top_of_chain"]
+
+
+def _home(desk: SlackHarness, user: str) -> str:
+    opened = fixture("app_home_opened.json")
+    opened["event"]["user"] = user
+    assert desk.event(opened).status_code == 200
+    desk.settle()
+    return str(desk.slack.home[user]["blocks"]).split("Recent decisions")[0]
+
+
+def test_app_home_lists_only_what_the_viewer_may_decide(desk: SlackHarness) -> None:
+    case_id = review_case(desk, "40.00", "50.00", chargebacks=1)  # tier 4: two of finance
+    assert case_id in _home(desk, "U0FIN1") and case_id in _home(desk, "U0FIN2")
+    desk.click("U0FIN1", "approve", desk.buttons()["approve"])
+    desk.settle()
+    assert case_id not in _home(desk, "U0FIN1"), "approved already: the other one decides"
+    assert case_id in _home(desk, "U0FIN2")
+    assert case_id not in _home(desk, "U0LEAD1"), "another group's case"

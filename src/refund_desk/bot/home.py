@@ -20,9 +20,9 @@ from sqlalchemy import select
 from sqlmodel import Session, col
 
 from refund_desk import clock, money
-from refund_desk.bot.blocks.cards import DECIDABLE, _clip
+from refund_desk.bot.blocks.cards import DECIDABLE, _clip, local_time, until, words
+from refund_desk.cases.approvals import may_decide
 from refund_desk.cases.desk import Desk
-from refund_desk.governance.versions import control, load_version
 from refund_desk.storage.jobs import ClaimedJob, enqueue
 from refund_desk.storage.models import Case
 from refund_desk.web.metrics import DRIFT_ALERT, reason_drift
@@ -41,24 +41,11 @@ def queue_home(desk: Desk, user: str) -> int:
         return job.id
 
 
-def may_decide(session: Session, case: Case, user: str) -> bool:
-    version = case.policy_version or control(session).active_version
-    if version is None:
-        return False
-    doc = load_version(session, version).doc
-    group = (case.decision or {}).get("approvers") or doc.approvers_for(doc.default)
-    if group in doc.approvers and user in doc.approvers[group].members:
-        return True
-    return bool(doc.managers and user in doc.managers.members and case.escalation_level > 0)
-
-
 def _left(due: datetime | None, now: datetime) -> str:
+    """ "due 14:00 (in 3 h 58 min)" in the viewer's own time zone."""
     if due is None:
         return "no deadline"
-    seconds = int((due - now).total_seconds())
-    sign = "" if seconds >= 0 else "overdue by "
-    seconds = abs(seconds)
-    return f"{sign}{seconds // 3600}h {seconds % 3600 // 60}m" + (" left" if not sign else "")
+    return f"due {local_time(due)} ({until(due, now)})"
 
 
 def home_view(session: Session, user: str, now: datetime) -> View:
@@ -85,9 +72,9 @@ def home_view(session: Session, user: str, now: datetime) -> View:
         blocks.append(SectionBlock(text=MarkdownTextObject(text="Nothing waits for you.")))
     for case in mine:
         line = (
-            f"*{money.format_money(case.amount, case.currency)}* · `{case.id}` · "
-            f"rule `{(case.decision or {}).get('rule')}` · {case.status.replace('_', ' ')} · "
-            f"{_left(case.sla_due_at, now)}"
+            f"*{money.format_money(case.amount, case.currency)}* · {words(case.reason)} · "
+            f"`{case.id}` · rule `{(case.decision or {}).get('rule')}` · "
+            f"{case.status.replace('_', ' ')} · {_left(case.sla_due_at, now)}"
         )
         blocks.append(SectionBlock(text=MarkdownTextObject(text=_clip(line))))
     blocks += [DividerBlock(), HeaderBlock(text="Recent decisions")]
@@ -115,9 +102,7 @@ def home_view(session: Session, user: str, now: datetime) -> View:
     blocks += [DividerBlock(), HeaderBlock(text="Rules fired this week")]
     rules = "\n".join(f"`{rule}`: {n}" for rule, n in fired.most_common(15))
     blocks.append(SectionBlock(text=MarkdownTextObject(text=_clip(rules or "No decisions yet."))))
-    blocks.append(
-        ContextBlock(elements=[MarkdownTextObject(text=f"Updated {now:%Y-%m-%d %H:%M} UTC")])
-    )
+    blocks.append(ContextBlock(elements=[MarkdownTextObject(text=f"Updated {local_time(now)}")]))
     return View(type="home", blocks=blocks[:100])
 
 

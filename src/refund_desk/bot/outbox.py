@@ -215,7 +215,7 @@ class Outbox:
             who = " ".join(f"<@{m}>" for m in members) or "approvers"
             return (
                 f":alarm_clock: Reminder for {who}: this case waits for a decision "
-                f"by {cards._when(case.sla_due_at)}."
+                f"by {cards.local_time(case.sla_due_at)}."
             )
         if event == "case.escalated":
             managers = policy.doc.managers.members if policy and policy.doc.managers else []

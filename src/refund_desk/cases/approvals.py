@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col
 
@@ -179,6 +179,36 @@ def _check_authority(case: Case, policy: LoadedPolicy, user: str, amount: int) -
             f"Your approval limit is {money.format_money(limit, currency)}; this case is "
             f"{money.format_money(amount, case.currency)}. Escalate it instead.",
         )
+
+
+def may_decide(session: Session, case: Case, user: str) -> bool:
+    """Whether ``user`` could decide ``case`` now: the checks a click makes, without one.
+
+    App Home lists what waits for a person with this, so nobody is shown a case their click
+    would be refused on (their own request, an appeal of their decision, another group's)."""
+    if case.status not in DECIDABLE or case.requested_by == user:
+        return False
+    if case.appeal_of:
+        appealed = session.get(Case, case.appeal_of)
+        if user in first_deciders(session, case.appeal_of) or (
+            appealed is not None and appealed.requested_by == user
+        ):
+            return False
+    try:
+        _check_member(case, _authority_policy(session, case), user)
+    except Refused:
+        return False
+    mine = session.scalar(
+        select(func.count())
+        .select_from(Approval)
+        .where(
+            col(Approval.case_id) == case.id,
+            col(Approval.round) == case.approval_round,
+            col(Approval.approver) == user,
+            col(Approval.decision) == "approve",
+        )
+    )
+    return not mine  # a tier-4 approver who approved waits for the second one
 
 
 def _check_resolved(session: Session, case: Case, pay: int | None) -> None:

@@ -99,7 +99,7 @@ def _money(minor: int | None, currency: str) -> str:
     return "unknown" if minor is None else money.format_money(minor, currency)
 
 
-def _when(moment: datetime | None) -> str:
+def local_time(moment: datetime | None) -> str:
     """A moment in the reader's own time zone (Slack's date formatting), UTC as the fallback."""
     if moment is None:
         return "none"
@@ -257,7 +257,7 @@ def _fields(ctx: CardContext) -> list[str]:
         f"*Reason*\n{escape(reason)}",
         f"*Rule*\n`{escape(str(decision.get('rule', 'none')))}`"
         f" · policy v{case.policy_version or '-'} · tier {decision.get('tier', '-')}",
-        f"*Decide by*\n{_when(case.sla_due_at)}"
+        f"*Decide by*\n{local_time(case.sla_due_at)}"
         + (f" ({due})" if due and case.status in DECIDABLE else ""),
     ]
 
