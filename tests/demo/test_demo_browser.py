@@ -68,7 +68,7 @@ def shots(tmp: Path) -> Path:
 def card(page, amount: str):  # type: ignore[no-untyped-def]
     """The top-level message whose header names the amount."""
     return page.locator("#messages > [data-testid=message]").filter(
-        has=page.locator(".blk-header", has_text=f"Refund {amount}")
+        has=page.locator(".blk-header", has_text=amount)
     )
 
 
@@ -103,11 +103,16 @@ def test_approve_in_the_browser_refunds_once_and_the_requester_is_refused(
     # Lina, the other support lead, approves it: the card changes and the refund appears.
     as_user(page, "U0LEAD2")
     click_approve(page, filed_by_lee)
-    card(page, "75.00 USD").locator(".blk-header", has_text="refunded").wait_for()
+    card(page, "75.00 USD").locator(".blk-header", has_text="Refunded 75.00 USD").wait_for()
     assert card(page, "75.00 USD").get_by_role("button", name="Approve").count() == 0
     card(page, "75.00 USD").locator(
         "[data-testid=thread]", has_text="Refunded 75.00 USD"
     ).wait_for()
+    # The card says who filed it and who decided, in place of the buttons; and the truth
+    # about the customer: the demo has no customer channel, so nobody was told.
+    decided = card(page, "75.00 USD").inner_text()
+    assert "Filed by @Lee Park" in decided and "by @Lina Haddad" in decided, decided
+    assert "Not sent to the customer" in decided and "Customer told" not in decided
 
     # The case panel: the decision trace, the approval with who acted, and `audit verify`.
     case_id = card(page, "75.00 USD").get_attribute("data-case")
@@ -116,9 +121,10 @@ def test_approve_in_the_browser_refunds_once_and_the_requester_is_refused(
     panel = page.locator("#case-panel")
     panel.locator("[data-testid=case-status]", has_text="refunded").wait_for()
     approved = panel.locator("[data-testid=audit] tr", has_text="case.approved")
-    assert "Lina Haddad (human:U0LEAD2)" in approved.inner_text()
+    assert "Lina Haddad (person)" in approved.inner_text()
+    assert "75.00 USD (7500)" in approved.inner_text(), "money as a ledger shows it"
     refused = panel.locator("[data-testid=audit] tr", has_text="approval.refused")
-    assert "Lee Park (human:U0LEAD1)" in refused.inner_text()
+    assert "Lee Park (person)" in refused.inner_text()
     assert "own_request" in refused.inner_text()
     assert panel.locator("[data-testid=trace] tr").count() > 1
     assert panel.locator("[data-testid=refunds] li").count() == 1
@@ -149,7 +155,26 @@ def test_modals_show_the_apps_errors_and_submit_a_partial_refund(
     modal.get_by_label("Amount to refund").fill("30")
     modal.get_by_role("button", name="Approve").click()
     modal.wait_for(state="detached")
-    card(page, "30.00 USD").locator(".blk-header", has_text="refunded").wait_for()
+    card(page, "45.00 USD").locator(
+        ".blk-header", has_text="Refunded 30.00 of 45.00 USD (partial)"
+    ).wait_for()
+    row = page.locator("[data-testid=case-row]", has_text="30.00 of 45.00 USD (partial)")
+    row.first.wait_for()
+
+
+def test_a_tier_four_approve_says_what_the_click_does(demo: Demo, page, tmp_path: Path) -> None:
+    page.goto(demo.url)
+    page.get_by_role("button", name="# finance-approvals").click()
+    first = page.locator("#messages > [data-testid=message]").filter(
+        has=page.get_by_role("button", name="Approve (1 of 2)")
+    )
+    first.first.wait_for(timeout=60_000)
+    as_user(page, "U0FIN1")
+    first.first.get_by_role("button", name="Approve (1 of 2)").click()
+    confirm = page.locator("[data-testid=confirm]")
+    assert "Approval 1 of 2: nothing is paid yet" in confirm.inner_text()
+    page.screenshot(path=str(shots(tmp_path) / "demo-confirm.png"))
+    confirm.get_by_role("button", name="Cancel").click()
 
 
 def test_the_sample_stream_ends_every_way_and_memory_stays_small(

@@ -148,8 +148,9 @@ def header_line(ctx: CardContext) -> str:
     amount = money.format_money(case.amount, case.currency)
     if case.status in DECIDABLE:
         still = max(ctx.needed - ctx.approvals, 1)
-        group = (ctx.channel_group or "approver").replace("_", " ").replace("-", " ")
-        parts = [amount, words(case.reason), f"needs {still} {group}"]
+        people = "approver" if still == 1 else "approvers"
+        whom = "the managers" if case.escalation_level else words(ctx.channel_group or "the group")
+        parts = [amount, words(case.reason), f"needs {still} {people} from {whom}"]
         due = until(case.sla_due_at, ctx.now)
         if case.status == "parked":
             parts[2] = "parked: " + parts[2]

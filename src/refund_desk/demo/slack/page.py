@@ -69,6 +69,15 @@ def _refused(message: str, status: int = 400) -> JSONResponse:
     return JSONResponse({"ok": False, "error": message}, status_code=status)
 
 
+def _amount_line(case: Case) -> str:
+    """ "200.00 of 320.00 USD (partial)" when a person refunded less than was asked."""
+    asked = case.asked()
+    if case.status == "refunded" and asked is not None and case.amount < asked:
+        whole = money.format_money(asked, case.currency)
+        return f"{money.to_major(case.amount, case.currency)} of {whole} (partial)"
+    return money.format_money(case.amount, case.currency)
+
+
 def _cases(runtime: Runtime) -> tuple[list[dict[str, Any]], dict[str, str]]:
     """The newest cases and which Slack message shows which case (the app's own record)."""
     with runtime.db.read() as session:
@@ -79,7 +88,7 @@ def _cases(runtime: Runtime) -> tuple[list[dict[str, Any]], dict[str, str]]:
             {
                 "id": c.id,
                 "status": c.status,
-                "amount": money.format_money(c.amount, c.currency),
+                "amount": _amount_line(c),
                 "rule": (c.decision or {}).get("rule"),
                 "tier": (c.decision or {}).get("tier"),
                 "source": c.source,

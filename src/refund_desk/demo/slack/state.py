@@ -108,7 +108,8 @@ class Workspace:
         self.version += 1
 
     def new_ts(self) -> str:
-        return f"{self._epoch}.{next(self._seq):06d}"
+        """Like Slack's: the message's time in seconds, then a part that keeps it unique."""
+        return f"{max(int(time.time()), self._epoch)}.{next(self._seq):06d}"
 
     def new_id(self, prefix: str) -> str:
         return f"{prefix}{next(self._seq):06d}"

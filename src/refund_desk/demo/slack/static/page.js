@@ -51,6 +51,7 @@ function angle(inner) {
   const [target, label] = inner.split(/\|(.*)/s);
   if (target.startsWith("@")) return el("span", { class: "mention" }, "@" + userName(target.slice(1)));
   if (target.startsWith("#")) return el("span", { class: "mention" }, "#" + (label || channelName(target.slice(1))));
+  if (target.startsWith("!subteam^")) return el("span", { class: "mention" }, "@" + (label || target.slice(9)));
   if (target.startsWith("!date^")) {
     const stamp = Number(target.split("^")[1]);
     return Number.isFinite(stamp) ? new Date(stamp * 1000).toLocaleString() : (label || "");
@@ -62,28 +63,39 @@ function angle(inner) {
   return label || target;
 }
 
+// Slack escapes three characters in text; it shows them as themselves.
+function unescape(text) {
+  return text.replace(/&lt;/g, "<").replace(/&gt;/g, ">").replace(/&amp;/g, "&");
+}
+
 function inline(text) {
   const out = [];
   let last = 0;
   for (const match of text.matchAll(TOKEN)) {
-    out.push(text.slice(last, match.index));
+    out.push(unescape(text.slice(last, match.index)));
     const [whole] = match;
     const inner = whole.slice(1, -1);
     if (match[1]) out.push(angle(inner));
-    else if (match[2]) out.push(el("code", {}, inner));
+    else if (match[2]) out.push(el("code", {}, unescape(inner)));
     else if (match[3]) out.push(el("b", {}, inline(inner)));
     else if (match[4]) out.push(el("i", {}, inline(inner)));
     else if (match[5]) out.push(el("s", {}, inline(inner)));
     else out.push(EMOJI[inner] || whole);
     last = match.index + whole.length;
   }
-  out.push(text.slice(last));
+  out.push(unescape(text.slice(last)));
   return out;
 }
 
+function lines(text) {
+  return text.split("\n").flatMap((line, i) => (i ? [el("br"), ...inline(line)] : inline(line)));
+}
+
+// ```preformatted``` blocks keep their spaces and line breaks, as in Slack.
 function mrkdwn(text) {
-  const lines = String(text || "").split("\n");
-  return lines.flatMap((line, i) => (i ? [el("br"), ...inline(line)] : inline(line)));
+  const parts = String(text || "").split(/```([\s\S]*?)```/);
+  return parts.flatMap((part, i) =>
+    i % 2 ? [el("pre", { class: "code" }, unescape(part.replace(/^\n/, "")))] : lines(part));
 }
 
 function textObject(obj) {
@@ -290,8 +302,8 @@ async function drawCase() {
   const d = c.decision || {};
   const verify = c.audit_verify;
   const actor = (r) => {
-    const label = r.actor_kind + ":" + r.actor_id;
-    return r.actor_kind === "human" ? userName(r.actor_id) + " (" + label + ")" : label;
+    if (r.actor_kind === "human") return userName(r.actor_id) + " (person)";
+    return r.actor_id ? r.actor_id + " (" + r.actor_kind + ")" : r.actor_kind;
   };
   panel.hidden = false;
   panel.replaceChildren(
@@ -301,7 +313,7 @@ async function drawCase() {
     el("div", {}, "Outcome ", el("b", {}, d.outcome || "-"), " by rule ", el("code", {}, d.rule || "-"), " · tier " + (d.tier || "-") + " · policy v" + (d.policy_version || "-"),
       d.approvers ? " · approvers " + d.approvers : ""),
     d.reason ? el("div", { class: "muted" }, d.reason) : "",
-    el("table", { "data-testid": "trace" }, el("tr", {}, el("th", {}, "rule"), el("th", {}, "held?")),
+    el("table", { "data-testid": "trace" }, el("tr", {}, el("th", {}, "rule"), el("th", {}, "matched")),
       (d.trace || []).map((t) => el("tr", {}, el("td", {}, el("code", {}, t.rule)), el("td", {}, t.error ? "error: " + t.error : t.result ? "yes" : "no")))),
     el("h4", {}, "Refunds at the processor"),
     c.refunds.length ? el("ul", { "data-testid": "refunds" }, c.refunds.map((r) => el("li", {}, el("code", {}, r.id), " " + r.amount + " " + c.currency + " · " + r.status))) : el("p", { class: "muted" }, "None."),
@@ -312,7 +324,28 @@ async function drawCase() {
     el("table", { "data-testid": "audit" },
       el("tr", {}, el("th", {}, "#"), el("th", {}, "action"), el("th", {}, "actor"), el("th", {}, "details")),
       c.audit.map((r) => el("tr", {}, el("td", {}, r.seq), el("td", {}, r.action, el("div", { class: "muted" }, new Date(r.at).toLocaleTimeString())), el("td", {}, actor(r)),
-        el("td", { class: "payload" }, JSON.stringify(r.payload || {}))))));
+        el("td", { class: "payload" }, ledger(r.payload || {}, c.currency))))));
+}
+
+// Money in the record is stored in minor units; a ledger shows it in major units beside them.
+const MONEY_KEYS = new Set(["amount", "from", "to", "captured", "refundable", "refunded", "requested_amount"]);
+const EXPONENT = { JPY: 0, KRW: 0, VND: 0, CLP: 0, ISK: 0, UGX: 0, XAF: 0, XOF: 0, BHD: 3, JOD: 3, KWD: 3, OMR: 3, TND: 3 };
+
+function major(minor, currency) {
+  const exp = EXPONENT[currency] ?? 2;
+  const sign = minor < 0 ? "-" : "";
+  const digits = String(Math.abs(minor)).padStart(exp + 1, "0");
+  const whole = exp ? digits.slice(0, -exp) + "." + digits.slice(-exp) : digits;
+  return sign + whole + " " + currency;
+}
+
+function ledger(payload, currency) {
+  const shown = {};
+  for (const [key, value] of Object.entries(payload)) {
+    shown[key] = MONEY_KEYS.has(key) && Number.isInteger(value)
+      ? major(value, payload.currency || currency) + " (" + value + ")" : value;
+  }
+  return JSON.stringify(shown);
 }
 
 // ------------------------------------------------------------------ talking to the server
