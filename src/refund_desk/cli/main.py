@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import logging
 import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from refund_desk import logs
 from refund_desk.cli import policy as _policy_cli
 from refund_desk.cli.common import cli_actor as _cli_actor
 from refund_desk.cli.common import fail as _fail
@@ -45,13 +45,18 @@ app.add_typer(advisor_app, name="advisor")
 
 
 @app.callback()
-def _main(verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False) -> None:
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    # The scheduler only fires sweeps; its per-run chatter says nothing an operator needs.
-    logging.getLogger("apscheduler").setLevel(logging.DEBUG if verbose else logging.WARNING)
+def _main(
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Debug lines, and the libraries' own.")
+    ] = False,
+) -> None:
+    # Log lines go to stderr (JSON, or text on a terminal; REFUND_DESK_LOG_FORMAT chooses);
+    # library chatter (alembic, the scheduler, HTTP clients) only with -v: a command's
+    # output is its answer.
+    try:
+        logs.configure(verbose=verbose)
+    except ValueError as exc:
+        _fail(str(exc), 2)
 
 
 @app.command()
@@ -67,7 +72,13 @@ def serve(
     if workers > 1 and settings.is_sqlite:
         _fail("SQLite supports one worker; use PostgreSQL (DATABASE_URL) for more", 2)
     if workers > 1:
-        uvicorn.run("refund_desk.web.main:app", host=host, port=port, workers=workers)
+        uvicorn.run(
+            "refund_desk.web.main:app",
+            host=host,
+            port=port,
+            workers=workers,
+            log_config=logs.uvicorn_log_config(),
+        )
         return
     from refund_desk.web.app import create_app
 
@@ -75,7 +86,7 @@ def serve(
     typer.echo(
         f"Refund Desk on http://{host}:{port} (database {runtime.db.engine.url.render_as_string()})"
     )
-    uvicorn.run(create_app(runtime), host=host, port=port, log_level="info")
+    uvicorn.run(create_app(runtime), host=host, port=port, log_config=logs.uvicorn_log_config())
 
 
 @app.command()

@@ -15,9 +15,16 @@ from typing import Any
 from sqlalchemy import Engine, create_engine, event, select
 from sqlmodel import Session, col
 
-from refund_desk.storage.models import Payment
+from refund_desk import logs
+from refund_desk.storage.models import Case, Payment
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
+
+
+@event.listens_for(Case, "load")
+def _case_loaded(case: Case, _context: Any) -> None:
+    """The case a job or request is about was read: its correlation id joins the log lines."""
+    logs.case_loaded(case.id, case.correlation_id)
 
 
 def make_engine(url: str, *, pool_size: int = 10) -> Engine:

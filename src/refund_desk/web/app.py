@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
@@ -21,6 +22,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from sqlalchemy import text
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from refund_desk import logs
 from refund_desk.bot.app import build_surface, start_socket_mode
 from refund_desk.cases.errors import CaseError
 from refund_desk.runtime import Runtime, install_jobs
@@ -34,6 +36,7 @@ if TYPE_CHECKING:
     from refund_desk.demo.slack import SlackEmulator
 
 log = logging.getLogger(__name__)
+QUIET_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})  # probes, every few seconds
 
 
 class Sweeper:
@@ -134,6 +137,31 @@ def create_app(
 
     app = FastAPI(title="Refund Desk", version="0.1.0", lifespan=lifespan)
     app.state.runtime = runtime
+
+    @app.middleware("http")
+    async def _log_request(
+        request: Request, call_next: Callable[[Request], Awaitable[Response]]
+    ) -> Response:
+        """One line per request: route, status, time, and the case it turned out to be about."""
+        start, status = time.perf_counter(), 500
+        with logs.request_scope() as scope:
+            try:
+                response = await call_next(request)
+                status = response.status_code
+                return response
+            finally:
+                route = request.scope.get("route")
+                path = getattr(route, "path", None) or request.url.path
+                if path not in QUIET_PATHS:
+                    log.info(
+                        "%s %s %s in %.0f ms",
+                        request.method,
+                        path,
+                        status,
+                        (time.perf_counter() - start) * 1000,
+                        extra={"status": status, **scope},
+                    )
+
     app.include_router(api.router)
     app.include_router(stripe_routes.router)
     app.state.socket_mode = None
