@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from sqlalchemy import select
 from typer.testing import CliRunner
 
 from refund_desk import logs
@@ -66,6 +67,13 @@ def test_one_requests_json_log_names_its_case_on_every_line_and_no_email(
         assert line["case_id"] == case_id, line
         assert line["correlation_id"] == correlation_id, line
         assert {"time", "level", "logger", "message"} <= set(line)
+    # The same id reaches the processor's metadata and the advisor's call record.
+    assert desk.refunds_at_processor(payment)[0]["metadata"]["correlation_id"] == correlation_id
+    with runtime.db.read() as session:
+        from refund_desk.storage.models import AdvisorCall
+
+        calls = session.scalars(select(AdvisorCall).where(AdvisorCall.case_id == case_id)).all()
+    assert [c.correlation_id for c in calls] == [correlation_id]
     # No personal data anywhere in the log: not the email, the name or the message.
     assert CUSTOMER not in text and "@example.com" not in text
     assert "Lovelace" not in text and "vase" not in text
