@@ -144,10 +144,10 @@ def choose_format(stream: IO[str], environ: dict[str, str] | None = None) -> str
     return "text" if isatty is not None and isatty() else "json"
 
 
-class _Stderr(logging.StreamHandler):  # type: ignore[type-arg]
+class _Stderr(logging.StreamHandler[IO[str]]):
     """Writes to whatever `sys.stderr` is when a line is written (test runners swap it)."""
 
-    @property  # type: ignore[override]
+    @property
     def stream(self) -> IO[str]:
         return sys.stderr
 

@@ -119,6 +119,51 @@ def demo(
         _fail(str(exc), 2)
 
 
+@app.command()
+def status(
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object.")] = False,
+) -> None:
+    """Each dependency (database, schema, scheduler, Slack, processor, model) as ok, degraded
+    or down with its last error; every replica's last sweep; the job backlog by kind; the
+    oldest waiting case. Exit 1 when something is down."""
+    from refund_desk.web.health import status as read_status
+
+    report = read_status(_runtime(migrate=False))
+    if as_json:
+        typer.echo(json.dumps(report, indent=2))
+    else:
+        typer.echo(f"refund-desk: {report['status']} at {report['at']}")
+        for name, check in report["checks"].items():
+            error = f"  {check['error']}" if check["error"] else ""
+            typer.echo(f"  {name:<11} {check['status']:<9}{error}")
+        for r in report["checks"].get("scheduler", {}).get("detail", {}).get("replicas", []):
+            typer.echo(
+                f"  replica {r['replica']}: last sweep {r['last_sweep_seconds_ago']:.0f} s ago"
+                + (f" ({r['last_error']})" if r["last_error"] else "")
+            )
+        if "jobs" in report:
+            typer.echo("jobs (pending / due now / retrying / dead, oldest due):")
+            for j in report["jobs"] or [{"kind": "(none)"}]:
+                if "pending" not in j:
+                    typer.echo("  none")
+                    continue
+                typer.echo(
+                    f"  {j['kind']:<22} {j['pending']:>6} {j['due']:>6} {j['retrying']:>6} "
+                    f"{j['dead']:>6}  {j['oldest_due_at'] or '-'}"
+                )
+            oldest = report["oldest_waiting_case"]
+            typer.echo(
+                f"waiting cases: {report['waiting_cases']}"
+                + (
+                    f"; oldest {oldest['id']} ({oldest['status']}, {oldest['waiting_hours']} h)"
+                    if oldest
+                    else ""
+                )
+            )
+    if report["status"] == "down":
+        raise typer.Exit(1)
+
+
 @db_app.command("upgrade")
 def db_upgrade() -> None:
     """Bring the database schema up to date."""

@@ -200,6 +200,7 @@ class TimedProcessor:
         self.inner = inner
         self.name = inner.name
         self.timeout_seconds = inner.timeout_seconds
+        self.last_failure: tuple[datetime, str] | None = None  # for readiness: when and why
 
     def _timed(self, call: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
         start, result, code = time.perf_counter(), "error", "interrupted"
@@ -214,6 +215,8 @@ class TimedProcessor:
             seconds = time.perf_counter() - start
             PROCESSOR_SECONDS.labels(call, result).observe(seconds)
             level = logging.INFO if result == "ok" else logging.WARNING
+            if result != "ok":
+                self.last_failure = (clock.now(), f"{call}: {code}")
             log.log(
                 level,
                 "processor %s %s: %s in %.0f ms",
