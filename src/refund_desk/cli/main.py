@@ -189,11 +189,14 @@ def api_key_create(name: Annotated[str, typer.Option(help="Who the key is for.")
 def api_key_list(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON array.")] = False,
 ) -> None:
-    """Every API key: name, the start of the key, when it was made, whether it is revoked."""
+    """Every API key: name, the start of the key, when it was made and last used, and its
+    state (active, rotating until a time, expired, revoked)."""
+    from refund_desk import clock
     from refund_desk.api_keys import list_api_keys
 
     with _runtime().db.read() as session:
         keys = list_api_keys(session)
+    now = clock.now()
     if as_json:
         rows = [
             {
@@ -201,14 +204,57 @@ def api_key_list(
                 "prefix": k.prefix,
                 "created_at": k.created_at.isoformat(),
                 "revoked_at": k.revoked_at.isoformat() if k.revoked_at else None,
+                "last_used_at": k.last_used_at.isoformat() if k.last_used_at else None,
+                "expires_at": k.expires_at.isoformat() if k.expires_at else None,
+                "state": k.state(now),
             }
             for k in keys
         ]
         typer.echo(json.dumps(rows, indent=2))
         return
     for k in keys:
-        state = f"revoked {k.revoked_at:%Y-%m-%d %H:%M}" if k.revoked_at else "active"
-        typer.echo(f"{k.name:<24} {k.prefix}…  created {k.created_at:%Y-%m-%d %H:%M}  {state}")
+        state = k.state(now)
+        if state == "revoked" and k.revoked_at:
+            state = f"revoked {k.revoked_at:%Y-%m-%d %H:%M}"
+        elif k.expires_at:
+            word = "since" if state == "expired" else "until"
+            state = f"{state} {word} {k.expires_at:%Y-%m-%d %H:%M}"
+        used = f"{k.last_used_at:%Y-%m-%d %H:%M}" if k.last_used_at else "never"
+        typer.echo(
+            f"{k.name:<24} {k.prefix}…  created {k.created_at:%Y-%m-%d %H:%M}  "
+            f"last used {used:<16}  {state}"
+        )
+
+
+@key_app.command("rotate")
+def api_key_rotate(
+    name: Annotated[str, typer.Argument(help="The key's name.")],
+    grace: Annotated[
+        str,
+        typer.Option(help="How long the old key keeps working: 24h, 30m, 7d, or 0 (stop now)."),
+    ] = "24h",
+) -> None:
+    """Make a new key with this name and print it once; the old one keeps working for the
+    grace period, then stops. On the audit record."""
+    from datetime import timedelta
+
+    from refund_desk.api_keys import rotate_api_key
+    from refund_desk.cases.errors import CaseError
+    from refund_desk.policy.durations import parse_duration
+
+    try:
+        period = timedelta(0) if grace.strip() in ("0", "0s", "0m", "0h") else parse_duration(grace)
+    except ValueError as exc:
+        _fail(f"--grace: {exc}", 2)
+    runtime = _runtime()
+    try:
+        key = rotate_api_key(
+            runtime.db, name, grace=period, audit=runtime.desk.audit, actor=_cli_actor()
+        )
+    except CaseError as exc:
+        _fail(exc.message, 2)
+    typer.echo(key)
+    typer.echo(f"the previous key of {name} works for {grace} more, then stops", err=True)
 
 
 @key_app.command("revoke")

@@ -15,7 +15,8 @@ from fastapi.responses import JSONResponse
 from sqlalchemy import select
 from sqlmodel import col
 
-from refund_desk.api_keys import hash_key
+from refund_desk import clock
+from refund_desk.api_keys import hash_key, mark_used, usable
 from refund_desk.cases.errors import InvalidRequest, Unauthorized
 from refund_desk.cases.intake import parse_request, submit
 from refund_desk.cases.views import case_view
@@ -43,8 +44,10 @@ def authenticate(
         row = session.scalars(
             select(ApiKey).where(col(ApiKey.key_hash) == hash_key(key.strip()))
         ).first()
-    if row is None or row.revoked_at is not None:
+    now = clock.now()
+    if row is None or not usable(row, now):
         raise Unauthorized("unauthorized", "The API key is not valid.")
+    mark_used(runtime.db, row, now)
     return row
 
 
