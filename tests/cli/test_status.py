@@ -8,6 +8,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from refund_desk import clock
+from refund_desk.cases.listing import EXPORT_FIELDS
 from refund_desk.cli.main import app
 from refund_desk.settings import load_settings
 from refund_desk.storage.db import Database
@@ -50,3 +51,14 @@ def test_status_reports_replicas_backlog_and_says_down_without_a_sweeping_replic
     text = run("status")
     assert text.startswith("refund-desk: ok")
     assert "audit.anchor" in text and "replica host:2" in text
+
+
+def test_cases_export_writes_csv_and_jsonl(cli_db: Path, tmp_path: Path) -> None:
+    empty = run("cases", "export", "--since", "30d")
+    assert empty.splitlines() == [",".join(EXPORT_FIELDS)]
+    assert run("cases", "export", "--since", "30d", "--format", "jsonl") == ""
+    out = tmp_path / "cases.csv"
+    run("cases", "export", "--since", "2026-01-01", "--until", "2099-01-01", "-o", str(out))
+    assert out.read_text().startswith("case_id,")
+    assert "neither a duration" in run("cases", "export", "--since", "yesterday", code=2)
+    assert "Invalid value" in run("cases", "export", "--since", "1d", "--format", "xml", code=2)

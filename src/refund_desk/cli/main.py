@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -43,6 +44,13 @@ advisor_app = typer.Typer(
     help="The AI advisor: accuracy and format adherence.", no_args_is_help=True
 )
 app.add_typer(advisor_app, name="advisor")
+cases_app = typer.Typer(help="Cases: exports for finance.", no_args_is_help=True)
+app.add_typer(cases_app, name="cases")
+
+
+class ExportFormat(StrEnum):
+    csv = "csv"
+    jsonl = "jsonl"
 
 
 @app.callback()
@@ -199,6 +207,49 @@ def backup(
         f"backed up to {done.path} ({done.size} bytes): {done.records} audit records, "
         f"head {done.head_hash}"
     )
+
+
+@cases_app.command("export")
+def cases_export(
+    since: Annotated[str, typer.Option(help="Cases created on or after: an ISO date, or 30d.")],
+    until: Annotated[
+        str | None, typer.Option(help="...and before: an ISO date (default: now).")
+    ] = None,
+    fmt: Annotated[ExportFormat, typer.Option("--format", help="csv or jsonl.")] = (
+        ExportFormat.csv
+    ),
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="File (default stdout).")
+    ] = None,
+) -> None:
+    """One line per case for finance: ids, amounts in major units with the currency, status,
+    rule, tier, policy version, approvers, execution and processor refund ids, times and the
+    time to decision. No personal data."""
+    from refund_desk.cases.listing import ExportWriter, Filters, count, iter_export
+
+    runtime = _runtime()
+    now = runtime.desk.now()
+    try:
+        filters = Filters(
+            since=_since(since, now), until=_since(until, now) if until is not None else None
+        )
+    except ValueError as exc:
+        _fail(str(exc).replace("--since", "--since/--until"), 2)
+    with runtime.db.read() as session:
+        total = count(session, filters)
+        out = output.open("w", newline="") if output is not None else sys.stdout
+        try:
+            writer = ExportWriter(out, fmt.value)
+            with _progress("exporting cases") as advance:
+                for done, row in enumerate(iter_export(session, filters), start=1):
+                    writer.write(row)
+                    if done % 100 == 0 or done == total:
+                        advance(done, total)
+        finally:
+            if output is not None:
+                out.close()
+    if output is not None:
+        typer.echo(f"wrote {total} cases to {output}", err=True)
 
 
 @db_app.command("upgrade")
