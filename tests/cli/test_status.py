@@ -29,7 +29,7 @@ def test_status_reports_replicas_backlog_and_says_down_without_a_sweeping_replic
         "error": "no replica has run",
         "detail": {"replicas": []},
     }
-    assert {j["kind"] for j in report["jobs"]} == {"audit.anchor"}
+    assert {j["kind"] for j in report["jobs"]} == {"audit.anchor", "customer.retention"}
 
     db = Database.from_url(load_settings().database_url)
     now = clock.now()

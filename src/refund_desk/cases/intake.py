@@ -236,6 +236,8 @@ def _capture(
         else:
             amount_source = Provenance.customer_input
         duplicate_of = _find_duplicate(session, row.id, amount, now)
+        email_hash = desk.vault.email_hash(str(request.email))
+        customer = desk.vault.for_customer(session, email_hash)  # their own data key
         case = Case(
             id=new_id("case"),
             status=Status.received,
@@ -249,10 +251,10 @@ def _capture(
             amount_source=amount_source,
             reason=request.reason,
             reason_source=Provenance.customer_input if request.reason else None,
-            email_enc=desk.vault.encrypt(str(request.email)) or "",
-            email_hash=desk.vault.email_hash(str(request.email)),
-            name_enc=desk.vault.encrypt(request.name or payment.customer_name),
-            message_enc=desk.vault.encrypt(request.message),
+            email_enc=customer.encrypt(str(request.email)) or "",
+            email_hash=email_hash,
+            name_enc=customer.encrypt(request.name or payment.customer_name),
+            message_enc=customer.encrypt(request.message),
             customer_verified=case_facts.customer_verified(str(request.email), payment),
             possible_duplicate=duplicate_of is not None,
             duplicate_of=duplicate_of,

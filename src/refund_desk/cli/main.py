@@ -46,6 +46,8 @@ advisor_app = typer.Typer(
 app.add_typer(advisor_app, name="advisor")
 cases_app = typer.Typer(help="Cases: exports for finance.", no_args_is_help=True)
 app.add_typer(cases_app, name="cases")
+customer_app = typer.Typer(help="Customers' personal data.", no_args_is_help=True)
+app.add_typer(customer_app, name="customer")
 
 
 class ExportFormat(StrEnum):
@@ -250,6 +252,52 @@ def cases_export(
                 out.close()
     if output is not None:
         typer.echo(f"wrote {total} cases to {output}", err=True)
+
+
+@customer_app.command("erase")
+def customer_erase(
+    email: Annotated[str, typer.Argument(help="The customer's email address.")],
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object.")] = False,
+) -> None:
+    """Erase one customer's personal data: their data key, email, name, messages and
+    evidence files. Amounts, decisions, approvals and the audit chain stay (audit verify
+    still passes); the erasure is an audit record without the personal data."""
+    from refund_desk.cases.errors import CaseError
+    from refund_desk.customers.erasure import erase_customer
+    from refund_desk.customers.evidence import EvidenceStore
+
+    if not yes and sys.stdin.isatty():
+        typer.confirm(f"Erase every personal field of {email}? This cannot be undone", abort=True)
+    runtime = _runtime()
+    try:
+        done = erase_customer(
+            runtime.desk,
+            email,
+            actor=_cli_actor(),
+            evidence=EvidenceStore(runtime.settings.evidence_path()),
+            forget=runtime.sandbox.forget_customer if runtime.sandbox is not None else None,
+        )
+    except CaseError as exc:
+        _fail(exc.message, 2)
+    if as_json:
+        typer.echo(
+            json.dumps(
+                {
+                    "cases": done.cases,
+                    "evidence_files": done.evidence_files,
+                    "already_erased": done.already,
+                }
+            )
+        )
+        return
+    if done.already:
+        typer.echo(f"already erased ({len(done.cases)} cases)")
+        return
+    typer.echo(
+        f"erased the personal data of {len(done.cases)} case(s) and "
+        f"{done.evidence_files} evidence file(s)"
+    )
 
 
 @db_app.command("upgrade")

@@ -480,6 +480,7 @@ class CustomerKey(SQLModel, table=True):
 
     __tablename__ = "customer_keys"
     email_hash: str = Field(primary_key=True, max_length=64)
+    generation: int = 1  # a customer who returns after an erasure gets a new key
     key_enc: str | None = Field(default=None, sa_column=Column(Text))  # None once erased
     created_at: datetime = Field(
         default_factory=clock.now, sa_column=Column(UTCDateTime(), nullable=False)

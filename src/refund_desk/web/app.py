@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
@@ -21,6 +21,7 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 from sqlalchemy import text
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from refund_desk import logs
 from refund_desk.bot.app import build_surface, start_socket_mode
@@ -140,6 +141,41 @@ class Sweeper:
             self.running.release()
 
 
+class RequestLog:
+    """One log line per request: route, status, time, and the case it turned out to be about
+    (a plain ASGI middleware: what the app raises passes through unchanged)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start, status = time.perf_counter(), 500
+
+        async def sending(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        with logs.request_scope() as bound:
+            try:
+                await self.app(scope, receive, sending)
+            finally:
+                path = getattr(scope.get("route"), "path", None) or scope["path"]
+                if path not in QUIET_PATHS:
+                    log.info(
+                        "%s %s %s in %.0f ms",
+                        scope["method"],
+                        path,
+                        status,
+                        (time.perf_counter() - start) * 1000,
+                        extra={"status": status, **bound},
+                    )
+
+
 def create_app(
     runtime: Runtime, *, scheduler: bool = True, slack_emulator: SlackEmulator | None = None
 ) -> FastAPI:
@@ -168,30 +204,7 @@ def create_app(
     app = FastAPI(title="Refund Desk", version="0.1.0", lifespan=lifespan)
     app.state.runtime = runtime
 
-    @app.middleware("http")
-    async def _log_request(
-        request: Request, call_next: Callable[[Request], Awaitable[Response]]
-    ) -> Response:
-        """One line per request: route, status, time, and the case it turned out to be about."""
-        start, status = time.perf_counter(), 500
-        with logs.request_scope() as scope:
-            try:
-                response = await call_next(request)
-                status = response.status_code
-                return response
-            finally:
-                route = request.scope.get("route")
-                path = getattr(route, "path", None) or request.url.path
-                if path not in QUIET_PATHS:
-                    log.info(
-                        "%s %s %s in %.0f ms",
-                        request.method,
-                        path,
-                        status,
-                        (time.perf_counter() - start) * 1000,
-                        extra={"status": status, **scope},
-                    )
-
+    app.add_middleware(RequestLog)
     app.include_router(api.router)
     app.include_router(stripe_routes.router)
     app.state.socket_mode = None

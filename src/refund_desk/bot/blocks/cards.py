@@ -90,7 +90,7 @@ def case_blocks(ctx: CardContext, *, secret: str) -> list[Block]:
         f"*Rule*\n`{decision.get('rule', 'none')}` · policy v{case.policy_version or '-'}",
         f"*Tier*\n{decision.get('tier', '-')} · approvals {ctx.approvals} of {ctx.needed}",
         f"*Decide by*\n{_when(case.sla_due_at)}",
-        f"*Customer*\n{mask_email(ctx.email)} "
+        f"*Customer*\n{'erased' if case.erased_at else mask_email(ctx.email)} "
         f"({'verified' if case.customer_verified else 'NOT verified'})",
         f"*Reason*\n{case.reason or 'unknown'} ({case.reason_source or '-'})",
     ]

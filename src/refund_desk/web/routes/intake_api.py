@@ -23,7 +23,8 @@ from refund_desk.cases.errors import InvalidRequest, Unauthorized
 from refund_desk.cases.intake import parse_request, submit
 from refund_desk.cases.lifecycle import Status
 from refund_desk.cases.views import case_view
-from refund_desk.customers import addresses
+from refund_desk.customers import addresses, erasure
+from refund_desk.customers.evidence import EvidenceStore
 from refund_desk.runtime import Runtime
 from refund_desk.storage.audit import Actor
 from refund_desk.storage.models import ApiKey
@@ -145,3 +146,26 @@ def get_case(
 ) -> dict[str, Any]:
     with runtime.db.read() as session:
         return case_view(session, case_id, with_audit=True)
+
+
+@router.delete("/customers/{email}")
+def erase_customer(
+    email: str,
+    runtime: Annotated[Runtime, Depends(get_runtime)],
+    api_key: Annotated[ApiKey, Depends(authenticate)],
+) -> dict[str, Any]:
+    """Erase one customer's personal data (email, name, words, evidence) on every case;
+    amounts, decisions, approvals and the audit chain stay. 404 if we hold none."""
+    done = erasure.erase_customer(
+        runtime.desk,
+        email,
+        actor=Actor("api", api_key.name),
+        evidence=EvidenceStore(runtime.settings.evidence_path()),
+        forget=runtime.sandbox.forget_customer if runtime.sandbox is not None else None,
+    )
+    return {
+        "erased": True,
+        "cases": done.cases,
+        "evidence_files": done.evidence_files,
+        "already_erased": done.already,
+    }

@@ -28,6 +28,7 @@ def upgrade() -> None:
     op.create_table(
         "customer_keys",
         sa.Column("email_hash", sa.String(length=64), nullable=False),
+        sa.Column("generation", sa.Integer(), nullable=False),
         sa.Column("key_enc", sa.Text(), nullable=True),
         sa.Column("created_at", UTCDateTime(), nullable=False),
         sa.Column("erased_at", UTCDateTime(), nullable=True),
