@@ -10,6 +10,8 @@ runner = CliRunner()
 
 
 def run(*args: str, code: int = 0) -> str:
+    """A command's answer (stdout); on an expected failure, its message (stderr) too. Log
+    lines go to stderr, so they never mix into an answer a script would read."""
     result = runner.invoke(app, list(args))
     assert result.exit_code == code, result.output
-    return result.output
+    return result.stdout if code == 0 else result.output

@@ -1,7 +1,9 @@
-"""API keys for integrators: made, listed and revoked here; only a hash is ever stored.
+"""API keys for integrators: made, listed, rotated and revoked here; only a hash is stored.
 
-Creating and revoking a key are audit records (the key itself never is), so who could send
-requests, and since when, is part of the record.
+Creating, rotating and revoking a key are audit records (the key itself never is), so who
+could send requests, and since when, is part of the record. A rotation makes a new key and
+gives the old one a grace period (default 24 hours) during which both work; then the old
+one stops by itself. When a key was last used is written at most once a minute.
 """
 
 from __future__ import annotations
@@ -9,9 +11,9 @@ from __future__ import annotations
 import hashlib
 import secrets
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
-from sqlalchemy import func, select
+from sqlalchemy import func, or_, select, update
 from sqlmodel import Session, col
 
 from refund_desk import clock
@@ -21,6 +23,8 @@ from refund_desk.storage.db import Database
 from refund_desk.storage.models import ApiKey
 
 KEY_PREFIX = "rdk_"
+DEFAULT_GRACE = timedelta(hours=24)
+USE_RESOLUTION = timedelta(minutes=1)  # `last_used_at` is written at most this often
 
 
 @dataclass(frozen=True)
@@ -29,6 +33,15 @@ class KeyInfo:
     prefix: str  # the first characters of the key, to tell keys apart
     created_at: datetime
     revoked_at: datetime | None
+    last_used_at: datetime | None = None
+    expires_at: datetime | None = None  # a rotated key's end of grace
+
+    def state(self, now: datetime) -> str:
+        if self.revoked_at is not None:
+            return "revoked"
+        if self.expires_at is not None:
+            return "expired" if self.expires_at <= now else "rotating"
+        return "active"
 
 
 def hash_key(key: str) -> str:
@@ -54,7 +67,70 @@ def create_api_key(db: Database, name: str, *, audit: AuditLog | None = None,
 
 def list_api_keys(session: Session) -> list[KeyInfo]:
     rows = session.scalars(select(ApiKey).order_by(col(ApiKey.created_at), col(ApiKey.id))).all()
-    return [KeyInfo(r.name, r.prefix, r.created_at, r.revoked_at) for r in rows]
+    return [
+        KeyInfo(r.name, r.prefix, r.created_at, r.revoked_at, r.last_used_at, r.expires_at)
+        for r in rows
+    ]
+
+
+def usable(row: ApiKey, now: datetime) -> bool:
+    """Not revoked, and not past the grace period of a rotation."""
+    return row.revoked_at is None and (row.expires_at is None or row.expires_at > now)
+
+
+def mark_used(db: Database, row: ApiKey, now: datetime) -> None:
+    """Record that the key was used; at most once a minute, so a busy key costs no writes."""
+    if row.last_used_at is not None and now - row.last_used_at < USE_RESOLUTION:
+        return
+    with db.write() as session:
+        session.execute(
+            update(ApiKey)
+            .where(
+                col(ApiKey.id) == row.id,
+                or_(
+                    col(ApiKey.last_used_at).is_(None),
+                    col(ApiKey.last_used_at) < now - USE_RESOLUTION,
+                ),
+            )
+            .values(last_used_at=now)
+        )
+
+
+def rotate_api_key(db: Database, name: str, *, grace: timedelta, audit: AuditLog,
+                   actor: Actor) -> str:  # fmt: skip
+    """A new key named `name`; the live ones keep working for `grace`, then stop."""
+    if grace < timedelta(0):
+        raise InvalidRequest("bad_grace", "The grace period cannot be negative.")
+    now = clock.now()
+    key = KEY_PREFIX + secrets.token_urlsafe(32)
+    with db.write() as session:
+        rows = [
+            r
+            for r in session.scalars(select(ApiKey).where(col(ApiKey.name) == name)).all()
+            if usable(r, now)
+        ]
+        if not rows:
+            if session.scalar(select(func.count()).where(col(ApiKey.name) == name)):
+                raise InvalidRequest("no_live_key", f"No key named {name!r} is live to rotate.")
+            raise NotFound("api_key_not_found", f"No API key is named {name!r}.")
+        ends = now + grace
+        for row in rows:
+            row.expires_at = min(row.expires_at, ends) if row.expires_at else ends
+            session.add(row)
+        session.add(ApiKey(name=name, prefix=key[:10], key_hash=hash_key(key), created_at=now))
+        audit.append(
+            session,
+            action="api_key.rotated",
+            actor=actor,
+            payload={
+                "name": name,
+                "prefix": key[:10],
+                "previous": [r.prefix for r in rows],
+                "grace_seconds": int(grace.total_seconds()),
+                "previous_expire_at": ends.isoformat(),
+            },
+        )
+    return key
 
 
 def revoke_api_key(db: Database, name: str, *, audit: AuditLog, actor: Actor) -> int:

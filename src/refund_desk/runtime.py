@@ -16,7 +16,8 @@ from refund_desk.cases import anchor, decide, executor, intake, sla
 from refund_desk.cases.desk import Desk
 from refund_desk.cases.notify import NOTIFY
 from refund_desk.cases.ports import Advisor, Processor
-from refund_desk.customers import appeals, couriers
+from refund_desk.customers import appeals, couriers, erasure
+from refund_desk.customers.evidence import EvidenceStore
 from refund_desk.customers.outcomes import TELL, Delivery
 from refund_desk.payments import reconcile, webhooks
 from refund_desk.payments.sandbox import SandboxProcessor
@@ -95,7 +96,7 @@ def build(
     desk = Desk(
         db=db,
         audit=AuditLog(secret),
-        vault=Vault(secret),
+        vault=Vault(secret, db),
         processor=TimedProcessor(processor),
         advisor=advisor,
         jobs=jobs,
@@ -113,6 +114,7 @@ def build(
         reconcile.ensure_scheduled(desk)
     if migrate:  # the audit head, anchored outside the database every hour
         anchor.ensure_scheduled(desk)
+        erasure.ensure_scheduled(desk)  # retention, daily
     return runtime
 
 
@@ -132,6 +134,12 @@ def job_table(runtime: Runtime, *, slack: Surface | None = None) -> dict[str, Ha
         reconcile.JOB: partial(reconcile.run_scheduled, desk),
         anchor.JOB: partial(anchor.run, desk),  # the audit head, to the log and a channel
         TELL: runtime.delivery.run,  # the outcome, through the customer's channel
+        erasure.RETENTION_JOB: partial(  # personal data of long-closed cases, daily
+            erasure.run_retention,
+            desk,
+            days=runtime.settings.retention_days,
+            evidence=EvidenceStore(runtime.settings.evidence_path()),
+        ),
         NOTIFY: _record_only,
     }
     if slack is not None:

@@ -66,6 +66,29 @@ class Settings(BaseSettings):
     gorgias_secret: SecretStr | None = Field(None, validation_alias="GORGIAS_WEBHOOK_SECRET")
     zendesk_api_url: SecretStr | None = Field(None, validation_alias="ZENDESK_API_URL")
     gorgias_api_url: SecretStr | None = Field(None, validation_alias="GORGIAS_API_URL")
+    # During a rotation each inbound webhook secret has a previous one, accepted beside it
+    # until the sender uses the new one everywhere; then the *_PREVIOUS variable is unset.
+    stripe_webhook_secret_previous: SecretStr | None = Field(
+        None, validation_alias="STRIPE_WEBHOOK_SECRET_PREVIOUS"
+    )
+    shopify_secret_previous: SecretStr | None = Field(
+        None, validation_alias="SHOPIFY_WEBHOOK_SECRET_PREVIOUS"
+    )
+    zendesk_secret_previous: SecretStr | None = Field(
+        None, validation_alias="ZENDESK_WEBHOOK_SECRET_PREVIOUS"
+    )
+    gorgias_secret_previous: SecretStr | None = Field(
+        None, validation_alias="GORGIAS_WEBHOOK_SECRET_PREVIOUS"
+    )
+    email_secret_previous: SecretStr | None = Field(
+        None, validation_alias="REFUND_DESK_EMAIL_SECRET_PREVIOUS"
+    )
+    # Operations: logs, personal data kept no longer than this after a case closed, tracing.
+    log_format: str | None = Field(  # json | text; read by logs.configure
+        None, validation_alias="REFUND_DESK_LOG_FORMAT"
+    )
+    retention_days: int = Field(730, ge=1, validation_alias="REFUND_DESK_RETENTION_DAYS")
+    otlp_endpoint: str | None = Field(None, validation_alias="OTEL_EXPORTER_OTLP_ENDPOINT")
     # Not in the public contract: a lease must outlive the processor's timeout.
     lease_seconds: float | None = Field(None, gt=0, validation_alias="REFUND_DESK_LEASE_SECONDS")
 
@@ -86,6 +109,12 @@ class Settings(BaseSettings):
             return self.evidence_dir.expanduser().resolve()
         db = self.sqlite_path()
         return (db.parent if db else Path.cwd()) / "evidence"
+
+    def webhook_secrets(self, name: str) -> list[str]:
+        """The current secret and, during a rotation, the previous one: either is accepted.
+        `name` is the field of the current one (`shopify_secret`, `stripe_webhook_secret`...)."""
+        found = [getattr(self, name), getattr(self, f"{name}_previous")]
+        return [s.get_secret_value() for s in found if s is not None and s.get_secret_value()]
 
     def secret_value(self) -> str:
         """The deployment secret; `load_settings` guarantees it is set."""

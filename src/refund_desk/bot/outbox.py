@@ -56,7 +56,9 @@ class Outbox:
         except SlackApiError as exc:
             if exc.response.status_code == 429:
                 delay = float(exc.response.headers.get("Retry-After", "1"))
+                log.warning("slack %s rate limited; again in %.0f s", method, delay)
                 raise RetryLater(delay, f"slack rate limited on {method}", failed=False) from None
+            log.warning("slack %s failed: %s", method, exc.response.get("error", "unknown"))
             raise
         return dict(response.data) if isinstance(response.data, dict) else {}
 

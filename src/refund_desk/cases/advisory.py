@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlmodel import Session, col
 
-from refund_desk import money
+from refund_desk import logs, money
 from refund_desk.cases.ports import Advisor, AdvisorError, PolicyText, Provenance
 from refund_desk.governance.versions import LoadedPolicy
 from refund_desk.policy import Decision, PolicyDocument
@@ -207,6 +207,7 @@ def record_call(
             at=now,
             day=now.date().isoformat(),
             case_id=case_id,
+            correlation_id=logs.current()[1] if case_id and logs.current()[0] == case_id else None,
             provider=advisor.name,
             model=advice["model"] if advice else getattr(advisor, "model", None),
             outcome=outcome,

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from sqlalchemy import select
 from sqlmodel import col
 
-from refund_desk import clock, money
+from refund_desk import clock, logs, money
 from refund_desk.cases import breaker
 from refund_desk.cases import facts as case_facts
 from refund_desk.cases.errors import Conflict
@@ -309,7 +309,21 @@ def _pay(desk: Desk, execution: Execution) -> ProcessorRefund:
         amount=execution.amount,
         currency=execution.currency.lower(),
         idempotency_key=execution.idempotency_key,
-        metadata={"case_id": execution.case_id, "execution_id": execution.id},
+        metadata={
+            "case_id": execution.case_id,
+            "execution_id": execution.id,
+            **_correlation(execution),
+        },
+    )
+
+
+def _correlation(execution: Execution) -> dict[str, str]:
+    """The case's correlation id, as the job running it has it (the processor shows it too)."""
+    case_id, correlation_id = logs.current()
+    return (
+        {"correlation_id": correlation_id}
+        if correlation_id and case_id == execution.case_id
+        else {}
     )
 
 

@@ -7,6 +7,7 @@ payment line up: the first opens a case, the rest see it and are held as possibl
 from __future__ import annotations
 
 import hashlib
+import logging
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,7 +20,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col
 
-from refund_desk import clock, money
+from refund_desk import clock, logs, money
 from refund_desk.cases import facts as case_facts
 from refund_desk.cases.errors import Conflict, InvalidRequest, Unavailable
 from refund_desk.cases.lifecycle import FINAL, Status
@@ -32,6 +33,8 @@ from refund_desk.storage.models import Case, Execution, IntakeKey, Payment
 
 if TYPE_CHECKING:
     from refund_desk.cases.desk import Desk
+
+log = logging.getLogger(__name__)
 
 ADVANCE = "advance"  # job kind: advise, decide and route a new case
 
@@ -233,6 +236,8 @@ def _capture(
         else:
             amount_source = Provenance.customer_input
         duplicate_of = _find_duplicate(session, row.id, amount, now)
+        email_hash = desk.vault.email_hash(str(request.email))
+        customer = desk.vault.for_customer(session, email_hash)  # their own data key
         case = Case(
             id=new_id("case"),
             status=Status.received,
@@ -246,10 +251,10 @@ def _capture(
             amount_source=amount_source,
             reason=request.reason,
             reason_source=Provenance.customer_input if request.reason else None,
-            email_enc=desk.vault.encrypt(str(request.email)) or "",
-            email_hash=desk.vault.email_hash(str(request.email)),
-            name_enc=desk.vault.encrypt(request.name or payment.customer_name),
-            message_enc=desk.vault.encrypt(request.message),
+            email_enc=customer.encrypt(str(request.email)) or "",
+            email_hash=email_hash,
+            name_enc=customer.encrypt(request.name or payment.customer_name),
+            message_enc=customer.encrypt(request.message),
             customer_verified=case_facts.customer_verified(str(request.email), payment),
             possible_duplicate=duplicate_of is not None,
             duplicate_of=duplicate_of,
@@ -304,6 +309,14 @@ def _capture(
         # Run inline by the request (Desk.kick); a sweep takes over only after the grace.
         job = enqueue(
             session, kind=ADVANCE, payload={"case_id": case.id}, due_at=now + INLINE_GRACE
+        )
+        logs.bind(case.id, case.correlation_id)  # the rest of this request is about the case
+        log.info(
+            "case %s received from %s: %s (%s)",
+            case.id,
+            case.source,
+            money.format_money(case.amount, case.currency),
+            "possible duplicate" if duplicate_of else "new",
         )
         return Submitted(case.id, created=True, job_id=job.id)
 

@@ -3,6 +3,7 @@ the caller's transaction, so the change and its record commit together or not at
 
 from __future__ import annotations
 
+import logging
 from enum import StrEnum
 from typing import Any
 
@@ -15,6 +16,8 @@ from refund_desk.cases.sla import start_clock
 from refund_desk.customers.outcomes import TELL_ON, tell
 from refund_desk.storage.audit import Actor, AuditLog
 from refund_desk.storage.models import Case
+
+log = logging.getLogger(__name__)
 
 
 class Status(StrEnum):
@@ -85,6 +88,13 @@ def move(
         correlation_id=case.correlation_id,
         policy_version=case.policy_version,
         payload={"from": previous, "to": str(to), "revision": case.revision, **(payload or {})},
+    )
+    log.info(
+        "case %s: %s -> %s",
+        case.id,
+        previous,
+        to,
+        extra={"case_id": case.id, "correlation_id": case.correlation_id, "actor": str(actor)},
     )
     if to in (Status.awaiting_approval, Status.parked):
         start_clock(session, case)

@@ -74,6 +74,7 @@ def case_view(session: Session, case_id: str, *, with_audit: bool) -> dict[str, 
         ],
         "created_at": case.created_at.isoformat(),
         "updated_at": case.updated_at.isoformat(),
+        "erased_at": case.erased_at.isoformat() if case.erased_at else None,
     }
     if with_audit:
         view["decision"]["trace"] = decision.get("trace", [])

@@ -6,6 +6,9 @@ Heavy modules are imported inside the functions so that `refund-desk --help` sta
 from __future__ import annotations
 
 import getpass
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
@@ -56,3 +59,30 @@ def read_text(file: Path) -> str:
         return file.read_text()
     except OSError as exc:
         fail(f"cannot read {file}: {exc.strerror}")
+
+
+@contextmanager
+def progress(label: str) -> Iterator[Callable[[int, int], None]]:
+    """A progress bar on stderr when it is a terminal; otherwise nothing is drawn.
+
+    Yields `advance(done, total)`; long work calls it as it goes."""
+    if not sys.stderr.isatty():
+        yield lambda done, total: None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
+
+    with Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    ) as bar:
+        task = bar.add_task(label, total=None)
+
+        def advance(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        yield advance

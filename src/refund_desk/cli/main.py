@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import json
-import logging
 import sys
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from refund_desk import logs
 from refund_desk.cli import policy as _policy_cli
 from refund_desk.cli.common import cli_actor as _cli_actor
 from refund_desk.cli.common import fail as _fail
 from refund_desk.cli.common import open_runtime as _runtime
+from refund_desk.cli.common import progress as _progress
 from refund_desk.cli.common import read_text as _read
 from refund_desk.cli.common import sandbox as _sandbox
 from refund_desk.cli.common import settings as _settings
@@ -42,16 +44,30 @@ advisor_app = typer.Typer(
     help="The AI advisor: accuracy and format adherence.", no_args_is_help=True
 )
 app.add_typer(advisor_app, name="advisor")
+cases_app = typer.Typer(help="Cases: exports for finance.", no_args_is_help=True)
+app.add_typer(cases_app, name="cases")
+customer_app = typer.Typer(help="Customers' personal data.", no_args_is_help=True)
+app.add_typer(customer_app, name="customer")
+
+
+class ExportFormat(StrEnum):
+    csv = "csv"
+    jsonl = "jsonl"
 
 
 @app.callback()
-def _main(verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False) -> None:
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    # The scheduler only fires sweeps; its per-run chatter says nothing an operator needs.
-    logging.getLogger("apscheduler").setLevel(logging.DEBUG if verbose else logging.WARNING)
+def _main(
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Debug lines, and the libraries' own.")
+    ] = False,
+) -> None:
+    # Log lines go to stderr (JSON, or text on a terminal; REFUND_DESK_LOG_FORMAT chooses);
+    # library chatter (alembic, the scheduler, HTTP clients) only with -v: a command's
+    # output is its answer.
+    try:
+        logs.configure(verbose=verbose)
+    except ValueError as exc:
+        _fail(str(exc), 2)
 
 
 @app.command()
@@ -67,7 +83,13 @@ def serve(
     if workers > 1 and settings.is_sqlite:
         _fail("SQLite supports one worker; use PostgreSQL (DATABASE_URL) for more", 2)
     if workers > 1:
-        uvicorn.run("refund_desk.web.main:app", host=host, port=port, workers=workers)
+        uvicorn.run(
+            "refund_desk.web.main:app",
+            host=host,
+            port=port,
+            workers=workers,
+            log_config=logs.uvicorn_log_config(),
+        )
         return
     from refund_desk.web.app import create_app
 
@@ -75,7 +97,7 @@ def serve(
     typer.echo(
         f"Refund Desk on http://{host}:{port} (database {runtime.db.engine.url.render_as_string()})"
     )
-    uvicorn.run(create_app(runtime), host=host, port=port, log_level="info")
+    uvicorn.run(create_app(runtime), host=host, port=port, log_config=logs.uvicorn_log_config())
 
 
 @app.command()
@@ -108,6 +130,176 @@ def demo(
         _fail(str(exc), 2)
 
 
+@app.command()
+def status(
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object.")] = False,
+) -> None:
+    """Each dependency (database, schema, scheduler, Slack, processor, model) as ok, degraded
+    or down with its last error; every replica's last sweep; the job backlog by kind; the
+    oldest waiting case. Exit 1 when something is down."""
+    from refund_desk.web.health import status as read_status
+
+    report = read_status(_runtime(migrate=False))
+    if as_json:
+        typer.echo(json.dumps(report, indent=2))
+    else:
+        typer.echo(f"refund-desk: {report['status']} at {report['at']}")
+        for name, check in report["checks"].items():
+            error = f"  {check['error']}" if check["error"] else ""
+            typer.echo(f"  {name:<11} {check['status']:<9}{error}")
+        for r in report["checks"].get("scheduler", {}).get("detail", {}).get("replicas", []):
+            typer.echo(
+                f"  replica {r['replica']}: last sweep {r['last_sweep_seconds_ago']:.0f} s ago"
+                + (f" ({r['last_error']})" if r["last_error"] else "")
+            )
+        if "jobs" in report:
+            typer.echo("jobs (pending / due now / retrying / dead, oldest due):")
+            for j in report["jobs"] or [{"kind": "(none)"}]:
+                if "pending" not in j:
+                    typer.echo("  none")
+                    continue
+                typer.echo(
+                    f"  {j['kind']:<22} {j['pending']:>6} {j['due']:>6} {j['retrying']:>6} "
+                    f"{j['dead']:>6}  {j['oldest_due_at'] or '-'}"
+                )
+            oldest = report["oldest_waiting_case"]
+            typer.echo(
+                f"waiting cases: {report['waiting_cases']}"
+                + (
+                    f"; oldest {oldest['id']} ({oldest['status']}, {oldest['waiting_hours']} h)"
+                    if oldest
+                    else ""
+                )
+            )
+    if report["status"] == "down":
+        raise typer.Exit(1)
+
+
+@app.command()
+def backup(
+    file: Annotated[Path, typer.Argument(help="The backup file to write (never overwritten).")],
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object.")] = False,
+) -> None:
+    """Back up the database while it runs: SQLite's online backup, or pg_dump on PostgreSQL.
+    Prints the audit head it holds: after a restore, `audit verify --anchor HASH` proves the
+    record is the same. The secret (REFUND_DESK_SECRET or the .secret file) is not in it:
+    keep it apart."""
+    from refund_desk.storage.backup import BackupError
+    from refund_desk.storage.backup import backup as run_backup
+
+    runtime = _runtime()
+    try:
+        with _progress("backing up") as advance:
+            done = run_backup(runtime.db, runtime.settings.database_url, file, progress=advance)
+    except BackupError as exc:
+        _fail(str(exc))
+    if as_json:
+        typer.echo(
+            json.dumps(
+                {
+                    "file": str(done.path),
+                    "bytes": done.size,
+                    "audit_records": done.records,
+                    "head_hash": done.head_hash,
+                }
+            )
+        )
+        return
+    typer.echo(
+        f"backed up to {done.path} ({done.size} bytes): {done.records} audit records, "
+        f"head {done.head_hash}"
+    )
+
+
+@cases_app.command("export")
+def cases_export(
+    since: Annotated[str, typer.Option(help="Cases created on or after: an ISO date, or 30d.")],
+    until: Annotated[
+        str | None, typer.Option(help="...and before: an ISO date (default: now).")
+    ] = None,
+    fmt: Annotated[ExportFormat, typer.Option("--format", help="csv or jsonl.")] = (
+        ExportFormat.csv
+    ),
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="File (default stdout).")
+    ] = None,
+) -> None:
+    """One line per case for finance: ids, amounts in major units with the currency, status,
+    rule, tier, policy version, approvers, execution and processor refund ids, times and the
+    time to decision. No personal data."""
+    from refund_desk.cases.listing import ExportWriter, Filters, count, iter_export
+
+    runtime = _runtime()
+    now = runtime.desk.now()
+    try:
+        filters = Filters(
+            since=_since(since, now), until=_since(until, now) if until is not None else None
+        )
+    except ValueError as exc:
+        _fail(str(exc).replace("--since", "--since/--until"), 2)
+    with runtime.db.read() as session:
+        total = count(session, filters)
+        out = output.open("w", newline="") if output is not None else sys.stdout
+        try:
+            writer = ExportWriter(out, fmt.value)
+            with _progress("exporting cases") as advance:
+                for done, row in enumerate(iter_export(session, filters), start=1):
+                    writer.write(row)
+                    if done % 100 == 0 or done == total:
+                        advance(done, total)
+        finally:
+            if output is not None:
+                out.close()
+    if output is not None:
+        typer.echo(f"wrote {total} cases to {output}", err=True)
+
+
+@customer_app.command("erase")
+def customer_erase(
+    email: Annotated[str, typer.Argument(help="The customer's email address.")],
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object.")] = False,
+) -> None:
+    """Erase one customer's personal data: their data key, email, name, messages and
+    evidence files. Amounts, decisions, approvals and the audit chain stay (audit verify
+    still passes); the erasure is an audit record without the personal data."""
+    from refund_desk.cases.errors import CaseError
+    from refund_desk.customers.erasure import erase_customer
+    from refund_desk.customers.evidence import EvidenceStore
+
+    if not yes and sys.stdin.isatty():
+        typer.confirm(f"Erase every personal field of {email}? This cannot be undone", abort=True)
+    runtime = _runtime()
+    try:
+        done = erase_customer(
+            runtime.desk,
+            email,
+            actor=_cli_actor(),
+            evidence=EvidenceStore(runtime.settings.evidence_path()),
+            forget=runtime.sandbox.forget_customer if runtime.sandbox is not None else None,
+        )
+    except CaseError as exc:
+        _fail(exc.message, 2)
+    if as_json:
+        typer.echo(
+            json.dumps(
+                {
+                    "cases": done.cases,
+                    "evidence_files": done.evidence_files,
+                    "already_erased": done.already,
+                }
+            )
+        )
+        return
+    if done.already:
+        typer.echo(f"already erased ({len(done.cases)} cases)")
+        return
+    typer.echo(
+        f"erased the personal data of {len(done.cases)} case(s) and "
+        f"{done.evidence_files} evidence file(s)"
+    )
+
+
 @db_app.command("upgrade")
 def db_upgrade() -> None:
     """Bring the database schema up to date."""
@@ -133,11 +325,14 @@ def api_key_create(name: Annotated[str, typer.Option(help="Who the key is for.")
 def api_key_list(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON array.")] = False,
 ) -> None:
-    """Every API key: name, the start of the key, when it was made, whether it is revoked."""
+    """Every API key: name, the start of the key, when it was made and last used, and its
+    state (active, rotating until a time, expired, revoked)."""
+    from refund_desk import clock
     from refund_desk.api_keys import list_api_keys
 
     with _runtime().db.read() as session:
         keys = list_api_keys(session)
+    now = clock.now()
     if as_json:
         rows = [
             {
@@ -145,14 +340,57 @@ def api_key_list(
                 "prefix": k.prefix,
                 "created_at": k.created_at.isoformat(),
                 "revoked_at": k.revoked_at.isoformat() if k.revoked_at else None,
+                "last_used_at": k.last_used_at.isoformat() if k.last_used_at else None,
+                "expires_at": k.expires_at.isoformat() if k.expires_at else None,
+                "state": k.state(now),
             }
             for k in keys
         ]
         typer.echo(json.dumps(rows, indent=2))
         return
     for k in keys:
-        state = f"revoked {k.revoked_at:%Y-%m-%d %H:%M}" if k.revoked_at else "active"
-        typer.echo(f"{k.name:<24} {k.prefix}…  created {k.created_at:%Y-%m-%d %H:%M}  {state}")
+        state = k.state(now)
+        if state == "revoked" and k.revoked_at:
+            state = f"revoked {k.revoked_at:%Y-%m-%d %H:%M}"
+        elif k.expires_at:
+            word = "since" if state == "expired" else "until"
+            state = f"{state} {word} {k.expires_at:%Y-%m-%d %H:%M}"
+        used = f"{k.last_used_at:%Y-%m-%d %H:%M}" if k.last_used_at else "never"
+        typer.echo(
+            f"{k.name:<24} {k.prefix}…  created {k.created_at:%Y-%m-%d %H:%M}  "
+            f"last used {used:<16}  {state}"
+        )
+
+
+@key_app.command("rotate")
+def api_key_rotate(
+    name: Annotated[str, typer.Argument(help="The key's name.")],
+    grace: Annotated[
+        str,
+        typer.Option(help="How long the old key keeps working: 24h, 30m, 7d, or 0 (stop now)."),
+    ] = "24h",
+) -> None:
+    """Make a new key with this name and print it once; the old one keeps working for the
+    grace period, then stops. On the audit record."""
+    from datetime import timedelta
+
+    from refund_desk.api_keys import rotate_api_key
+    from refund_desk.cases.errors import CaseError
+    from refund_desk.policy.durations import parse_duration
+
+    try:
+        period = timedelta(0) if grace.strip() in ("0", "0s", "0m", "0h") else parse_duration(grace)
+    except ValueError as exc:
+        _fail(f"--grace: {exc}", 2)
+    runtime = _runtime()
+    try:
+        key = rotate_api_key(
+            runtime.db, name, grace=period, audit=runtime.desk.audit, actor=_cli_actor()
+        )
+    except CaseError as exc:
+        _fail(exc.message, 2)
+    typer.echo(key)
+    typer.echo(f"the previous key of {name} works for {grace} more, then stops", err=True)
 
 
 @key_app.command("revoke")

@@ -103,7 +103,8 @@ def receive(
 
     def prepare(session: Session, case: Case) -> None:
         if req.reply:
-            case.reply_enc = desk.vault.encrypt(json.dumps(req.reply))
+            customer = desk.vault.for_customer(session, case.email_hash)
+            case.reply_enc = customer.encrypt(json.dumps(req.reply))
         evidence.attach(
             desk,
             session,
@@ -186,7 +187,7 @@ def record_reply(
             direction="in",
             kind="reply",
             channel="email",
-            body=desk.vault.encrypt(text) or "",
+            body=desk.vault.for_customer(session, case.email_hash).encrypt(text) or "",
             status="received",
             external_ref=ref,
             created_at=desk.now(),

@@ -180,6 +180,9 @@ class Delivery:
         self._finish(
             out, channel if courier else None, "sent" if courier else "recorded", reference, None
         )
+        log.info(
+            "customer told %s (%s)", message.kind, f"sent by {channel}" if courier else "recorded"
+        )
 
     def channel_for(self, out: Outbound) -> str | None:
         """Back where the request came from: the integrator, the helpdesk ticket, or email."""

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlmodel import Session, col
 
 from refund_desk import clock
@@ -55,6 +55,19 @@ class SandboxProcessor:
         self._crash = crash
 
     # ------------------------------------------------------------ admin (CLI, demo, tests)
+
+    def forget_customer(self, email: str) -> int:
+        """An erased customer leaves the sandbox's ledger too (it lives in our database)."""
+        with self.db.write() as session:
+            rows = session.scalars(
+                select(SandboxPayment).where(
+                    func.lower(col(SandboxPayment.email)) == email.strip().lower()
+                )
+            ).all()
+            for row in rows:
+                row.email, row.name = "", None
+                session.add(row)
+            return len(rows)
 
     def create_payment(
         self,

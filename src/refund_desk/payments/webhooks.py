@@ -20,7 +20,7 @@ from refund_desk import money
 from refund_desk.cases.executor import settle
 from refund_desk.cases.notify import notify
 from refund_desk.cases.ports import ProcessorError
-from refund_desk.payments.stripe_api import verify_event
+from refund_desk.payments.stripe_api import WebhookRejected, verify_event
 from refund_desk.payments.stripe_currency import from_stripe
 from refund_desk.storage.audit import SYSTEM
 from refund_desk.storage.jobs import ClaimedJob, RetryLater, backoff, enqueue
@@ -43,9 +43,10 @@ class Receipt:
     job_id: int | None = None
 
 
-def receive(desk: Desk, payload: bytes, signature: str | None, secret: str) -> Receipt:
-    """Accept one delivery; raises `WebhookRejected` (nothing written) if it is not Stripe's."""
-    event = verify_event(payload, signature, secret)
+def receive(desk: Desk, payload: bytes, signature: str | None, secret: str | list[str]) -> Receipt:
+    """Accept one delivery; raises `WebhookRejected` (nothing written) if it is not Stripe's.
+    Several secrets: the current one and, during a rotation, the previous one."""
+    event = _verified(payload, signature, [secret] if isinstance(secret, str) else secret)
     event_id, kind = event["id"], str(event.get("type") or "")
     hint = _hint(event)
     handled = kind in HANDLERS
@@ -150,6 +151,16 @@ HANDLERS: dict[str, Callable[[Desk, dict[str, Any]], None]] = {
     "charge.refunded": _charge_refunded,
     "charge.dispute.created": _dispute_opened,
 }
+
+
+def _verified(payload: bytes, signature: str | None, secrets: list[str]) -> dict[str, Any]:
+    first: WebhookRejected | None = None
+    for secret in secrets:
+        try:
+            return verify_event(payload, signature, secret)
+        except WebhookRejected as exc:
+            first = first or exc
+    raise first or WebhookRejected("invalid_signature", "No webhook secret is set.")
 
 
 def _hint(event: dict[str, Any]) -> dict[str, Any]:

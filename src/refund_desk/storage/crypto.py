@@ -9,11 +9,23 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+from datetime import datetime
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 from cryptography.fernet import Fernet, InvalidToken
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+from sqlalchemy import select
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlmodel import Session, col
+
+from refund_desk import clock
+from refund_desk.storage.models import CustomerKey
+
+if TYPE_CHECKING:
+    from refund_desk.storage.db import Database
 
 
 @lru_cache(maxsize=64)
@@ -42,23 +54,118 @@ def normalize_email(email: str) -> str:
     return email.strip().lower()
 
 
-class Vault:
-    """Encrypts personal fields at rest and makes blind indexes for matching them."""
+CUSTOMER_TOKEN = "c1"  # c1.<email hash>.<key generation>.<Fernet token>
 
-    def __init__(self, secret: str) -> None:
+
+class CustomerCipher:
+    """Encrypts one customer's fields under their own data key."""
+
+    def __init__(self, email_hash: str, generation: int, key: bytes) -> None:
+        self._prefix = f"{CUSTOMER_TOKEN}.{email_hash}.{generation}."
+        self._fernet = Fernet(key)
+
+    def encrypt(self, value: str | None) -> str | None:
+        return (
+            None if value is None else self._prefix + self._fernet.encrypt(value.encode()).decode()
+        )
+
+
+class Vault:
+    """Encrypts personal fields at rest and makes blind indexes for matching them.
+
+    A customer's fields are encrypted under a data key of their own (`for_customer`), kept
+    in `customer_keys` wrapped by a key derived from the deployment secret. Erasing the
+    customer destroys that key: every copy of their fields, in this database and in every
+    backup, is unreadable from then on, and `decrypt` answers None for it. Fields written
+    before per-customer keys (no `c1.` prefix) use the deployment's field key.
+    """
+
+    def __init__(self, secret: str, db: Database | None = None) -> None:
         self._secret = secret
+        self._db = db
         self._fernet = Fernet(base64.urlsafe_b64encode(derive_key(secret, "field-encryption")))
+        self._wrap = Fernet(base64.urlsafe_b64encode(derive_key(secret, "customer-keys")))
 
     def encrypt(self, value: str | None) -> str | None:
         return None if value is None else self._fernet.encrypt(value.encode()).decode()
 
-    def decrypt(self, token: str | None) -> str | None:
-        if token is None:
+    def decrypt(self, token: str | None, *, session: Session | None = None) -> str | None:
+        """The plain value; None for None, an erased customer's field, or an erased column."""
+        if token is None or token == "":
             return None
+        if token.startswith(CUSTOMER_TOKEN + "."):
+            return self._decrypt_customer(token, session)
         try:
             return self._fernet.decrypt(token.encode()).decode()
         except InvalidToken as exc:  # a different secret, or a tampered column
             raise ValueError("cannot decrypt a stored field: wrong REFUND_DESK_SECRET?") from exc
 
+    def for_customer(self, session: Session, email_hash: str) -> CustomerCipher:
+        """The customer's live data key, made in the caller's transaction if they have none
+        (or had theirs destroyed by an erasure: a returning customer starts afresh)."""
+        row = _lock_key(session, email_hash)
+        if row is None:
+            _insert_key(session, email_hash, self._wrap.encrypt(Fernet.generate_key()).decode())
+            row = _lock_key(session, email_hash)
+            assert row is not None
+        if row.key_enc is None:  # erased before: a new key, a new generation
+            row.key_enc = self._wrap.encrypt(Fernet.generate_key()).decode()
+            row.generation += 1
+            row.erased_at = None
+            session.add(row)
+            session.flush()
+        return CustomerCipher(email_hash, row.generation, self._wrap.decrypt(row.key_enc.encode()))
+
+    def _decrypt_customer(self, token: str, session: Session | None) -> str | None:
+        try:
+            _, email_hash, generation, body = token.split(".", 3)
+        except ValueError as exc:
+            raise ValueError("cannot decrypt a stored field: a malformed customer token") from exc
+        row = _read_key(session, self._db, email_hash)
+        if row is None or row.key_enc is None or str(row.generation) != generation:
+            return None  # the customer's key was destroyed: erased
+        try:
+            key = self._wrap.decrypt(row.key_enc.encode())
+            return Fernet(key).decrypt(body.encode()).decode()
+        except InvalidToken as exc:
+            raise ValueError("cannot decrypt a stored field: wrong REFUND_DESK_SECRET?") from exc
+
     def email_hash(self, email: str) -> str:
         return keyed_hash(self._secret, "email-index", normalize_email(email))
+
+
+def destroy_customer_key(session: Session, email_hash: str, now: datetime) -> bool:
+    """Erase: the data key is gone, so is every field encrypted under it. True if one was."""
+    row = _lock_key(session, email_hash)
+    if row is None or row.key_enc is None:
+        return False
+    row.key_enc, row.erased_at = None, now
+    session.add(row)
+    return True
+
+
+def _lock_key(session: Session, email_hash: str) -> CustomerKey | None:
+    stmt = select(CustomerKey).where(col(CustomerKey.email_hash) == email_hash)
+    if session.get_bind().dialect.name == "postgresql":
+        stmt = stmt.with_for_update()
+    return session.scalars(stmt.execution_options(populate_existing=True)).first()
+
+
+def _insert_key(session: Session, email_hash: str, key_enc: str) -> None:
+    """Insert unless a concurrent transaction just did (then theirs is the key)."""
+    values = {"email_hash": email_hash, "generation": 1, "key_enc": key_enc,
+              "created_at": clock.now()}  # fmt: skip
+    dialect = session.get_bind().dialect.name
+    insert = pg_insert if dialect == "postgresql" else sqlite_insert
+    session.execute(insert(CustomerKey).values(**values).on_conflict_do_nothing())
+
+
+def _read_key(session: Session | None, db: Database | None, email_hash: str) -> CustomerKey | None:
+    if session is not None:
+        return session.scalars(
+            select(CustomerKey).where(col(CustomerKey.email_hash) == email_hash)
+        ).first()
+    if db is None:
+        raise ValueError("a customer's field needs the database to be read")
+    with db.read() as own:
+        return own.get(CustomerKey, email_hash)

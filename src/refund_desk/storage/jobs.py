@@ -19,7 +19,7 @@ from typing import Any
 from sqlalchemy import and_, case, func, or_, select, update
 from sqlmodel import Session, col
 
-from refund_desk import clock
+from refund_desk import clock, logs
 from refund_desk.storage.db import Database
 from refund_desk.storage.models import Job
 
@@ -236,6 +236,10 @@ class JobQueue:
     # ------------------------------------------------------------ running
 
     def run(self, job: ClaimedJob) -> None:
+        with logs.about(job.payload.get("case_id")):  # its lines name the case it is about
+            self._run(job)
+
+    def _run(self, job: ClaimedJob) -> None:
         handler = self.handlers.get(job.kind)
         if handler is None:
             self.retry(job, delay=3600, error=f"no handler for job kind {job.kind!r}")

@@ -35,6 +35,8 @@ class ApiKey(SQLModel, table=True):
         default_factory=clock.now, sa_column=Column(UTCDateTime(), nullable=False)
     )
     revoked_at: datetime | None = _optional_ts()
+    last_used_at: datetime | None = _optional_ts()  # written at most once a minute
+    expires_at: datetime | None = _optional_ts()  # a rotated key works until then
 
 
 class PolicyVersion(SQLModel, table=True):
@@ -133,6 +135,7 @@ class Case(SQLModel, table=True):
     evidence: list[dict[str, Any]] | None = _json()
     appeal_of: str | None = Field(default=None, max_length=40, unique=True, index=True)
     reply_enc: str | None = Field(default=None, sa_column=Column(Text))  # encrypted JSON
+    erased_at: datetime | None = _optional_ts()  # the customer's personal data was erased
     sla_due_at: datetime | None = _optional_ts()
     created_at: datetime = Field(
         default_factory=clock.now, sa_column=Column(UTCDateTime(), nullable=False)
@@ -355,6 +358,7 @@ class AdvisorCall(SQLModel, table=True):
     at: datetime = Field(default_factory=clock.now, sa_column=Column(UTCDateTime(), nullable=False))
     day: str = Field(max_length=10)  # UTC date, ISO: the unit of the format-adherence figure
     case_id: str | None = Field(default=None, max_length=40, index=True)
+    correlation_id: str | None = Field(default=None, max_length=40)
     provider: str = Field(max_length=30)
     model: str | None = Field(default=None, max_length=100)
     outcome: str = Field(max_length=20)  # parsed | unparsed (answered, bad format) | failed
@@ -473,3 +477,31 @@ class RateLimit(SQLModel, table=True):
     key: str = Field(primary_key=True, max_length=100)
     window: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
     count: int = 0
+
+
+# ---------------------------------------------------------------- operations
+
+
+class CustomerKey(SQLModel, table=True):
+    """One customer's data key, wrapped by the deployment secret; erasing the customer
+    destroys it, and every field encrypted under it is unreadable from then on."""
+
+    __tablename__ = "customer_keys"
+    email_hash: str = Field(primary_key=True, max_length=64)
+    generation: int = 1  # a customer who returns after an erasure gets a new key
+    key_enc: str | None = Field(default=None, sa_column=Column(Text))  # None once erased
+    created_at: datetime = Field(
+        default_factory=clock.now, sa_column=Column(UTCDateTime(), nullable=False)
+    )
+    erased_at: datetime | None = _optional_ts()
+
+
+class ReplicaHeartbeat(SQLModel, table=True):
+    """Each replica's last sweep, for `refund-desk status` (readiness reads its own memory)."""
+
+    __tablename__ = "replica_heartbeats"
+    replica: str = Field(primary_key=True, max_length=80)
+    started_at: datetime = Field(sa_column=Column(UTCDateTime(), nullable=False))
+    swept_at: datetime = Field(sa_column=Column(UTCDateTime(), nullable=False))
+    sweep_seconds: float = 30.0
+    last_error: str | None = Field(default=None, sa_column=Column(Text))

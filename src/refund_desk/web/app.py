@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
@@ -20,12 +21,14 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 from sqlalchemy import text
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from refund_desk import logs
 from refund_desk.bot.app import build_surface, start_socket_mode
 from refund_desk.cases.errors import CaseError
 from refund_desk.runtime import Runtime, install_jobs
 from refund_desk.web import customer_channels as channels
-from refund_desk.web import metrics
+from refund_desk.web import health, metrics
 from refund_desk.web.errors import error_body
 from refund_desk.web.routes import intake_api as api
 from refund_desk.web.routes import stripe_webhooks as stripe_routes
@@ -34,6 +37,7 @@ if TYPE_CHECKING:
     from refund_desk.demo.slack import SlackEmulator
 
 log = logging.getLogger(__name__)
+QUIET_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})  # probes, every few seconds
 
 
 class Sweeper:
@@ -43,10 +47,15 @@ class Sweeper:
 
     def __init__(self, runtime: Runtime) -> None:
         self.jobs = runtime.desk.jobs
+        self.db = runtime.db
         self.period = timedelta(seconds=runtime.settings.sweep_seconds)
         self.scheduler = BackgroundScheduler(timezone="UTC")
         self.running = threading.Lock()
         self.again = threading.Event()
+        # What /readyz reads, and the heartbeat `refund-desk status` reads from the database.
+        self.state = health.SweepState(period=self.period.total_seconds())
+        self.started_at = datetime.now(UTC)
+        self._beat_at = 0.0
 
     def start(self) -> None:
         self.scheduler.add_job(
@@ -72,14 +81,37 @@ class Sweeper:
                 if not self.again.is_set():
                     break
             upcoming = self.jobs.next_due()
-        except Exception:  # the next period tries again; the jobs table keeps the work
+            self.state.last_swept, self.state.last_error = time.monotonic(), None
+            self._heartbeat(None)
+        except Exception as exc:  # the next period tries again; the jobs table keeps the work
             log.exception("sweep failed")
+            self.state.last_error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+            self._heartbeat(self.state.last_error)
             return
         finally:
             self.running.release()
         now = datetime.now(UTC)
         if upcoming is not None and upcoming < now + self.period:
             self._soon(max(upcoming, now) + timedelta(milliseconds=50))
+
+    def _heartbeat(self, error: str | None) -> None:
+        """At most every third of a period: this replica swept (for `refund-desk status`)."""
+        beat = time.monotonic()
+        if error is None and beat - self._beat_at < self.period.total_seconds() / 3:
+            return
+        self._beat_at = beat
+        try:
+            with self.db.write() as session:
+                health.heartbeat(
+                    session,
+                    self.jobs.owner,
+                    started_at=self.started_at,
+                    swept_at=datetime.now(UTC),
+                    sweep_seconds=self.period.total_seconds(),
+                    error=error,
+                )
+        except Exception:  # the heartbeat is news, not work: a failed one is only logged
+            log.warning("could not record this replica's sweep", exc_info=True)
 
     def wake(self) -> None:
         """New work was just committed: sweep now instead of at the next period."""
@@ -103,9 +135,45 @@ class Sweeper:
     def stop(self, timeout: float) -> None:
         """Stop between jobs; leave what is not started to the other replicas (or a restart)."""
         self.jobs.stopping.set()
+        self.state.running = False
         self.scheduler.shutdown(wait=False)
         if self.running.acquire(timeout=timeout):
             self.running.release()
+
+
+class RequestLog:
+    """One log line per request: route, status, time, and the case it turned out to be about
+    (a plain ASGI middleware: what the app raises passes through unchanged)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start, status = time.perf_counter(), 500
+
+        async def sending(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        with logs.request_scope() as bound:
+            try:
+                await self.app(scope, receive, sending)
+            finally:
+                path = getattr(scope.get("route"), "path", None) or scope["path"]
+                if path not in QUIET_PATHS:
+                    log.info(
+                        "%s %s %s in %.0f ms",
+                        scope["method"],
+                        path,
+                        status,
+                        (time.perf_counter() - start) * 1000,
+                        extra={"status": status, **bound},
+                    )
 
 
 def create_app(
@@ -118,6 +186,7 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         sweeper = Sweeper(runtime) if scheduler else None
+        app.state.sweeper = sweeper
         if sweeper is not None:
             sweeper.start()
             runtime.desk.wake = sweeper.wake
@@ -134,6 +203,8 @@ def create_app(
 
     app = FastAPI(title="Refund Desk", version="0.1.0", lifespan=lifespan)
     app.state.runtime = runtime
+
+    app.add_middleware(RequestLog)
     app.include_router(api.router)
     app.include_router(stripe_routes.router)
     app.state.socket_mode = None
@@ -167,6 +238,19 @@ def create_app(
     @app.get("/metrics")
     def metrics_endpoint() -> Response:
         return Response(metrics.render(registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/readyz")
+    def readyz() -> JSONResponse:
+        """Ready for traffic: the database answers at the newest schema and this replica's
+        scheduler sweeps; Slack, the processor and the model are listed with their state."""
+        sweeper: Sweeper | None = getattr(app.state, "sweeper", None)
+        socket_mode = app.state.socket_mode
+        ready, body = health.readiness(
+            runtime,
+            sweeper.state if sweeper is not None else None,
+            socket_mode.status if socket_mode is not None else None,
+        )
+        return JSONResponse(body, status_code=200 if ready else 503)
 
     @app.get("/healthz")
     def healthz() -> dict[str, str]:

@@ -9,6 +9,7 @@ are this process's own histograms.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta
@@ -24,6 +25,8 @@ from refund_desk import clock
 from refund_desk.cases.ports import PaymentFacts, Processor, ProcessorRefund
 from refund_desk.storage.db import Database
 from refund_desk.storage.models import AdvisorCall, Approval, AuditHead, Case, Execution, Job
+
+log = logging.getLogger(__name__)
 
 LATENCY = CollectorRegistry(auto_describe=True)
 PROCESSOR_SECONDS = Histogram(
@@ -197,15 +200,32 @@ class TimedProcessor:
         self.inner = inner
         self.name = inner.name
         self.timeout_seconds = inner.timeout_seconds
+        self.last_failure: tuple[datetime, str] | None = None  # for readiness: when and why
 
     def _timed(self, call: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        start, result = time.perf_counter(), "error"
+        start, result, code = time.perf_counter(), "error", "interrupted"
         try:
             value = fn(*args, **kwargs)
             result = "ok"
             return value
+        except Exception as exc:
+            code = getattr(exc, "code", type(exc).__name__)
+            raise
         finally:
-            PROCESSOR_SECONDS.labels(call, result).observe(time.perf_counter() - start)
+            seconds = time.perf_counter() - start
+            PROCESSOR_SECONDS.labels(call, result).observe(seconds)
+            level = logging.INFO if result == "ok" else logging.WARNING
+            if result != "ok":
+                self.last_failure = (clock.now(), f"{call}: {code}")
+            log.log(
+                level,
+                "processor %s %s: %s in %.0f ms",
+                self.name,
+                call,
+                result if result == "ok" else f"error {code}",
+                seconds * 1000,
+                extra={"call": call, "outcome": result, "latency_ms": round(seconds * 1000, 1)},
+            )
 
     def payment(self, payment_id: str) -> PaymentFacts:
         return self._timed("payment", self.inner.payment, payment_id)

@@ -253,7 +253,7 @@ def _fields(ctx: CardContext) -> list[str]:
         f"*Payment*\n`{escape(case.payment_id)}`",
         f"*Order*\npaid {_money(order.get('amount'), cur)} {order.get('age_days', '?')} days ago"
         f" · still refundable {_money(left, cur)}",
-        f"*Customer*\n{escape(mask_email(ctx.email))}"
+        f"*Customer*\n{'erased' if case.erased_at else escape(mask_email(ctx.email))}"
         f" · {'verified payer' if case.customer_verified else '*not* the payer on record'}",
         f"*Reason*\n{escape(reason)}",
         f"*Rule*\n`{escape(str(decision.get('rule', 'none')))}`"

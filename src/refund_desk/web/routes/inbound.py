@@ -19,7 +19,6 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
-from pydantic import SecretStr
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile
 
@@ -67,9 +66,15 @@ def _runtime(request: Request) -> Runtime:
     return runtime
 
 
-def _bearer_ok(request: Request, secret: SecretStr) -> bool:
+def _bearer_ok(request: Request, secrets: list[str]) -> bool:
+    """The bearer secret matches the current one or, during a rotation, the previous one."""
     scheme, _, value = request.headers.get("authorization", "").partition(" ")
-    return scheme.lower() == "bearer" and crypto.same(value.strip(), secret.get_secret_value())
+    matches = [crypto.same(value.strip(), secret) for secret in secrets]  # no early exit
+    return scheme.lower() == "bearer" and any(matches)
+
+
+def _signed(given: str, expected: list[str]) -> bool:
+    return bool(given) and any([crypto.same(given.strip(), e) for e in expected])
 
 
 def _answer(runtime: Runtime, submitted: Any, extra: dict[str, Any] | None = None) -> JSONResponse:
@@ -112,7 +117,7 @@ async def email_webhook(request: Request) -> JSONResponse:
     secret = runtime.settings.email_secret
     if secret is None:
         return _refuse("email", "not_configured", "REFUND_DESK_EMAIL_SECRET is not set.", 503)
-    if not _bearer_ok(request, secret):
+    if not _bearer_ok(request, runtime.settings.webhook_secrets("email_secret")):
         return _refuse("email", "unauthorized", "Send `Authorization: Bearer <secret>`.", 401)
     if int(request.headers.get("content-length") or 0) > MAX_BODY:
         return _refuse("email", "too_large", "The message is too large.", 413)
@@ -206,8 +211,11 @@ async def shopify_webhook(request: Request) -> JSONResponse:
         return _refuse("shopify", "not_configured", "SHOPIFY_WEBHOOK_SECRET is not set.", 503)
     body = await request.body()
     given = request.headers.get("x-shopify-hmac-sha256", "")
-    expected = base64.b64encode(crypto.mac(secret.get_secret_value().encode(), body)).decode()
-    if not given or not crypto.same(given.strip(), expected):
+    expected = [
+        base64.b64encode(crypto.mac(key.encode(), body)).decode()
+        for key in runtime.settings.webhook_secrets("shopify_secret")
+    ]
+    if not _signed(given, expected):
         return _refuse("shopify", "bad_signature", "The Shopify signature does not match.", 401)
     topic = request.headers.get("x-shopify-topic", "")
     if topic not in SHOPIFY_TOPICS:
@@ -283,9 +291,11 @@ async def zendesk_webhook(request: Request) -> JSONResponse:
     body = await request.body()
     given = request.headers.get("x-zendesk-webhook-signature", "")
     stamp = request.headers.get("x-zendesk-webhook-signature-timestamp", "")
-    mac = crypto.mac(secret.get_secret_value().encode(), stamp.encode() + body)
-    expected = base64.b64encode(mac).decode()
-    if not given or not stamp or not crypto.same(given.strip(), expected):
+    expected = [
+        base64.b64encode(crypto.mac(key.encode(), stamp.encode() + body)).decode()
+        for key in runtime.settings.webhook_secrets("zendesk_secret")
+    ]
+    if not stamp or not _signed(given, expected):
         return _refuse("zendesk", "bad_signature", "The Zendesk signature does not match.", 401)
     if not _fresh(stamp):  # a signed request recorded once must not be replayable for ever
         return _refuse("zendesk", "stale_signature", "The Zendesk timestamp is too old.", 401)
@@ -303,7 +313,7 @@ async def gorgias_webhook(request: Request) -> JSONResponse:
     secret = runtime.settings.gorgias_secret
     if secret is None:
         return _refuse("gorgias", "not_configured", "GORGIAS_WEBHOOK_SECRET is not set.", 503)
-    if not _bearer_ok(request, secret):
+    if not _bearer_ok(request, runtime.settings.webhook_secrets("gorgias_secret")):
         return _refuse("gorgias", "bad_signature", "The Gorgias secret does not match.", 401)
     payload = _json(await request.body())
     if payload is None:

@@ -7,19 +7,24 @@ the event loop stays free.
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Header, Request
+from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 from sqlalchemy import select
 from sqlmodel import col
 
-from refund_desk.api_keys import hash_key
+from refund_desk import clock
+from refund_desk.api_keys import hash_key, mark_used, usable
+from refund_desk.cases import listing
 from refund_desk.cases.errors import InvalidRequest, Unauthorized
 from refund_desk.cases.intake import parse_request, submit
+from refund_desk.cases.lifecycle import Status
 from refund_desk.cases.views import case_view
-from refund_desk.customers import addresses
+from refund_desk.customers import addresses, erasure
+from refund_desk.customers.evidence import EvidenceStore
 from refund_desk.runtime import Runtime
 from refund_desk.storage.audit import Actor
 from refund_desk.storage.models import ApiKey
@@ -43,8 +48,10 @@ def authenticate(
         row = session.scalars(
             select(ApiKey).where(col(ApiKey.key_hash) == hash_key(key.strip()))
         ).first()
-    if row is None or row.revoked_at is not None:
+    now = clock.now()
+    if row is None or not usable(row, now):
         raise Unauthorized("unauthorized", "The API key is not valid.")
+    mark_used(runtime.db, row, now)
     return row
 
 
@@ -86,6 +93,51 @@ def _create(
         return case_view(session, submitted.case_id, with_audit=False), submitted.created
 
 
+@router.get("/cases")
+def list_cases(
+    runtime: Annotated[Runtime, Depends(get_runtime)],
+    api_key: Annotated[ApiKey, Depends(authenticate)],
+    status: str | None = None,
+    since: str | None = None,
+    until: str | None = None,
+    email: str | None = None,
+    payment: str | None = None,
+    cursor: str | None = None,
+    limit: Annotated[int, Query(ge=1, le=listing.PAGE)] = listing.PAGE,
+) -> dict[str, Any]:
+    """Cases oldest first, 100 a page; `next_cursor` asks for the next page (null: no more).
+    Filters: status, since/until (ISO date or time, on creation), the customer's email,
+    the payment."""
+    problems: dict[str, str] = {}
+    if status is not None and status not in set(Status):
+        problems["status"] = f"one of {', '.join(Status)}"
+    start, end = _when(since, "since", problems), _when(until, "until", problems)
+    if problems:
+        raise InvalidRequest("invalid_request", "The request has invalid fields.", problems)
+    filters = listing.Filters(
+        status=status,
+        since=start,
+        until=end,
+        email_hash=runtime.desk.vault.email_hash(email) if email else None,
+        payment=payment,
+    )
+    with runtime.db.read() as session:
+        cases, next_cursor = listing.page(session, filters, cursor=cursor, limit=limit)
+        views = [case_view(session, c.id, with_audit=False) for c in cases]
+    return {"cases": views, "next_cursor": next_cursor}
+
+
+def _when(value: str | None, name: str, problems: dict[str, str]) -> datetime | None:
+    if value is None:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        problems[name] = "an ISO date or time, e.g. 2026-11-01 or 2026-11-01T12:00:00Z"
+        return None
+    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed
+
+
 @router.get("/cases/{case_id}")
 def get_case(
     case_id: str,
@@ -94,3 +146,26 @@ def get_case(
 ) -> dict[str, Any]:
     with runtime.db.read() as session:
         return case_view(session, case_id, with_audit=True)
+
+
+@router.delete("/customers/{email}")
+def erase_customer(
+    email: str,
+    runtime: Annotated[Runtime, Depends(get_runtime)],
+    api_key: Annotated[ApiKey, Depends(authenticate)],
+) -> dict[str, Any]:
+    """Erase one customer's personal data (email, name, words, evidence) on every case;
+    amounts, decisions, approvals and the audit chain stay. 404 if we hold none."""
+    done = erasure.erase_customer(
+        runtime.desk,
+        email,
+        actor=Actor("api", api_key.name),
+        evidence=EvidenceStore(runtime.settings.evidence_path()),
+        forget=runtime.sandbox.forget_customer if runtime.sandbox is not None else None,
+    )
+    return {
+        "erased": True,
+        "cases": done.cases,
+        "evidence_files": done.evidence_files,
+        "already_erased": done.already,
+    }

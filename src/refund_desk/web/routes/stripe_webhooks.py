@@ -30,7 +30,11 @@ async def stripe_webhook(request: Request) -> JSONResponse:
     desk = runtime.desk
     try:
         receipt = await run_in_threadpool(
-            webhooks.receive, desk, payload, signature, secret.get_secret_value()
+            webhooks.receive,
+            desk,
+            payload,
+            signature,
+            runtime.settings.webhook_secrets("stripe_webhook_secret"),
         )
     except WebhookRejected as exc:
         return _error(exc.code, exc.message, 400)

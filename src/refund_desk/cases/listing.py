@@ -1,0 +1,213 @@
+"""Cases in pages: the integrators' listing (`GET /api/v1/cases`) and finance's export
+(`refund-desk cases export`). Keyset pages over (created_at, id), so a page costs the same at
+the millionth case as at the first, and a case created meanwhile never shifts a page.
+
+Neither carries personal data: a customer is found by a keyed hash of their email.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from typing import IO, Any
+
+from sqlalchemy import and_, func, or_, select
+from sqlmodel import Session, col
+
+from refund_desk import money
+from refund_desk.cases.errors import InvalidRequest
+from refund_desk.storage.models import Approval, AuditRecord, Case, Execution
+
+PAGE = 100
+DECIDING = ("case.approved", "case.denied", "case.answered")
+EXPORT_FIELDS = (
+    "case_id",
+    "correlation_id",
+    "source",
+    "external_id",
+    "payment",
+    "currency",
+    "requested_amount",
+    "amount",
+    "refunded_amount",
+    "status",
+    "rule",
+    "tier",
+    "outcome",
+    "policy_version",
+    "approvers",
+    "execution_id",
+    "processor_refund_id",
+    "created_at",
+    "decided_at",
+    "seconds_to_decision",
+    "updated_at",
+    "erased",
+)
+
+
+@dataclass(frozen=True)
+class Filters:
+    status: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    email_hash: str | None = None
+    payment: str | None = None
+
+
+def encode_cursor(case: Case) -> str:
+    raw = json.dumps([case.created_at.isoformat(), case.id]).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[datetime, str]:
+    try:
+        padded = cursor + "=" * (-len(cursor) % 4)
+        at, case_id = json.loads(base64.urlsafe_b64decode(padded.encode()))
+        return datetime.fromisoformat(at), str(case_id)
+    except (ValueError, TypeError):
+        raise InvalidRequest(
+            "invalid_cursor", "The cursor is not one this API gave.", {"cursor": "unknown"}
+        ) from None
+
+
+def page(
+    session: Session, filters: Filters, *, cursor: str | None = None, limit: int = PAGE
+) -> tuple[list[Case], str | None]:
+    """Up to `limit` cases oldest first after `cursor`; the cursor of the next page or None."""
+    stmt = select(Case)
+    if filters.status:
+        stmt = stmt.where(col(Case.status) == filters.status)
+    if filters.since:
+        stmt = stmt.where(col(Case.created_at) >= filters.since)
+    if filters.until:
+        stmt = stmt.where(col(Case.created_at) < filters.until)
+    if filters.email_hash:
+        stmt = stmt.where(col(Case.email_hash) == filters.email_hash)
+    if filters.payment:
+        stmt = stmt.where(col(Case.payment_id) == filters.payment)
+    if cursor:
+        at, case_id = decode_cursor(cursor)
+        stmt = stmt.where(
+            or_(col(Case.created_at) > at, and_(col(Case.created_at) == at, col(Case.id) > case_id))
+        )
+    rows = list(
+        session.scalars(stmt.order_by(col(Case.created_at), col(Case.id)).limit(limit + 1)).all()
+    )
+    more = len(rows) > limit
+    rows = rows[:limit]
+    return rows, (encode_cursor(rows[-1]) if more and rows else None)
+
+
+def count(session: Session, filters: Filters) -> int:
+    stmt = select(func.count()).select_from(Case)
+    if filters.since:
+        stmt = stmt.where(col(Case.created_at) >= filters.since)
+    if filters.until:
+        stmt = stmt.where(col(Case.created_at) < filters.until)
+    if filters.status:
+        stmt = stmt.where(col(Case.status) == filters.status)
+    return int(session.scalar(stmt) or 0)
+
+
+def _major(minor: int | None, currency: str) -> str | None:
+    return None if minor is None else str(money.to_major(minor, currency))
+
+
+def export_rows(session: Session, cases: list[Case]) -> list[dict[str, Any]]:
+    """One row per case for finance: amounts in major units with the currency beside them."""
+    ids = [c.id for c in cases]
+    if not ids:
+        return []
+    executions: dict[str, list[Execution]] = {}
+    for e in session.scalars(
+        select(Execution).where(col(Execution.case_id).in_(ids)).order_by(col(Execution.created_at))
+    ).all():
+        executions.setdefault(e.case_id, []).append(e)
+    approvers: dict[str, list[str]] = {}
+    for a in session.scalars(
+        select(Approval)
+        .where(col(Approval.case_id).in_(ids), col(Approval.decision) == "approve")
+        .order_by(col(Approval.id))
+    ).all():
+        approvers.setdefault(a.case_id, []).append(a.approver)
+    decided: dict[str, datetime] = {}
+    for case_id, at in session.execute(
+        select(col(AuditRecord.case_id), func.max(col(AuditRecord.at)))
+        .where(col(AuditRecord.case_id).in_(ids), col(AuditRecord.action).in_(DECIDING))
+        .group_by(col(AuditRecord.case_id))
+    ).all():
+        if case_id is not None and at is not None:
+            decided[case_id] = at if isinstance(at, datetime) else datetime.fromisoformat(at)
+    out = []
+    for case in cases:
+        decision = case.decision or {}
+        runs = executions.get(case.id, [])
+        paid = [e for e in runs if e.status == "succeeded"]
+        last = runs[-1] if runs else None
+        at = decided.get(case.id)
+        if at is not None and at.tzinfo is None:
+            at = at.replace(tzinfo=case.created_at.tzinfo)
+        out.append(
+            {
+                "case_id": case.id,
+                "correlation_id": case.correlation_id,
+                "source": case.source,
+                "external_id": case.external_id,
+                "payment": case.payment_id,
+                "currency": case.currency,
+                "requested_amount": _major(case.requested_amount, case.currency),
+                "amount": _major(case.amount, case.currency),
+                "refunded_amount": _major(sum(e.amount for e in paid), case.currency),
+                "status": case.status,
+                "rule": decision.get("rule"),
+                "tier": decision.get("tier"),
+                "outcome": decision.get("outcome"),
+                "policy_version": case.policy_version,
+                "approvers": approvers.get(case.id, []),
+                "execution_id": last.id if last else None,
+                "processor_refund_id": last.processor_refund_id if last else None,
+                "created_at": case.created_at.isoformat(),
+                "decided_at": at.isoformat() if at else None,
+                "seconds_to_decision": (
+                    round((at - case.created_at).total_seconds(), 3) if at else None
+                ),
+                "updated_at": case.updated_at.isoformat(),
+                "erased": case.erased_at is not None,
+            }
+        )
+    return out
+
+
+def iter_export(
+    session: Session, filters: Filters, *, batch: int = 500
+) -> Iterator[dict[str, Any]]:
+    cursor: str | None = None
+    while True:
+        cases, cursor = page(session, filters, cursor=cursor, limit=batch)
+        yield from export_rows(session, cases)
+        if cursor is None:
+            return
+
+
+class ExportWriter:
+    """CSV (approvers joined by spaces) or JSON Lines, one line per case."""
+
+    def __init__(self, out: IO[str], fmt: str) -> None:
+        if fmt not in ("csv", "jsonl"):
+            raise ValueError(f"--format must be csv or jsonl, not {fmt!r}")
+        self.fmt = fmt
+        self.out = out
+        self.csv = csv.DictWriter(out, fieldnames=EXPORT_FIELDS) if fmt == "csv" else None
+        if self.csv is not None:
+            self.csv.writeheader()
+
+    def write(self, row: dict[str, Any]) -> None:
+        if self.csv is not None:
+            self.csv.writerow({**row, "approvers": " ".join(row["approvers"])})
+        else:
+            self.out.write(json.dumps(row, ensure_ascii=False) + "\n")

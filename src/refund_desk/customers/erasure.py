@@ -1,0 +1,265 @@
+"""Personal data: erasure on request and retention, without breaking the record.
+
+A customer's email, name, words (message, replies) and evidence are personal data; amounts,
+decisions, approvals, executions and the audit chain are not, and the audit chain never held
+any (its payloads carry ids, amounts, rules and counts). So erasing a customer:
+
+* destroys their data key (`customer_keys`): every copy of their fields, in this database and
+  in every backup, becomes unreadable;
+* blanks those fields on their cases and their replies, and the advisor's quote of their
+  words (`advice.summary`, in the explanation), and the links they sent;
+* deletes their evidence files (unless another live case holds the same file);
+* records `customer.erased` (the case ids and how many files; never the email) in the audit
+  chain, and re-renders their Slack cards, which then say "erased".
+
+`audit verify` passes afterwards: no audit record changed. A retention period
+(`REFUND_DESK_RETENTION_DAYS`, default 730) does the same, as a daily job, for cases closed
+longer ago; a customer's key goes when none of their cases keeps personal data.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import Text, cast, select
+from sqlalchemy.exc import IntegrityError
+from sqlmodel import Session, col
+
+from refund_desk.cases.errors import NotFound
+from refund_desk.cases.lifecycle import FINAL
+from refund_desk.cases.notify import notify
+from refund_desk.customers.evidence import EvidenceStore
+from refund_desk.storage.audit import SYSTEM, Actor
+from refund_desk.storage.crypto import destroy_customer_key
+from refund_desk.storage.jobs import ClaimedJob, RetryLater, enqueue
+from refund_desk.storage.models import Case, CustomerMessage, SlackMessage
+
+if TYPE_CHECKING:
+    from refund_desk.cases.desk import Desk
+
+log = logging.getLogger(__name__)
+
+ERASED = "[erased]"
+RETENTION_JOB = "customer.retention"
+EVERY = timedelta(days=1)
+BATCH = 200
+
+
+@dataclass
+class Erasure:
+    cases: list[str] = field(default_factory=list)
+    evidence_files: int = 0
+    key_destroyed: bool = False
+    already: bool = False  # nothing was left to erase
+
+
+def scrub(session: Session, case: Case, now: datetime) -> set[str]:
+    """Blank one case's personal fields; returns the evidence files it referenced."""
+    advice = dict(case.advice or {})
+    summary = advice.get("summary")
+    if summary:
+        advice["summary"] = ERASED
+        if isinstance(advice.get("explanation"), str):
+            advice["explanation"] = advice["explanation"].replace(str(summary), ERASED)
+    files: set[str] = set()
+    evidence = []
+    for item in case.evidence or []:
+        kept = dict(item)
+        if kept.get("kind") == "file" and kept.get("sha256"):
+            files.add(str(kept["sha256"]))
+        for key in ("url", "filename", "name"):
+            if key in kept:
+                kept[key] = ERASED
+        evidence.append(kept)
+    case.email_enc, case.name_enc, case.message_enc, case.reply_enc = "", None, None, None
+    case.advice = advice if case.advice is not None else None
+    case.evidence = evidence if case.evidence is not None else None
+    case.erased_at = case.erased_at or now
+    session.add(case)
+    for message in session.scalars(
+        select(CustomerMessage).where(
+            col(CustomerMessage.case_id) == case.id, col(CustomerMessage.direction) == "in"
+        )
+    ).all():
+        message.body = ""
+        session.add(message)
+    return files
+
+
+def _rerender(session: Session, case_ids: Sequence[str]) -> None:
+    """Cases with a Slack card get it redrawn: it then says the customer was erased."""
+    if not case_ids:
+        return
+    carded = session.scalars(
+        select(col(SlackMessage.case_id))
+        .where(col(SlackMessage.case_id).in_(case_ids), col(SlackMessage.kind) == "card")
+        .distinct()
+    ).all()
+    for case_id in carded:
+        notify(session, event="case.erased", case_id=case_id)
+
+
+def _unused(session: Session, shas: set[str]) -> list[str]:
+    """Files no case with personal data still refers to (files are shared by content)."""
+    free = []
+    for sha in sorted(shas):
+        held = session.scalar(
+            select(col(Case.id))
+            .where(col(Case.erased_at).is_(None), cast(col(Case.evidence), Text).like(f"%{sha}%"))
+            .limit(1)
+        )
+        if held is None:
+            free.append(sha)
+    return free
+
+
+def _delete_files(store: EvidenceStore | None, shas: list[str]) -> int:
+    removed = 0
+    for sha in shas:
+        if store is None:
+            break
+        path = store.path(sha)
+        if path.exists():
+            path.unlink()
+            removed += 1
+    return removed
+
+
+def erase_customer(
+    desk: Desk,
+    email: str,
+    *,
+    actor: Actor,
+    evidence: EvidenceStore | None,
+    forget: Callable[[str], int] | None = None,
+) -> Erasure:
+    """Erase one customer's personal data everywhere we hold it; raises NotFound if we hold
+    none. `forget` also removes them from the processor's ledger where that is ours (the
+    sandbox); a real processor keeps its own records under its own rules."""
+    email_hash = desk.vault.email_hash(email)
+    now = desk.now()
+    with desk.db.write() as session:
+        cases = list(
+            session.scalars(
+                select(Case).where(col(Case.email_hash) == email_hash).order_by(col(Case.id))
+            ).all()
+        )
+        destroyed = destroy_customer_key(session, email_hash, now)
+        if not cases and not destroyed:
+            raise NotFound("customer_not_found", "No case of this customer is on record.")
+        pending = [c for c in cases if c.erased_at is None]
+        result = Erasure(cases=[c.id for c in cases], key_destroyed=destroyed)
+        if not pending and not destroyed:
+            result.already = True
+            return result
+        shas: set[str] = set()
+        for case in pending:
+            shas |= scrub(session, case, now)
+        session.flush()
+        free = _unused(session, shas)
+        _rerender(session, [c.id for c in pending])
+        desk.audit.append(
+            session,
+            action="customer.erased",
+            actor=actor,
+            payload={
+                "cases": [c.id for c in pending],
+                "evidence_files": len(free),
+                "key_destroyed": destroyed,
+            },
+        )
+    result.evidence_files = _delete_files(evidence, free)
+    if forget is not None:
+        forget(email)
+    compact(desk)
+    log.info("customer erased: %d cases, %d evidence files", len(pending), len(free))
+    return result
+
+
+def retention(desk: Desk, *, days: int, evidence: EvidenceStore | None) -> int:
+    """Erase the personal data of cases closed more than `days` ago; returns how many."""
+    cutoff = desk.now() - timedelta(days=days)
+    total = 0
+    while True:
+        now = desk.now()
+        with desk.db.write() as session:
+            cases = list(
+                session.scalars(
+                    select(Case)
+                    .where(
+                        col(Case.erased_at).is_(None),
+                        col(Case.status).in_([str(s) for s in FINAL]),
+                        col(Case.updated_at) < cutoff,
+                    )
+                    .order_by(col(Case.updated_at), col(Case.id))
+                    .limit(BATCH)
+                ).all()
+            )
+            if not cases:
+                break
+            shas: set[str] = set()
+            for case in cases:
+                shas |= scrub(session, case, now)
+            session.flush()
+            keys = 0
+            for email_hash in sorted({c.email_hash for c in cases}):
+                live = session.scalar(
+                    select(col(Case.id))
+                    .where(col(Case.email_hash) == email_hash, col(Case.erased_at).is_(None))
+                    .limit(1)
+                )
+                if live is None and destroy_customer_key(session, email_hash, now):
+                    keys += 1
+            free = _unused(session, shas)
+            _rerender(session, [c.id for c in cases])
+            desk.audit.append(
+                session,
+                action="retention.erased",
+                actor=SYSTEM,
+                payload={
+                    "cases": [c.id for c in cases],
+                    "closed_before": cutoff.isoformat(),
+                    "keys_destroyed": keys,
+                    "evidence_files": len(free),
+                },
+            )
+        _delete_files(evidence, free)
+        total += len(cases)
+    if total:
+        compact(desk)
+        log.info("retention: erased the personal data of %d cases closed before %s", total,
+                 cutoff.date().isoformat())  # fmt: skip
+    return total
+
+
+def compact(desk: Desk) -> None:
+    """SQLite keeps old pages in its write-ahead log until a checkpoint: fold it in now, so
+    erased values are gone from the files too (freed space is zeroed: `secure_delete`)."""
+    if not desk.db.is_sqlite:
+        return
+    try:
+        raw = desk.db.engine.raw_connection()
+        try:
+            raw.cursor().execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        finally:
+            raw.close()
+    except Exception:  # busy readers: the next checkpoint folds it in
+        log.warning("could not checkpoint the write-ahead log after an erasure", exc_info=True)
+
+
+def run_retention(desk: Desk, job: ClaimedJob, *, days: int, evidence: EvidenceStore | None) -> Any:
+    retention(desk, days=days, evidence=evidence)
+    raise RetryLater(EVERY.total_seconds(), "next retention sweep", failed=False)
+
+
+def ensure_scheduled(desk: Desk) -> None:
+    """The daily retention job, put in the jobs table once (replicas race harmlessly)."""
+    try:
+        with desk.db.write() as session:
+            enqueue(session, kind=RETENTION_JOB, payload={}, dedupe_key="retention:scheduled")
+    except IntegrityError:
+        pass

@@ -1,0 +1,179 @@
+"""Erasing a customer: their email, name and words are gone from the database file (searched
+as bytes), the export and the cases API; their evidence files are deleted; amounts,
+decisions and approvals stay, and `audit verify` still passes. Retention does it for cases
+closed long ago."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+from typer.testing import CliRunner
+
+from refund_desk import clock
+from refund_desk.cases.listing import Filters, iter_export
+from refund_desk.cli.main import app
+from refund_desk.customers.erasure import retention
+from refund_desk.customers.evidence import EvidenceStore
+from refund_desk.settings import load_settings
+from refund_desk.storage.audit import iter_records, verify_chain
+from refund_desk.storage.models import Approval, Case
+from tests.conftest import TEST_SECRET
+from tests.customers.conftest import PNG, Channels, raw_email
+from tests.customers.test_customer_tell import _act
+from tests.helpers import CUSTOMER
+
+SECRETS = (CUSTOMER.encode(), b"Lovelace", b"zanzibar")
+
+
+def _file_bytes(channels: Channels) -> bytes:
+    path = channels.runtime.settings.sqlite_path()
+    assert path is not None
+    return b"".join(p.read_bytes() for p in path.parent.glob(path.name + "*") if p.is_file())
+
+
+def _history(channels: Channels) -> tuple[str, str, str]:
+    small = channels.payment("30.00")
+    first = channels.post_email(
+        raw_email(
+            subject=f"Refund for order {small}",
+            text="Amount: 20.00\nMy zanzibar teapot arrived broken, see the photo.",
+            attachments=[("teapot.png", "image/png", PNG)],
+        )
+    )
+    assert first.status_code == 201, first.text
+    large = channels.payment("900.00")
+    second = channels.post_email(
+        raw_email(
+            subject=f"Refund {large}",
+            text="Amount: 600.00\nThe zanzibar lamp never worked.",
+            message_id="<m2@example.com>",
+        )
+    ).json()
+    _act(channels, second["case"], "approve", "U0FIN1")
+    bob = channels.sandbox.create_payment(
+        amount=3000, currency="USD", email="bob@example.com", name="Bob Builder",
+        chargebacks=0, created_at=clock.now() - timedelta(days=3),
+    )  # fmt: skip
+    other = channels.post({**channels.request(bob, "20.00"), "email": "bob@example.com"}).json()
+    channels.sweep()
+    return first.json()["case"], second["case"], other["id"]
+
+
+def _erase(channels: Channels, email: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    """Through the CLI on SQLite, through the integrators' API on PostgreSQL."""
+    settings = channels.runtime.settings
+    if not settings.is_sqlite:
+        response = channels.client.delete(
+            f"/api/v1/customers/{email}", headers={"Authorization": f"Bearer {channels.key}"}
+        )
+        assert response.status_code == 200, response.text
+        return response.json()
+    monkeypatch.setenv("DATABASE_URL", settings.database_url)
+    monkeypatch.setenv("REFUND_DESK_SECRET", TEST_SECRET)
+    monkeypatch.setenv("REFUND_DESK_EVIDENCE_DIR", str(settings.evidence_path()))
+    load_settings.cache_clear()
+    try:
+        result = CliRunner().invoke(app, ["customer", "erase", email, "--yes", "--json"])
+    finally:
+        load_settings.cache_clear()
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def test_erasing_a_customer_removes_their_personal_data_and_keeps_the_record(
+    channels: Channels, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    small, large, bobs = _history(channels)
+    runtime = channels.runtime
+    evidence = runtime.settings.evidence_path()
+    [photo] = [p for p in evidence.iterdir() if not p.name.startswith(".")]
+    before = channels.get(small)
+    assert before["status"] == "refunded" and channels.get(large)["status"] == "refunded"
+    if runtime.settings.is_sqlite:  # the search can find them: the sandbox ledger, the advice
+        assert all(s in _file_bytes(channels) for s in SECRETS)
+
+    answer = _erase(channels, CUSTOMER, tmp_path, monkeypatch)
+    assert sorted(answer["cases"]) == sorted([small, large])
+    assert answer["evidence_files"] == 1 and not photo.exists()
+
+    # Not in the database file, searched as bytes (write-ahead log included).
+    if runtime.settings.is_sqlite:
+        data = _file_bytes(channels)
+        for secret in SECRETS:
+            assert secret not in data, secret
+    # Not in the export.
+    with runtime.db.read() as session:
+        exported = json.dumps(list(iter_export(session, Filters(since=clock.now() - timedelta(1)))))
+    assert all(s.decode() not in exported for s in SECRETS)
+    # Not in the cases API, which says the customer was erased.
+    views = [channels.get(small), channels.get(large)]
+    shown = json.dumps(views)
+    assert all(s.decode() not in shown for s in SECRETS)
+    assert all(v["erased_at"] for v in views)
+    assert views[0]["advice"]["summary"] == "[erased]"
+    ask = {"Authorization": f"Bearer {channels.key}"}
+    listed = channels.client.get("/api/v1/cases", params={"email": CUSTOMER}, headers=ask).json()
+    assert {c["id"] for c in listed["cases"]} == {small, large}
+    # Amounts, decisions, approvals, refunds and the record stay.
+    assert views[0]["amount"] == before["amount"] == "20.00"
+    assert views[0]["decision"]["rule"] == before["decision"]["rule"]
+    assert views[0]["refunds"] == before["refunds"]
+    assert views[1]["amount"] == "600.00" and views[1]["status"] == "refunded"
+    with runtime.db.read() as session:
+        approvals = session.scalars(select(Approval).where(Approval.case_id == large)).all()  # type: ignore[arg-type]
+        assert [(a.approver, a.decision, a.amount) for a in approvals] == [
+            ("U0FIN1", "approve", 60000)
+        ]
+        result = verify_chain(TEST_SECRET, session)
+        assert result.ok, result.problem
+        [erased] = [r for r in iter_records(session) if r.action == "customer.erased"]
+        assert erased.payload["cases"] == sorted([small, large])
+        assert all(s.decode() not in json.dumps(erased.payload) for s in SECRETS)
+        case = session.get(Case, small)
+        assert case is not None and runtime.desk.vault.decrypt(case.email_enc) is None
+        bob = session.get(Case, bobs)
+        assert bob is not None and runtime.desk.vault.decrypt(bob.email_enc) == "bob@example.com"
+
+    # A second erasure finds nothing left; a returning customer starts afresh.
+    assert _erase(channels, CUSTOMER, tmp_path, monkeypatch)["already_erased"] is True
+    again = channels.post(channels.request(channels.payment("30.00"), "20.00")).json()
+    with runtime.db.read() as session:
+        returning = session.get(Case, again["id"])
+        assert returning is not None
+        assert runtime.desk.vault.decrypt(returning.email_enc) == CUSTOMER
+        small_case = session.get(Case, small)
+        assert small_case is not None and runtime.desk.vault.decrypt(small_case.email_enc) is None
+
+
+def test_retention_erases_cases_closed_long_ago_and_keeps_recent_ones(channels: Channels) -> None:
+    small, large, bobs = _history(channels)
+    runtime = channels.runtime
+    store = EvidenceStore(runtime.settings.evidence_path())
+    assert retention(runtime.desk, days=730, evidence=store) == 0
+    with clock.travel(timedelta(days=731)):
+        recent = channels.post(channels.request(channels.payment("30.00"), "20.00")).json()["id"]
+        assert retention(runtime.desk, days=730, evidence=store) == 3
+    with runtime.db.read() as session:
+        for case_id in (small, large, bobs):
+            case = session.get(Case, case_id)
+            assert case is not None and case.erased_at is not None and case.message_enc is None
+        kept = session.get(Case, recent)
+        assert kept is not None and kept.erased_at is None
+        assert runtime.desk.vault.decrypt(kept.email_enc) == CUSTOMER  # the key lives on
+        assert verify_chain(TEST_SECRET, session).ok
+        actions = [r.action for r in iter_records(session)]
+    assert actions.count("retention.erased") == 1
+    assert [p for p in store.directory.iterdir() if not p.name.startswith(".")] == []
+
+
+def test_erasing_an_unknown_customer_is_a_clear_error(channels: Channels) -> None:
+    response = channels.client.delete(
+        "/api/v1/customers/nobody@example.com",
+        headers={"Authorization": f"Bearer {channels.key}"},
+    )
+    assert response.status_code == 404
+    assert response.json()["error"]["code"] == "customer_not_found"
