@@ -21,10 +21,11 @@ from sqlmodel import Session, col
 
 from refund_desk import clock, money
 from refund_desk.bot.blocks.cards import DECIDABLE, _clip
+from refund_desk.bot.outbox import fix_for
 from refund_desk.cases.desk import Desk
 from refund_desk.governance.versions import control, load_version
 from refund_desk.storage.jobs import ClaimedJob, enqueue
-from refund_desk.storage.models import Case
+from refund_desk.storage.models import Case, SlackMessage
 from refund_desk.web.metrics import DRIFT_ALERT, reason_drift
 
 if TYPE_CHECKING:
@@ -50,6 +51,18 @@ def may_decide(session: Session, case: Case, user: str) -> bool:
     if group in doc.approvers and user in doc.approvers[group].members:
         return True
     return bool(doc.managers and user in doc.managers.members and case.escalation_level > 0)
+
+
+def undelivered(session: Session) -> list[tuple[str, str, str]]:
+    """(case, channel, Slack's error) of waiting cases whose card Slack would not take."""
+    rows = session.execute(
+        select(col(SlackMessage.case_id), col(SlackMessage.channel), col(SlackMessage.ts))
+        .join(Case, col(Case.id) == col(SlackMessage.case_id))
+        .where(col(SlackMessage.kind) == "undelivered", col(Case.status).in_(DECIDABLE))
+        .order_by(col(SlackMessage.id))
+        .limit(100)
+    ).all()
+    return [(str(c), str(ch), str(e)) for c, ch, e in rows]
 
 
 def _left(due: datetime | None, now: datetime) -> str:
@@ -80,7 +93,23 @@ def home_view(session: Session, user: str, now: datetime) -> View:
     ).all()
     fired = Counter(str((c.decision or {}).get("rule")) for c in week if c.decision)
 
-    blocks: list[Block] = [HeaderBlock(text="Waiting for you")]
+    blocks: list[Block] = []
+    version = control(session).active_version
+    leads = set(load_version(session, version).doc.leads) if version else set()
+    stuck = [
+        row
+        for row in undelivered(session)
+        if user in leads or ((c := session.get(Case, row[0])) and may_decide(session, c, user))
+    ]
+    if stuck:
+        blocks.append(HeaderBlock(text="Not delivered to Slack"))
+        lines = [
+            f"`{case_id}` · <#{channel}>: `{error}` — {fix_for(channel, error)}"
+            for case_id, channel, error in stuck[:QUEUE_LIMIT]
+        ]
+        blocks.append(SectionBlock(text=MarkdownTextObject(text=_clip("\n".join(lines)))))
+        blocks.append(DividerBlock())
+    blocks.append(HeaderBlock(text="Waiting for you"))
     if not mine:
         blocks.append(SectionBlock(text=MarkdownTextObject(text="Nothing waits for you.")))
     for case in mine:

@@ -23,7 +23,7 @@ from slack_sdk.errors import SlackApiError
 from sqlmodel import Session
 
 from refund_desk.bot.blocks.policy import review_blocks
-from refund_desk.bot.outbox import Outbox, enqueue_call
+from refund_desk.bot.outbox import Outbox, enqueue_call, enqueue_tell
 from refund_desk.cases.desk import Desk
 from refund_desk.cases.errors import CaseError
 from refund_desk.governance.backtest import record_backtest, run_backtest
@@ -72,13 +72,16 @@ def announce(session: Session, default: str | None, text: str) -> int | None:
     return enqueue_call(session, "chat.postMessage", channel=channel, text=clip(text))
 
 
-def tell(session: Session, user: str, channel: str | None, text: str) -> int:
-    """Queue a reply only ``user`` sees (ephemeral in ``channel``, else a DM)."""
-    if channel:
-        return enqueue_call(
-            session, "chat.postEphemeral", channel=channel, user=user, text=clip(text)
-        )
-    return enqueue_call(session, "chat.postMessage", channel=user, text=clip(text))
+def tell(
+    session: Session,
+    user: str,
+    channel: str | None,
+    text: str,
+    response_url: str | None = None,
+) -> int:
+    """Queue a reply only ``user`` sees (``response_url``, else ephemeral in ``channel``, else
+    a DM)."""
+    return enqueue_tell(session, user, clip(text), channel=channel, response_url=response_url)
 
 
 @dataclass

@@ -21,7 +21,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from sqlalchemy import text
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from refund_desk.bot.app import build_surface, start_socket_mode
+from refund_desk.bot.app import build_surface, pending_router, start_socket_mode
 from refund_desk.cases.errors import CaseError
 from refund_desk.runtime import Runtime, install_jobs
 from refund_desk.web import customer_channels as channels
@@ -141,6 +141,9 @@ def create_app(
         if surface.http:  # only with a signing secret; never in Socket Mode
             app.include_router(surface.router())
         app.state.slack = surface
+    elif runtime.settings.slack_signing_secret and runtime.settings.slack_app_token is None:
+        # Being installed: Slack verifies the request URL before there is a bot token.
+        app.include_router(pending_router(runtime.settings.slack_signing_secret.get_secret_value()))
     channels.install(app, runtime, surface)  # web form, email, platform webhooks, appeals
     if slack_emulator is not None:
         app.include_router(slack_emulator.router())

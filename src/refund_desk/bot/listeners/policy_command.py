@@ -393,10 +393,12 @@ class PolicyCommands:
                 jobs += [job_id] if job_id is not None else []
         return Reply(change.reply, jobs)
 
-    def tell(self, user: str, channel: str | None, text: str) -> int:
-        """An ephemeral answer as a job (a button click has no response_url to answer on)."""
+    def tell(
+        self, user: str, channel: str | None, text: str, response_url: str | None = None
+    ) -> int:
+        """An answer only `user` sees, as a job (response_url, ephemeral or DM)."""
         with self.desk.db.write() as session:
-            return tell(session, user, channel, text)
+            return tell(session, user, channel, text, response_url)
 
     def answer_review(self, user: str, case_id: str, verdict: str, where: dict[str, str]) -> Reply:
         with self.desk.db.write() as session:
@@ -523,7 +525,11 @@ def register(surface: Surface) -> None:
         except CaseError as exc:
             await ack()
             job = await surface.blocking(
-                commands.tell, body["user"]["id"], where["channel"], f":no_entry: {exc.message}"
+                commands.tell,
+                body["user"]["id"],
+                where["channel"],
+                f":no_entry: {exc.message}",
+                body.get("response_url"),
             )
             surface.start_jobs([job])
             return

@@ -14,7 +14,7 @@ from sqlalchemy import select
 from sqlmodel import col
 
 from refund_desk.bot.blocks import cards
-from refund_desk.bot.outbox import enqueue_call
+from refund_desk.bot.outbox import enqueue_tell
 from refund_desk.cases.desk import Desk
 from refund_desk.cases.errors import CaseError, InvalidRequest
 from refund_desk.cases.intake import parse_request, submit
@@ -53,12 +53,7 @@ def file_case(desk: Desk, job: ClaimedJob) -> None:
         details = "; ".join(f"{k}: {v}" for k, v in exc.fields.items())
         text = f":no_entry: The case was not filed: {exc.message} {details}".strip()
     with desk.db.write() as session:
-        job_id = enqueue_call(
-            session,
-            "chat.postEphemeral" if channel else "chat.postMessage",
-            **({"channel": channel, "user": user} if channel else {"channel": user}),
-            text=text,
-        )
+        job_id = enqueue_tell(session, user, text, channel=channel)
     desk.jobs.run_now(job_id)
 
 

@@ -288,8 +288,17 @@ def call(emulator: SlackEmulator, method: str, params: dict[str, Any], base: str
     """One Web API call, recorded: a rate limit a test asked for, the token, the arguments."""
     emulator.calls.append((method, params))
     with emulator.workspace.lock:
-        if emulator.rate_limits.get(method, 0) > 0:
-            emulator.rate_limits[method] -= 1
+        # "chat.postMessage" limits every such call; "chat.postMessage U0MGR1" one channel's.
+        key = next(
+            (
+                k
+                for k in (f"{method} {params.get('channel')}", method)
+                if emulator.rate_limits.get(k, 0) > 0
+            ),
+            None,
+        )
+        if key is not None:
+            emulator.rate_limits[key] -= 1
             return JSONResponse(
                 {"ok": False, "error": "ratelimited"},
                 status_code=429,
