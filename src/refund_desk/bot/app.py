@@ -27,6 +27,7 @@ from slack_sdk import WebClient
 from slack_sdk.web.async_client import AsyncWebClient
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
+from refund_desk.bot.directory import SlackDirectory
 from refund_desk.bot.outbox import SLACK_CALL, SLACK_TELL, Outbox, enqueue_tell
 from refund_desk.cases.desk import Desk
 from refund_desk.cases.notify import NOTIFY
@@ -48,6 +49,7 @@ class Surface:
     pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(8, "slack"))
     # ... never delays an acknowledgement: listeners' short transactions have their own threads.
     ack_pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(4, "slack-ack"))
+    directory: SlackDirectory | None = None  # the policy's user groups, read from Slack
     # Requests arrive over signed HTTP (`/slack/events`), or over Socket Mode, never both: the
     # HTTP route exists only with a signing secret and no app-level token.
     http: bool = False
@@ -73,9 +75,18 @@ class Surface:
         }
 
     async def blocking(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """Run a listener's database work off the event loop, never behind background jobs."""
+        """Run a listener's database work off the event loop, never behind background jobs.
+
+        The policy's user groups are read first (when older than the directory allows), so the
+        transaction that follows checks membership at most a minute old without calling out."""
+
+        def run() -> T:
+            if self.directory is not None:
+                self.directory.refresh()
+            return fn(*args, **kwargs)
+
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self.ack_pool, lambda: fn(*args, **kwargs))
+        return await loop.run_in_executor(self.ack_pool, run)
 
     def start_jobs(self, job_ids: Iterable[int]) -> None:
         """After ack(): run the jobs a click created, then whatever else became due."""
@@ -234,12 +245,20 @@ def build_surface(desk: Desk, settings: Settings) -> Surface | None:
         # the listener costs nothing and no listener work is left running unseen.
         process_before_response=True,
     )
+    # Read before a listener acknowledges: a short timeout, and a failed read counts as nobody.
+    directory = SlackDirectory(
+        WebClient(token=token, base_url=settings.slack_api_url, timeout=3), desk.db
+    )
+    desk.directory = directory
     outbox = Outbox(
         desk=desk,
         client=WebClient(token=token, base_url=settings.slack_api_url),
         default_channel=settings.channel,
+        directory=directory,
     )
-    surface = Surface(app=app, desk=desk, outbox=outbox, settings=settings, http=http)
+    surface = Surface(
+        app=app, desk=desk, outbox=outbox, settings=settings, http=http, directory=directory
+    )
 
     @app.middleware
     async def time_ack(body: dict[str, Any], next: Callable[[], Any]) -> Any:

@@ -23,6 +23,7 @@ from refund_desk import clock, money
 from refund_desk.bot.blocks.cards import DECIDABLE, _clip
 from refund_desk.bot.outbox import fix_for
 from refund_desk.cases.desk import Desk
+from refund_desk.cases.people import Directory, is_lead, is_one_of
 from refund_desk.governance.versions import control, load_version
 from refund_desk.storage.jobs import ClaimedJob, enqueue
 from refund_desk.storage.models import Case, SlackMessage
@@ -42,15 +43,15 @@ def queue_home(desk: Desk, user: str) -> int:
         return job.id
 
 
-def may_decide(session: Session, case: Case, user: str) -> bool:
+def may_decide(session: Session, case: Case, user: str, directory: Directory | None = None) -> bool:
     version = case.policy_version or control(session).active_version
     if version is None:
         return False
     doc = load_version(session, version).doc
     group = (case.decision or {}).get("approvers") or doc.approvers_for(doc.default)
-    if group in doc.approvers and user in doc.approvers[group].members:
+    if is_one_of(doc.approvers.get(group), user, directory):
         return True
-    return bool(doc.managers and user in doc.managers.members and case.escalation_level > 0)
+    return case.escalation_level > 0 and is_one_of(doc.managers, user, directory)
 
 
 def undelivered(session: Session) -> list[tuple[str, str, str]]:
@@ -74,14 +75,16 @@ def _left(due: datetime | None, now: datetime) -> str:
     return f"{sign}{seconds // 3600}h {seconds % 3600 // 60}m" + (" left" if not sign else "")
 
 
-def home_view(session: Session, user: str, now: datetime) -> View:
+def home_view(
+    session: Session, user: str, now: datetime, directory: Directory | None = None
+) -> View:
     waiting = session.scalars(
         select(Case)
         .where(col(Case.status).in_(DECIDABLE))
         .order_by(col(Case.created_at))
         .limit(500)
     ).all()
-    mine = [c for c in waiting if may_decide(session, c, user)][:QUEUE_LIMIT]
+    mine = [c for c in waiting if may_decide(session, c, user, directory)][:QUEUE_LIMIT]
     recent = session.scalars(
         select(Case)
         .where(col(Case.status).in_(["refunded", "denied"]))
@@ -95,11 +98,11 @@ def home_view(session: Session, user: str, now: datetime) -> View:
 
     blocks: list[Block] = []
     version = control(session).active_version
-    leads = set(load_version(session, version).doc.leads) if version else set()
+    lead = version is not None and is_lead(load_version(session, version).doc, user, directory)
     stuck = [
         row
         for row in undelivered(session)
-        if user in leads or ((c := session.get(Case, row[0])) and may_decide(session, c, user))
+        if lead or ((c := session.get(Case, row[0])) and may_decide(session, c, user, directory))
     ]
     if stuck:
         blocks.append(HeaderBlock(text="Not delivered to Slack"))
@@ -152,6 +155,8 @@ def home_view(session: Session, user: str, now: datetime) -> View:
 
 def publish_home(surface: Surface, job: ClaimedJob) -> None:
     user = str(job.payload["user"])
+    if surface.directory is not None:
+        surface.directory.refresh()
     with surface.desk.db.read() as session:
-        view = home_view(session, user, clock.now())
+        view = home_view(session, user, clock.now(), surface.directory)
     surface.outbox.call("views.publish", user_id=user, view=view.to_dict())

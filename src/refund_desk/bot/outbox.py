@@ -30,7 +30,9 @@ from sqlmodel import Session, col
 
 from refund_desk import clock, money
 from refund_desk.bot.blocks import cards
+from refund_desk.bot.directory import SlackDirectory
 from refund_desk.cases.desk import Desk
+from refund_desk.cases.people import mention
 from refund_desk.cases.quorum import approval_count, approvals_needed
 from refund_desk.governance.versions import LoadedPolicy, control, load_version
 from refund_desk.storage.audit import SYSTEM
@@ -83,6 +85,7 @@ class Outbox:
     desk: Desk
     client: WebClient
     default_channel: str | None
+    directory: SlackDirectory | None = None
 
     # ------------------------------------------------------------ plain calls
 
@@ -157,6 +160,10 @@ class Outbox:
 
     def undelivered(self, case_id: str, exc: Undeliverable) -> None:
         """A card Slack will never take: on the case, to the leads, in App Home; no retry."""
+        with self.desk.db.read() as session:
+            version = control(session).active_version
+            named = list(load_version(session, version).doc.leads) if version else []
+        leads = self._people(named)  # a user group's members: read before the transaction
         with self.desk.db.write() as session:
             already = session.scalars(
                 select(SlackMessage).where(
@@ -183,8 +190,6 @@ class Outbox:
                 policy_version=case.policy_version if case else None,
                 payload={"channel": exc.channel, "error": exc.code, "status": UNDELIVERED},
             )
-            version = control(session).active_version
-            leads = list(load_version(session, version).doc.leads) if version else []
             text = (
                 f":warning: Case `{case_id}` waits for a person but its card was {UNDELIVERED}: "
                 f"Slack answered `{exc.code}` for <#{exc.channel}>. To fix it, "
@@ -253,7 +258,10 @@ class Outbox:
             )
         dms: list[str] = []
         if event == "case.escalated" and policy is not None and policy.doc.managers:
-            dms = list(policy.doc.managers.members)
+            managers = policy.doc.managers
+            dms = self._people(
+                [*managers.members, *([managers.usergroup] if managers.usergroup else [])]
+            )
         with self.desk.db.write() as session:
             ids = [
                 enqueue_once(session, f"notify:{job.id}:{n}", method, **params)
@@ -319,6 +327,12 @@ class Outbox:
             return
         self._remember(case.id, "card", str(response.get("channel", channel)), str(response["ts"]))
 
+    def _people(self, ids: list[str]) -> list[str]:
+        """Person ids for people and user groups (a group's members, from the directory)."""
+        if self.directory is None:
+            return [i for i in ids if not i.startswith("S")]
+        return self.directory.people(ids)
+
     def _remember(self, case_id: str, kind: str, channel: str, ts: str) -> None:
         with self.desk.db.write() as session:
             session.add(
@@ -366,19 +380,14 @@ class Outbox:
             return f":memo: {data.get('text', '')}"
         if event == "case.reminder":
             group = (case.decision or {}).get("approvers")
-            members = (
-                policy.doc.approvers[group].members
-                if policy and group in (policy.doc.approvers)
-                else []
-            )
-            who = " ".join(f"<@{m}>" for m in members) or "approvers"
+            people = policy.doc.approvers.get(group) if policy and group else None
+            who = mention(people) or "approvers"
             return (
                 f":alarm_clock: Reminder for {who}: this case waits for a decision "
                 f"by {cards._when(case.sla_due_at)}."
             )
         if event == "case.escalated":
-            managers = policy.doc.managers.members if policy and policy.doc.managers else []
-            whom = " ".join(f"<@{m}>" for m in managers) or "the managers"
+            whom = (mention(policy.doc.managers) if policy else "") or "the managers"
             why = "the deadline passed" if data.get("basis") == "sla" else "asked by an approver"
             return f":arrow_up: Escalated to {whom} (level {data.get('level')}): {why}."
         if event == "case.awaiting_approval":

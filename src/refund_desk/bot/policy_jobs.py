@@ -154,8 +154,11 @@ class PolicyJobs:
         user, channel = p["user"], p.get("channel")
         try:
             source = self._download(p["file"])
+            if self.outbox.directory is not None:
+                self.outbox.directory.refresh()
             with self.desk.db.write() as session:
-                require_lead(session, user)  # still a lead when the file arrives
+                # still a lead when the file arrives
+                require_lead(session, user, self.outbox.directory)
                 _, change = save_draft(
                     session,
                     self.desk.audit,

@@ -24,6 +24,7 @@ from refund_desk.cases.errors import CaseError, Refused
 from refund_desk.cases.executor import _open_execution, enqueue_execution
 from refund_desk.cases.lifecycle import Status, move
 from refund_desk.cases.notify import notify
+from refund_desk.cases.people import Directory, is_one_of
 from refund_desk.cases.ports import Provenance
 from refund_desk.cases.quorum import approvals_needed
 from refund_desk.cases.rows import load_for_update
@@ -103,7 +104,7 @@ def _act(
     if token.action == "escalate":
         return _escalate(desk, session, case, token, user, policy)
     if token.action == "deny":
-        _check_member(case, policy, user)
+        _check_member(case, policy, user, desk.directory)
         _check_resolved(session, case, None)
         return _deny(desk, session, case, token, user, reason)
     pay = case.amount
@@ -111,7 +112,7 @@ def _act(
         pay = _partial_amount(amount, token, case)
     elif token.amount != case.amount:
         raise Refused("token_mismatch", "This button was made for another amount.")
-    _check_authority(case, policy, user, pay)
+    _check_authority(case, policy, user, pay, desk.directory)
     _check_resolved(session, case, pay)
     return _approve(desk, session, case, token, user, pay, reason)
 
@@ -134,23 +135,24 @@ def _group(case: Case, policy: LoadedPolicy) -> str:
     return str(decided or policy.doc.approvers_for(policy.doc.default))
 
 
-def _check_member(case: Case, policy: LoadedPolicy, user: str) -> None:
+def _check_member(case: Case, policy: LoadedPolicy, user: str, directory: Directory | None) -> None:
     group = _group(case, policy)
-    managers = policy.doc.managers
-    in_group = group in policy.doc.approvers and user in policy.doc.approvers[group].members
-    is_manager = managers is not None and user in managers.members and case.escalation_level > 0
+    in_group = is_one_of(policy.doc.approvers.get(group), user, directory)
+    is_manager = case.escalation_level > 0 and is_one_of(policy.doc.managers, user, directory)
     if not (in_group or is_manager):
         raise Refused("not_an_approver", f"Only the {group} group may decide this case.")
 
 
-def _check_authority(case: Case, policy: LoadedPolicy, user: str, amount: int) -> None:
-    _check_member(case, policy, user)
+def _check_authority(
+    case: Case, policy: LoadedPolicy, user: str, amount: int, directory: Directory | None
+) -> None:
+    _check_member(case, policy, user, directory)
     group = _group(case, policy)
     limits = []
-    if group in policy.doc.approvers and user in policy.doc.approvers[group].members:
+    if is_one_of(policy.doc.approvers.get(group), user, directory):
         limits.append(approver_limit(policy.doc, group))
     managers = policy.doc.managers
-    if managers is not None and user in managers.members and case.escalation_level > 0:
+    if managers is not None and case.escalation_level > 0 and is_one_of(managers, user, directory):
         limits.append(money.to_minor(managers.limit, policy.doc.currency))
     limit = max(limits)  # minor units of the policy's currency
     currency = policy.doc.currency
@@ -201,7 +203,7 @@ def first_deciders(session: Session, case_id: str) -> set[str]:
     )
 
 
-def may_vouch(session: Session, case: Case, user: str) -> bool:
+def may_vouch(session: Session, case: Case, user: str, directory: Directory | None = None) -> bool:
     """Whether `user` may mark the case's evidence checked: one of the approvers of the group
     the case was decided for, or a manager; never its requester."""
     if case.requested_by == user:
@@ -210,12 +212,9 @@ def may_vouch(session: Session, case: Case, user: str) -> bool:
         policy = _authority_policy(session, case)
     except Refused:
         return False
-    managers = policy.doc.managers
     group = policy.doc.approvers.get(_group(case, policy))
     # Only the group that decides this case: vouching changes what its re-checks see.
-    return (group is not None and user in group.members) or (
-        managers is not None and user in managers.members
-    )
+    return is_one_of(group, user, directory) or is_one_of(policy.doc.managers, user, directory)
 
 
 def _partial_amount(amount: str | None, token: tokens.ActionToken, case: Case) -> int:
@@ -355,7 +354,7 @@ def _escalate(
     user: str,
     policy: LoadedPolicy,
 ) -> Outcome:
-    _check_member(case, policy, user)
+    _check_member(case, policy, user, desk.directory)
     if policy.doc.managers is None:
         raise Refused("no_managers", "The policy names no managers to escalate to.")
     _record(session, case, token, user, "escalate", None, None)

@@ -16,6 +16,7 @@ from sqlmodel import Session, col
 
 from refund_desk import clock, money
 from refund_desk.cases.notify import notify
+from refund_desk.cases.people import mention_id
 from refund_desk.governance.versions import LoadedPolicy, control, load_version
 from refund_desk.storage.audit import SYSTEM
 from refund_desk.storage.models import Control, Execution
@@ -50,7 +51,7 @@ def trip(desk: Desk, session: Session, reason: str) -> None:
         policy_version=switches.active_version,
         payload={"reason": reason, "mode": "approve-all"},
     )
-    mentions = " ".join(f"<@{u}>" for u in leads) or "Leads"
+    mentions = " ".join(mention_id(u) for u in leads) or "Leads"
     notify(
         session,
         event="policy.notice",

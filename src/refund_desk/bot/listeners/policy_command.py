@@ -34,11 +34,12 @@ from refund_desk.bot.policy_jobs import (
     tell,
 )
 from refund_desk.cases.desk import Desk
-from refund_desk.cases.errors import CaseError, InvalidRequest, NotFound
+from refund_desk.cases.errors import CaseError, Forbidden, InvalidRequest, NotFound
+from refund_desk.cases.people import Directory, is_lead, is_one_of, may_read
 from refund_desk.governance import admin as policy_admin
 from refund_desk.governance import drafts, review, shadow
 from refund_desk.governance.proof import proof_against_active
-from refund_desk.governance.versions import control
+from refund_desk.governance.versions import control, load_version
 from refund_desk.policy import policy_hash
 from refund_desk.policy.diff import diff_policies, diff_text
 from refund_desk.storage.audit import Actor
@@ -79,6 +80,8 @@ class PolicyCommands:
         try:
             if sub in self.READS:
                 with self.desk.db.read() as session:
+                    if sub != "help":
+                        self._require_reader(session, user)
                     return Reply(self.READS[sub](self, session, rest))
             if sub in self.CHANGES:
                 return self.CHANGES[sub](self, user, channel, rest)
@@ -87,6 +90,18 @@ class PolicyCommands:
         return Reply(f":no_entry: Unknown subcommand `{sub}`.\n{HELP}")
 
     # ------------------------------------------------------------ reading
+
+    def _require_reader(self, session: Session, user: str) -> None:
+        """Case details, the policy, counterfactuals and history are for the leads, approvers,
+        managers and the policy's operators; others get a short refusal."""
+        version = control(session).active_version
+        if version is None:
+            return  # nothing published: nothing to keep from anyone
+        if not may_read(load_version(session, version).doc, user, self.desk.directory):
+            raise Forbidden(
+                "not_a_reader",
+                "Only the policy's leads, approvers, managers and operators may read this.",
+            )
 
     def help(self, session: Session, rest: list[str]) -> str:
         switches = control(session)
@@ -206,7 +221,7 @@ class PolicyCommands:
     def _change(self, user: str, act: Callable[[Session, Actor], drafts.Change]) -> Reply:
         """Lead check, the change with its audit record, and its announcement: one transaction."""
         with self.desk.db.write() as session:
-            drafts.require_lead(session, user)
+            drafts.require_lead(session, user, self.desk.directory)
             change = act(session, Actor("human", user))
             jobs = list(change.jobs)
             if change.announce:
@@ -227,7 +242,7 @@ class PolicyCommands:
             return self._change(user, copy)
         draft_id = drafts.parse_ref(rest[0], allow=("draft",)).number if rest else None
         with self.desk.db.read() as session:
-            drafts.require_lead(session, user)
+            drafts.require_lead(session, user, self.desk.directory)
             if draft_id is not None:
                 drafts.get_draft(session, draft_id)
         return Reply("", modal_for=(draft_id,))
@@ -248,7 +263,7 @@ class PolicyCommands:
             raise InvalidRequest("bad_days", f"--days must be between 1 and {MAX_DAYS}.")
         ref = drafts.parse_ref(rest[0])
         with self.desk.db.write() as session:
-            drafts.require_lead(session, user)
+            drafts.require_lead(session, user, self.desk.directory)
             source = drafts.source_of(session, ref)
             doc, message = drafts.validate_text(source)
             if doc is None:
@@ -369,7 +384,7 @@ class PolicyCommands:
         if (file_id is None) == (text is None):
             return {"file": "Upload the policy YAML file, or paste a short policy below (one)."}
         with self.desk.db.write() as session:
-            drafts.require_lead(session, user)
+            drafts.require_lead(session, user, self.desk.directory)
             if file_id is not None:  # read by a job: no network call before ack()
                 job = enqueue(
                     session,
@@ -402,7 +417,7 @@ class PolicyCommands:
 
     def answer_review(self, user: str, case_id: str, verdict: str, where: dict[str, str]) -> Reply:
         with self.desk.db.write() as session:
-            _check_reviewer(session, user, case_id)
+            _check_reviewer(session, user, case_id, self.desk.directory)
             sample = review.answer(
                 session,
                 self.desk.audit,
@@ -438,18 +453,20 @@ def _update(session: Session, where: dict[str, str], blocks: list[dict[str, Any]
     )
 
 
-def _check_reviewer(session: Session, user: str, case_id: str) -> None:
+def _check_reviewer(session: Session, user: str, case_id: str, directory: Directory | None) -> None:
     """Approvers, managers and leads of the case's policy may judge its automatic refund."""
     from refund_desk.cases.approvals import Refused
-    from refund_desk.governance.versions import load_version
 
     sample = session.get(ReviewSample, case_id)
     if sample is None or sample.policy_version is None:
         return  # review.answer says what is wrong
     doc = load_version(session, sample.policy_version).doc
-    people = {m for g in doc.approvers.values() for m in g.members} | set(doc.leads)
-    people |= set(doc.managers.members) if doc.managers else set()
-    if user not in people:
+    allowed = (
+        is_lead(doc, user, directory)
+        or any(is_one_of(g, user, directory) for g in doc.approvers.values())
+        or is_one_of(doc.managers, user, directory)
+    )
+    if not allowed:
         raise Refused("not_a_reviewer", "Only the policy's approvers, managers and leads review.")
 
 
