@@ -105,3 +105,13 @@ def test_the_usage_hint_lists_every_policy_subcommand(manifest: dict[str, object
 def test_the_message_shortcut_is_declared(manifest: dict[str, object]) -> None:
     shortcuts = manifest["features"]["shortcuts"]  # type: ignore[index]
     assert {(s["type"], s["callback_id"]) for s in shortcuts} == {("message", "file_refund")}
+
+
+def test_the_doctor_and_the_emulator_know_the_manifests_scopes(
+    manifest: dict[str, object],
+) -> None:
+    from refund_desk.bot.doctor import REQUIRED_SCOPES
+    from refund_desk.demo.slack.emulator import GRANTED_SCOPES
+
+    scopes = set(manifest["oauth_config"]["scopes"]["bot"])  # type: ignore[index]
+    assert set(REQUIRED_SCOPES) == scopes == set(GRANTED_SCOPES)

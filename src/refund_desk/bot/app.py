@@ -57,6 +57,7 @@ class Surface:
 
     def job_handlers(self) -> dict[str, Handler]:
         """The job kinds only Slack runs; `runtime.job_table` puts them in the one table."""
+        from refund_desk.bot.doctor import DOCTOR_JOB, doctor_job
         from refund_desk.bot.home import HOME, publish_home
         from refund_desk.bot.listeners.refund_command import FILE_CASE, file_case
         from refund_desk.bot.policy_jobs import BACKTEST_JOB, DRAFT_FILE_JOB, PolicyJobs
@@ -72,6 +73,7 @@ class Surface:
             REVIEW_JOB: policy_jobs.review,
             FILE_CASE: partial(file_case, self.desk),
             HOME: partial(publish_home, self),
+            DOCTOR_JOB: partial(doctor_job, self),
         }
 
     async def blocking(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:

@@ -22,6 +22,7 @@ from sqlalchemy import text
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from refund_desk.bot.app import build_surface, pending_router, start_socket_mode
+from refund_desk.bot.doctor import queue_doctor
 from refund_desk.cases.errors import CaseError
 from refund_desk.runtime import Runtime, install_jobs
 from refund_desk.web import customer_channels as channels
@@ -123,6 +124,8 @@ def create_app(
             runtime.desk.wake = sweeper.wake
         socket_mode = start_socket_mode(surface, runtime.settings) if surface else None
         app.state.socket_mode = socket_mode
+        if surface is not None:  # the workspace checked against the policy, as a job
+            surface.start_jobs([queue_doctor(surface, "start-up")])
         try:
             yield
         finally:

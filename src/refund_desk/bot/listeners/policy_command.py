@@ -25,6 +25,7 @@ from refund_desk.bot.blocks.policy import (
     draft_submission,
     review_blocks,
 )
+from refund_desk.bot.doctor import DOCTOR_JOB
 from refund_desk.bot.policy_jobs import (
     BACKTEST_JOB,
     DRAFT_FILE_JOB,
@@ -218,12 +219,22 @@ class PolicyCommands:
 
     # ------------------------------------------------------------ changing (leads only)
 
-    def _change(self, user: str, act: Callable[[Session, Actor], drafts.Change]) -> Reply:
-        """Lead check, the change with its audit record, and its announcement: one transaction."""
+    def _change(
+        self,
+        user: str,
+        act: Callable[[Session, Actor], drafts.Change],
+        *,
+        doctor: bool = False,
+    ) -> Reply:
+        """Lead check, the change with its audit record, and its announcement: one transaction
+        (with `doctor`, the workspace is checked against the version afterwards)."""
         with self.desk.db.write() as session:
             drafts.require_lead(session, user, self.desk.directory)
             change = act(session, Actor("human", user))
             jobs = list(change.jobs)
+            if doctor:
+                job_id = enqueue(session, kind=DOCTOR_JOB, payload={"reason": "publish"}).id
+                jobs += [job_id] if job_id is not None else []
             if change.announce:
                 job = announce(session, self.default_channel, change.announce)
                 jobs += [job] if job is not None else []
@@ -300,7 +311,9 @@ class PolicyCommands:
         ref = _one_draft(rest, "publish DRAFT")
         self._prove_ahead(ref)
         return self._change(
-            user, lambda s, a: policy_admin.publish_draft(s, self.desk.audit, draft_id=ref, actor=a)
+            user,
+            lambda s, a: policy_admin.publish_draft(s, self.desk.audit, draft_id=ref, actor=a),
+            doctor=True,
         )
 
     def _prove_ahead(self, draft_id: int) -> None:
@@ -317,7 +330,9 @@ class PolicyCommands:
             raise usage("rollback vN")
         version = drafts.parse_ref(rest[0], allow=("version",)).number
         return self._change(
-            user, lambda s, a: policy_admin.rollback(s, self.desk.audit, version=version, actor=a)
+            user,
+            lambda s, a: policy_admin.rollback(s, self.desk.audit, version=version, actor=a),
+            doctor=True,
         )
 
     def mode(self, user: str, channel: str | None, rest: list[str]) -> Reply:

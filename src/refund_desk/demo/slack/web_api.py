@@ -316,7 +316,10 @@ def call(emulator: SlackEmulator, method: str, params: dict[str, Any], base: str
         return JSONResponse({"ok": False, "error": exc.code, "errors": [exc.why]})
     except SlackError as exc:
         return JSONResponse({"ok": False, "error": exc.code})
-    return JSONResponse({"ok": True, **answer})
+    # Slack says on every answer which scopes the token has.
+    return JSONResponse(
+        {"ok": True, **answer}, headers={"x-oauth-scopes": ",".join(emulator.scopes)}
+    )
 
 
 def router(emulator: SlackEmulator) -> APIRouter:
