@@ -49,7 +49,7 @@ READ_METHODS = frozenset(
         "users.info",
         "conversations.info",
         "usergroups.users.list",
-        "usergroups.list",
+        "chat.getPermalink",
     }
 )
 # Slack will never take a message there as things stand: retrying cannot help, a person must.
@@ -58,6 +58,8 @@ UNDELIVERABLE = frozenset({"not_in_channel", "channel_not_found", "is_archived"}
 # without the bot): the answer goes to them as a DM instead.
 NOT_HERE = UNDELIVERABLE | {"user_not_in_channel", "channel_not_found"}
 UNDELIVERED = "not delivered to Slack"
+# How a case ended, for the DM to whoever filed it in Slack.
+ENDED = {"case.refunded": "was refunded", "case.denied": "was denied", "case.parked": "is parked"}
 
 
 class Undeliverable(Exception):
@@ -113,8 +115,11 @@ class Outbox:
     def on_call(self, job: ClaimedJob) -> None:
         """One Slack call; `remember` keeps a posted card or DM with its case."""
         p = job.payload
+        params = dict(p["params"])
+        if p.get("link"):  # a link to the case thread (a read: repeating it posts nothing)
+            params["text"] = f"{params.get('text', '')}{self._permalink(**p['link'])}"
         try:
-            response = self.call(p["method"], **p["params"])
+            response = self.call(p["method"], **params)
         except Undeliverable as exc:
             if (p.get("remember") or {}).get("kind") == "card":
                 self.undelivered(str(p["remember"]["case_id"]), exc)
@@ -126,6 +131,13 @@ class Outbox:
         if remember and response.get("ts"):
             channel = str(response.get("channel") or p["params"].get("channel"))
             self._remember(remember["case_id"], remember["kind"], channel, str(response["ts"]))
+
+    def _permalink(self, channel: str, ts: str) -> str:
+        try:
+            link = self.call("chat.getPermalink", channel=channel, message_ts=ts).get("permalink")
+        except (SlackApiError, Undeliverable):
+            link = None
+        return f" <{link}|Open the case thread>" if link else f" (thread in <#{channel}>)"
 
     # ------------------------------------------------------------ answering one person
 
@@ -230,6 +242,8 @@ class Outbox:
             card = next((m for m in messages if m.kind == "card"), None)
             ctx, policy = self._context(session, case)
             line = self._line(session, case, event, data, policy)
+        if event in ENDED and case.requested_by and case.source == "slack":
+            self._tell_filer(job, case, event, card, line)
         if card is None:
             if case.status not in cards.DECIDABLE:
                 return  # decided without a person: no thread to tell
@@ -282,6 +296,29 @@ class Outbox:
         for job_id in ids:  # in order; a step that has to wait is left to the sweeps
             if job_id is not None:
                 self.desk.jobs.run_now(job_id)
+
+    def _tell_filer(
+        self, job: ClaimedJob, case: Case, event: str, card: SlackMessage | None, line: str | None
+    ) -> None:
+        """Whoever filed the case with /refund hears how it ended, with the thread's link."""
+        amount = money.format_money(case.amount, case.currency)
+        text = f"The case you filed, `{case.id}` ({amount}), {ENDED[event]}."
+        if event == "case.parked":
+            text += f" {case.park_reason or 'A person must look.'}"
+        elif line:
+            text += f" {line}"
+        link = {"channel": card.channel, "ts": card.ts} if card is not None else None
+        with self.desk.db.write() as session:
+            job_id = enqueue_once(
+                session,
+                f"slack.filer:{job.id}",
+                "chat.postMessage",
+                link=link,
+                channel=str(case.requested_by),
+                text=cards._clip(text),
+            )
+        if job_id is not None:
+            self.desk.jobs.run_now(job_id)
 
     def _context(
         self, session: Session, case: Case
@@ -422,14 +459,18 @@ def enqueue_once(
     method: str,
     *,
     remember: dict[str, Any] | None = None,
+    link: dict[str, str] | None = None,
     **params: Any,
 ) -> int | None:
-    """One Slack call as its own job, at most once per `key` (None: already queued)."""
+    """One Slack call as its own job, at most once per `key` (None: already queued);
+    `remember` keeps the posted message with its case, `link` adds the permalink of a thread."""
     if session.scalar(select(col(Job.id)).where(col(Job.dedupe_key) == key)) is not None:
         return None
     payload: dict[str, Any] = {"method": method, "params": params}
     if remember:
         payload["remember"] = remember
+    if link:
+        payload["link"] = link
     job = enqueue(session, kind=SLACK_CALL, payload=payload, dedupe_key=key)
     assert job.id is not None
     return job.id
