@@ -4,6 +4,7 @@ unexpected error shows an incident id; one Slack call per step, so a 429 never p
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -144,3 +145,30 @@ def test_an_unexpected_error_shows_an_incident_id_never_the_exception(
     desk.settle()
     [told] = [m for m in desk.slack.ephemeral if m.to == "U0FIN1"]
     assert "incident `" in told.text and "hunter2" not in told.text
+
+
+def test_a_click_is_acknowledged_while_background_work_fills_its_pool(
+    desk: SlackHarness,
+) -> None:
+    payment = desk.payment("900.00")
+    case_id = desk.post(desk.request(payment, "600.00")).json()["id"]
+    desk.settle()
+    approve = desk.buttons()["approve"]
+    release = threading.Event()
+    busy = [desk.surface.pool.submit(release.wait) for _ in range(8)]  # Stripe, backtests...
+    answered: list[int] = []
+    try:
+        clicker = threading.Thread(
+            target=lambda: answered.append(desk.click("U0FIN1", "approve", approve).status_code)
+        )
+        clicker.start()
+        clicker.join(timeout=20)  # a liveness bound, far above Slack's 3 s: not a timing test
+        assert answered == [200], "the acknowledgement waited behind background jobs"
+        actions = [r["action"] for r in desk.get(case_id)["audit"]]
+        assert "approval.recorded" in actions or "case.approved" in actions, actions
+    finally:
+        release.set()
+        for future in busy:
+            future.result(timeout=10)
+    desk.settle()
+    assert desk.get(case_id)["status"] == "refunded"

@@ -60,7 +60,12 @@ class Surface:
         from refund_desk.bot.doctor import DOCTOR_JOB, doctor_job
         from refund_desk.bot.home import HOME, publish_home
         from refund_desk.bot.listeners.refund_command import FILE_CASE, file_case
-        from refund_desk.bot.policy_jobs import BACKTEST_JOB, DRAFT_FILE_JOB, PolicyJobs
+        from refund_desk.bot.policy_jobs import (
+            BACKTEST_JOB,
+            BACKTEST_REPORT_JOB,
+            DRAFT_FILE_JOB,
+            PolicyJobs,
+        )
         from refund_desk.governance.review import REVIEW_JOB
 
         policy_jobs = PolicyJobs(self.desk, self.outbox)
@@ -69,6 +74,7 @@ class Surface:
             SLACK_CALL: self.outbox.on_call,
             SLACK_TELL: self.outbox.on_tell,
             BACKTEST_JOB: policy_jobs.backtest,
+            BACKTEST_REPORT_JOB: policy_jobs.backtest_report,
             DRAFT_FILE_JOB: policy_jobs.draft_file,
             REVIEW_JOB: policy_jobs.review,
             FILE_CASE: partial(file_case, self.desk),

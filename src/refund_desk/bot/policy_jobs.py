@@ -1,8 +1,10 @@
 """The slow parts of `/refund-policy`, run as jobs after the listener has acknowledged.
 
-* a backtest: progress message while it runs for long, summary, the full report as a CSV
-  file (``files_upload_v2``: ``files.getUploadURLExternal``, an HTTP upload, then
-  ``files.completeUploadExternal``);
+* a backtest: progress message while it runs for long; the run is recorded with a report job
+  in one transaction, so a rate limit afterwards never runs it again. The report job posts the
+  summary (once: remembered by the job) and then the full report as a CSV file
+  (``files_upload_v2``: ``files.getUploadURLExternal``, an HTTP upload, then
+  ``files.completeUploadExternal``), each step resuming where a 429 stopped it;
 * a draft uploaded in the modal: ``files.info`` for its ``url_private``, read with the token;
 * an after-the-fact review: the message with "looks right" / "this was wrong".
 
@@ -12,6 +14,8 @@ while Slack is called.
 
 from __future__ import annotations
 
+import io
+import logging
 import tempfile
 import time
 import urllib.request
@@ -20,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from slack_sdk.errors import SlackApiError
-from sqlmodel import Session
+from sqlalchemy import select
+from sqlmodel import Session, col
 
 from refund_desk.bot.blocks.policy import review_blocks
 from refund_desk.bot.outbox import Outbox, enqueue_call, enqueue_tell
@@ -39,10 +44,12 @@ from refund_desk.governance.proof import proof_against_active, proof_summary
 from refund_desk.governance.versions import control, load_version
 from refund_desk.policy import policy_hash
 from refund_desk.storage.audit import Actor
-from refund_desk.storage.jobs import ClaimedJob, RetryLater
-from refund_desk.storage.models import Case, ReviewSample
+from refund_desk.storage.jobs import ClaimedJob, RetryLater, enqueue
+from refund_desk.storage.models import Case, ReviewSample, SlackMessage
 
+log = logging.getLogger(__name__)
 BACKTEST_JOB = "policy.backtest"
+BACKTEST_REPORT_JOB = "policy.backtest_report"
 DRAFT_FILE_JOB = "policy.draft_file"
 PROGRESS_AFTER = 2.0  # seconds before a running backtest shows a progress message
 PROGRESS_EVERY = 3.0
@@ -107,34 +114,72 @@ class PolicyJobs:
             )
             return
         progress = Progress(self.outbox, channel, f"Backtesting {ref} over the last {days} days")
-        with tempfile.TemporaryDirectory() as tmp:
-            path = Path(tmp) / f"backtest-{ref}-{p['content_hash'][:8]}.csv"
-            with path.open("w", newline="") as out:
-                run = run_backtest(
-                    self.desk.db,
-                    compiled(p["content_hash"], source),
-                    label=str(ref),
-                    days=days,
-                    now=self.desk.now(),
-                    csv_out=out,
-                    progress=progress,
+        out = io.StringIO()
+        run = run_backtest(
+            self.desk.db,
+            compiled(p["content_hash"], source),
+            label=str(ref),
+            days=days,
+            now=self.desk.now(),
+            csv_out=out,
+            progress=progress,
+        )
+        text = run.text
+        if ref.kind == "draft":  # beside the backtest: what the draft loosens, proved
+            with self.desk.db.read() as session:
+                proved = proof_against_active(session, source)
+            if proved is not None:
+                text += "\n" + proof_summary(*proved)
+        with self.desk.db.write() as session:  # the run and its report: one transaction
+            record_backtest(
+                session,
+                self.desk.audit,
+                run,
+                actor=actor,
+                draft_id=ref.number if ref.kind == "draft" else None,
+            )
+            report = enqueue(
+                session,
+                kind=BACKTEST_REPORT_JOB,
+                payload={
+                    "channel": channel,
+                    "text": clip(f"<@{actor.id}>: {text}"),
+                    "progress_ts": progress.ts,
+                    "csv": out.getvalue(),
+                    "filename": f"backtest-{ref}-{p['content_hash'][:8]}.csv",
+                    "title": f"Backtest of {ref}: every changed case",
+                },
+            )
+        if report.id is not None:
+            self.desk.jobs.run_now(report.id)
+
+    def backtest_report(self, job: ClaimedJob) -> None:
+        """The summary (posted once: the job remembers its message), then the CSV in its thread;
+        a rate limit on either resumes here, never in the backtest."""
+        p = job.payload
+        channel, key = p["channel"], f"backtest:{job.id}"
+        with self.desk.db.read() as session:
+            posted = session.scalars(
+                select(SlackMessage).where(col(SlackMessage.case_id) == key)
+            ).first()
+        if posted is None:
+            if p.get("progress_ts"):
+                self.outbox.call(
+                    "chat.update", channel=channel, ts=p["progress_ts"], text=p["text"]
+                )
+                ts = str(p["progress_ts"])
+            else:
+                ts = str(
+                    self.outbox.call("chat.postMessage", channel=channel, text=p["text"])["ts"]
                 )
             with self.desk.db.write() as session:
-                record_backtest(
-                    session,
-                    self.desk.audit,
-                    run,
-                    actor=actor,
-                    draft_id=ref.number if ref.kind == "draft" else None,
-                )
-            text = run.text
-            if ref.kind == "draft":  # beside the backtest: what the draft loosens, proved
-                with self.desk.db.read() as session:
-                    proved = proof_against_active(session, source)
-                if proved is not None:
-                    text += "\n" + proof_summary(*proved)
-            ts = progress.finish(clip(f"<@{actor.id}>: {text}"))
-            self._upload(channel, path, title=f"Backtest of {ref}: every changed case", ts=ts)
+                session.add(SlackMessage(case_id=key, kind="report", channel=channel, ts=ts))
+        else:
+            ts = posted.ts
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / p["filename"]
+            path.write_text(p["csv"])
+            self._upload(channel, path, title=p["title"], ts=ts)
 
     def _upload(self, channel: str, path: Path, *, title: str, ts: str) -> None:
         try:
@@ -248,12 +293,15 @@ class Progress:
         if now - self.started < self.after:
             return
         text = f":hourglass_flowing_sand: {self.label}: {cases:,} cases so far…"
-        if self.ts is None:
-            self.ts = str(self._post(text)["ts"])
-        elif now - self.last >= self.every:
-            self.outbox.call("chat.update", channel=self.channel, ts=self.ts, text=text)
-        else:
-            return
+        try:
+            if self.ts is None:
+                self.ts = str(self._post(text)["ts"])
+            elif now - self.last >= self.every:
+                self.outbox.call("chat.update", channel=self.channel, ts=self.ts, text=text)
+            else:
+                return
+        except (RetryLater, SlackApiError) as exc:  # progress is a courtesy: the run goes on
+            log.info("backtest progress not shown: %s", exc)
         self.last = now
 
     def _post(self, text: str) -> dict[str, Any]:
