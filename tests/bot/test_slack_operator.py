@@ -121,3 +121,29 @@ def test_modals_use_number_and_email_inputs(desk: SlackHarness) -> None:
     assert partial["callback_id"] == "partial_modal"
     [amount] = [b for b in partial["blocks"] if b["block_id"] == "amount"]
     assert amount["element"]["type"] == "number_input"
+
+
+def test_app_home_shows_the_queue_with_the_cards_buttons_and_they_decide(
+    desk: SlackHarness,
+) -> None:
+    case_id = desk.post(desk.request(desk.payment("900.00"), "600.00")).json()["id"]
+    desk.settle()
+    opened = fixture("app_home_opened.json")  # U0FIN1's home
+    desk.event(opened)
+    desk.settle()
+    home = desk.slack.home["U0FIN1"]
+    [actions] = [b for b in home["blocks"] if b.get("block_id") == f"decide-{case_id}"]
+    buttons = {e["action_id"]: e["value"] for e in actions["elements"]}
+    assert set(buttons) == {"approve", "approve_partial", "deny", "escalate"}
+    payload = fixture("block_actions.json")  # a click in App Home: a view, no channel
+    payload.pop("channel")
+    payload.pop("message")
+    payload["container"] = {"type": "view", "view_id": "VHOME"}
+    payload["user"]["id"] = "U0FIN1"
+    payload["trigger_id"] = desk.slack.workspace.issue_trigger("U0FIN1")
+    payload["actions"][0].update(action_id="approve", value=buttons["approve"])
+    assert desk.interaction(payload).status_code == 200
+    desk.settle()
+    assert desk.get(case_id)["status"] == "refunded"
+    refreshed = str(desk.slack.home["U0FIN1"]["blocks"])
+    assert f"decide-{case_id}" not in refreshed  # the home was published again

@@ -1,5 +1,6 @@
-"""App Home: the viewer's queue (oldest first, with SLA time left), recent decisions, and which
-rules fired this week."""
+"""App Home: undelivered cases (for the leads and the people who decide them), the viewer's
+queue (oldest first, with SLA time left, and the card's Approve / Approve partially / Deny /
+Escalate buttons), recent decisions, and which rules fired this week."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from slack_sdk.models.blocks import (
+    ActionsBlock,
     Block,
     ContextBlock,
     DividerBlock,
@@ -20,7 +22,7 @@ from sqlalchemy import select
 from sqlmodel import Session, col
 
 from refund_desk import clock, money
-from refund_desk.bot.blocks.cards import DECIDABLE, _clip
+from refund_desk.bot.blocks.cards import DECIDABLE, _buttons, _clip
 from refund_desk.bot.outbox import fix_for
 from refund_desk.cases.desk import Desk
 from refund_desk.cases.people import Directory, is_lead, is_one_of
@@ -76,7 +78,12 @@ def _left(due: datetime | None, now: datetime) -> str:
 
 
 def home_view(
-    session: Session, user: str, now: datetime, directory: Directory | None = None
+    session: Session,
+    user: str,
+    now: datetime,
+    directory: Directory | None = None,
+    *,
+    secret: str | None = None,
 ) -> View:
     waiting = session.scalars(
         select(Case)
@@ -122,6 +129,10 @@ def home_view(
             f"{_left(case.sla_due_at, now)}"
         )
         blocks.append(SectionBlock(text=MarkdownTextObject(text=_clip(line))))
+        if secret is not None:  # the card's buttons: the same tokens, the same checks
+            blocks.append(
+                ActionsBlock(block_id=f"decide-{case.id}", elements=_buttons(case, now, secret))
+            )
     blocks += [DividerBlock(), HeaderBlock(text="Recent decisions")]
     lines = [
         f"{'✅' if c.status == 'refunded' else '✖️'} {money.format_money(c.amount, c.currency)} "
@@ -158,5 +169,5 @@ def publish_home(surface: Surface, job: ClaimedJob) -> None:
     if surface.directory is not None:
         surface.directory.refresh()
     with surface.desk.db.read() as session:
-        view = home_view(session, user, clock.now(), surface.directory)
+        view = home_view(session, user, clock.now(), surface.directory, secret=surface.desk.secret)
     surface.outbox.call("views.publish", user_id=user, view=view.to_dict())

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from refund_desk import money
 from refund_desk.bot.blocks import cards
+from refund_desk.bot.home import queue_home
 from refund_desk.bot.outbox import enqueue_tell
 from refund_desk.cases import approvals, tokens
 from refund_desk.cases.desk import Desk
@@ -49,7 +50,10 @@ async def decide(
         await tell(surface, channel, user, f":no_entry: {refusal.message}", response_url)
         return
     await ack()
-    surface.start_jobs(outcome.jobs)
+    jobs = list(outcome.jobs)
+    if channel is None:  # clicked in App Home: show the viewer their queue as it is now
+        jobs.append(await surface.blocking(queue_home, surface.desk, user))
+    surface.start_jobs(jobs)
 
 
 async def tell(
