@@ -104,14 +104,20 @@ class SlackHarness(Harness):
         view = payload["view"]
         view["callback_id"] = callback_id
         view["private_metadata"] = private_metadata
+        # Each input answers with its element's type, as Slack's view state does.
+        opened = [v for v in self.slack.views if v.get("callback_id") == callback_id]
+        types = {
+            b["block_id"]: b["element"]["type"]
+            for b in (opened[-1]["blocks"] if opened else [])
+            if b.get("type") == "input"
+        }
         state: dict[str, Any] = {}
         for block_id, value in values.items():
-            if block_id == "reason" and callback_id == "file_case_modal":
-                state[block_id] = {
-                    "value": {"type": "static_select", "selected_option": {"value": value}}
-                }
+            kind = types.get(block_id, "plain_text_input")
+            if kind == "static_select":
+                state[block_id] = {"value": {"type": kind, "selected_option": {"value": value}}}
             else:
-                state[block_id] = {"value": {"type": "plain_text_input", "value": value}}
+                state[block_id] = {"value": {"type": kind, "value": value}}
         view["state"] = {"values": state}
         return self.interaction(payload)
 

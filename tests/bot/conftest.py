@@ -43,4 +43,5 @@ def slack_desk(slack: SlackEmulator) -> Iterator[Callable[[str, str], SlackHarne
     yield make
     for harness, db in made:
         harness.surface.pool.shutdown(wait=True)
+        harness.surface.ack_pool.shutdown(wait=True)
         db.dispose()

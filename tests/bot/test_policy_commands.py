@@ -160,7 +160,7 @@ def test_a_non_lead_is_refused_and_nothing_changes(desk: SlackHarness) -> None:
     with desk.runtime.db.read() as session:
         switches = control(session)
         assert (switches.paused, switches.mode) == (False, "supervised")
-    assert "acme-refunds v1" in say(desk, "show", NOT_LEAD)  # reading is for everyone
+    assert "acme-refunds v1" in say(desk, "show", NOT_LEAD)  # approvers read
     assert "Valid policy" in say(desk, "validate d1", NOT_LEAD)
 
 
@@ -359,3 +359,22 @@ def test_a_long_backtest_shows_progress_then_its_summary_in_the_same_message(
     ts = progress.finish("Backtest of d1: done.")
     [message] = desk.slack.in_channel("C0POLICY")
     assert message.ts == ts and message.text == "Backtest of d1: done." and message.updates == 2
+
+
+def test_a_rate_limit_after_a_backtest_resumes_its_report_and_never_runs_it_again(
+    desk: SlackHarness,
+) -> None:
+    submit_draft(desk, text=STRICTER)
+    automatic_case(desk)
+    desk.slack.rate_limits["files.getUploadURLExternal"] = 1
+    say(desk, "backtest d1")
+    desk.settle()
+    assert desk.slack.uploads("C0POLICY") == []  # the upload waits out Retry-After
+    desk.sweep(seconds_ahead=5)
+    desk.sweep(seconds_ahead=10)
+    [upload] = desk.slack.uploads("C0POLICY")
+    assert upload["name"].startswith("backtest-d1-")
+    runs = [r for r in audit(desk) if r.action == "policy.backtested"]
+    assert len(runs) == 1, "the backtest ran once"
+    summaries = [t for t in policy_messages(desk) if "Backtest" in t or "backtest" in t]
+    assert len([t for t in summaries if t.startswith("<@")]) == 1, summaries

@@ -38,6 +38,7 @@ pytestmark = pytest.mark.usefixtures("cli_db")
         ["policy", "review-rate"],
         ["policy", "second-lead"],
         ["advisor", "eval"],
+        ["slack", "doctor"],
     ],
 )
 def test_every_command_has_help(command: list[str]) -> None:

@@ -1,15 +1,18 @@
 """The Bolt app: one workspace, listeners per surface, the outbox, and the FastAPI route.
 
-Blocking work (the database, job runs) never runs on the event loop: listeners hand it to a
-thread. After `ack()`, the jobs a click created are started at once in the background; if the
-process dies first, the sweeps run them.
+Blocking work (the database, job runs) never runs on the event loop: listeners hand their one
+short transaction to a small pool of their own (`ack_pool`), so an acknowledgement never waits
+behind background work. After `ack()`, the jobs a click created are started at once on the
+other pool (`pool`); if the process dies first, the sweeps run them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
+import secrets
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -22,9 +25,10 @@ from slack_bolt.adapter.fastapi.async_handler import AsyncSlackRequestHandler
 from slack_bolt.async_app import AsyncApp
 from slack_sdk import WebClient
 from slack_sdk.web.async_client import AsyncWebClient
-from starlette.responses import Response
+from starlette.responses import JSONResponse, PlainTextResponse, Response
 
-from refund_desk.bot.outbox import SLACK_CALL, Outbox
+from refund_desk.bot.directory import SlackDirectory
+from refund_desk.bot.outbox import SLACK_CALL, SLACK_TELL, Outbox, enqueue_tell
 from refund_desk.cases.desk import Desk
 from refund_desk.cases.notify import NOTIFY
 from refund_desk.settings import Settings
@@ -41,7 +45,11 @@ class Surface:
     desk: Desk
     outbox: Outbox
     settings: Settings
+    # Background work (jobs started after ack(): Slack, Stripe, the advisor, backtests) ...
     pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(8, "slack"))
+    # ... never delays an acknowledgement: listeners' short transactions have their own threads.
+    ack_pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(4, "slack-ack"))
+    directory: SlackDirectory | None = None  # the policy's user groups, read from Slack
     # Requests arrive over signed HTTP (`/slack/events`), or over Socket Mode, never both: the
     # HTTP route exists only with a signing secret and no app-level token.
     http: bool = False
@@ -49,26 +57,44 @@ class Surface:
 
     def job_handlers(self) -> dict[str, Handler]:
         """The job kinds only Slack runs; `runtime.job_table` puts them in the one table."""
+        from refund_desk.bot.doctor import DOCTOR_JOB, doctor_job
         from refund_desk.bot.home import HOME, publish_home
         from refund_desk.bot.listeners.refund_command import FILE_CASE, file_case
-        from refund_desk.bot.policy_jobs import BACKTEST_JOB, DRAFT_FILE_JOB, PolicyJobs
+        from refund_desk.bot.policy_jobs import (
+            BACKTEST_JOB,
+            BACKTEST_REPORT_JOB,
+            DRAFT_FILE_JOB,
+            PolicyJobs,
+        )
         from refund_desk.governance.review import REVIEW_JOB
 
         policy_jobs = PolicyJobs(self.desk, self.outbox)
         return {
             NOTIFY: self.outbox.on_notify,
             SLACK_CALL: self.outbox.on_call,
+            SLACK_TELL: self.outbox.on_tell,
             BACKTEST_JOB: policy_jobs.backtest,
+            BACKTEST_REPORT_JOB: policy_jobs.backtest_report,
             DRAFT_FILE_JOB: policy_jobs.draft_file,
             REVIEW_JOB: policy_jobs.review,
             FILE_CASE: partial(file_case, self.desk),
             HOME: partial(publish_home, self),
+            DOCTOR_JOB: partial(doctor_job, self),
         }
 
     async def blocking(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """Run database work off the event loop."""
+        """Run a listener's database work off the event loop, never behind background jobs.
+
+        The policy's user groups are read first (when older than the directory allows), so the
+        transaction that follows checks membership at most a minute old without calling out."""
+
+        def run() -> T:
+            if self.directory is not None:
+                self.directory.refresh()
+            return fn(*args, **kwargs)
+
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self.pool, lambda: fn(*args, **kwargs))
+        return await loop.run_in_executor(self.ack_pool, run)
 
     def start_jobs(self, job_ids: Iterable[int]) -> None:
         """After ack(): run the jobs a click created, then whatever else became due."""
@@ -162,6 +188,41 @@ def start_socket_mode(surface: Surface, settings: Settings) -> SocketMode | None
     return socket_mode
 
 
+def pending_router(signing_secret: str) -> APIRouter:
+    """`/slack/events` before the bot token is set: Slack checks the request URL while the app is
+    being created, before it is installed, so the route answers `url_verification` as soon as
+    the signing secret is set (every request still signed); anything else is told what is
+    missing."""
+    from slack_sdk.signature import SignatureVerifier
+
+    verifier = SignatureVerifier(signing_secret)
+    router = APIRouter()
+
+    @router.post("/slack/events")
+    async def slack_events(request: Request) -> Response:
+        body = (await request.body()).decode("utf-8", "replace")
+        if not verifier.is_valid_request(body, dict(request.headers)):
+            return Response("invalid signature", status_code=401)
+        if "json" in request.headers.get("content-type", ""):
+            with contextlib.suppress(ValueError):
+                payload = json.loads(body)
+                if isinstance(payload, dict) and payload.get("type") == "url_verification":
+                    return JSONResponse({"challenge": payload.get("challenge")})
+        return PlainTextResponse(
+            "Refund Desk is not connected to this workspace yet: set SLACK_BOT_TOKEN (Install "
+            "App in the app's settings) and restart the server."
+        )
+
+    return router
+
+
+def _queue_tell(
+    desk: Desk, user: str, text: str, channel: str | None, response_url: str | None
+) -> int:
+    with desk.db.write() as session:
+        return enqueue_tell(session, user, text, channel=channel, response_url=response_url)
+
+
 def slack_configured(settings: Settings) -> bool:
     return settings.slack_bot_token is not None and (
         settings.slack_signing_secret is not None or settings.slack_app_token is not None
@@ -192,12 +253,20 @@ def build_surface(desk: Desk, settings: Settings) -> Surface | None:
         # the listener costs nothing and no listener work is left running unseen.
         process_before_response=True,
     )
+    # Read before a listener acknowledges: a short timeout, and a failed read counts as nobody.
+    directory = SlackDirectory(
+        WebClient(token=token, base_url=settings.slack_api_url, timeout=3), desk.db
+    )
+    desk.directory = directory
     outbox = Outbox(
         desk=desk,
         client=WebClient(token=token, base_url=settings.slack_api_url),
         default_channel=settings.channel,
+        directory=directory,
     )
-    surface = Surface(app=app, desk=desk, outbox=outbox, settings=settings, http=http)
+    surface = Surface(
+        app=app, desk=desk, outbox=outbox, settings=settings, http=http, directory=directory
+    )
 
     @app.middleware
     async def time_ack(body: dict[str, Any], next: Callable[[], Any]) -> Any:
@@ -214,13 +283,21 @@ def build_surface(desk: Desk, settings: Settings) -> Surface | None:
 
     @app.error
     async def on_error(error: Exception, body: dict[str, Any], respond: Any) -> None:
-        """One place that tells the user something went wrong, instead of silence."""
-        log.error("Slack listener failed", exc_info=error)
-        if body.get("response_url"):
-            await respond(
-                text=f"Sorry, that did not work: {error}",
-                response_type="ephemeral",
-                replace_original=False,
-            )
+        """One place that tells the person something went wrong, instead of silence: a short
+        apology with an incident id (found in the log), never the exception's text."""
+        incident = secrets.token_hex(4)
+        log.error("Slack listener failed (incident %s)", incident, exc_info=error)
+        text = (
+            f":warning: Sorry, that did not work (incident `{incident}`). Nothing was changed "
+            "by the failed step; try again, or give the incident id to your admin."
+        )
+        user = (body.get("user") or {}).get("id") or body.get("user_id")
+        if not user:
+            return
+        channel = (body.get("channel") or {}).get("id") or body.get("channel_id")
+        job_id = await surface.blocking(
+            _queue_tell, desk, str(user), text, channel, body.get("response_url")
+        )
+        surface.start_jobs([job_id])
 
     return surface

@@ -1,5 +1,6 @@
-"""App Home: the viewer's queue (oldest first, with SLA time left), recent decisions, and which
-rules fired this week."""
+"""App Home: undelivered cases (for the leads and the people who decide them), the viewer's
+queue (oldest first, with SLA time left, and the card's Approve / Approve partially / Deny /
+Escalate buttons), recent decisions, and which rules fired this week."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from slack_sdk.models.blocks import (
+    ActionsBlock,
     Block,
     ContextBlock,
     DividerBlock,
@@ -20,11 +22,24 @@ from sqlalchemy import select
 from sqlmodel import Session, col
 
 from refund_desk import clock, money
-from refund_desk.bot.blocks.cards import DECIDABLE, _clip, local_time, until, words
+from refund_desk.bot.blocks.cards import (
+    DECIDABLE,
+    CardContext,
+    _buttons,
+    _clip,
+    local_time,
+    until,
+    words,
+)
+from refund_desk.bot.outbox import fix_for
 from refund_desk.cases.approvals import may_decide
 from refund_desk.cases.desk import Desk
+from refund_desk.cases.facts import left_on_record
+from refund_desk.cases.people import Directory, is_lead
+from refund_desk.cases.quorum import approval_count, approvals_needed
+from refund_desk.governance.versions import control, load_version
 from refund_desk.storage.jobs import ClaimedJob, enqueue
-from refund_desk.storage.models import Case
+from refund_desk.storage.models import Case, SlackMessage
 from refund_desk.web.metrics import DRIFT_ALERT, reason_drift
 
 if TYPE_CHECKING:
@@ -41,6 +56,18 @@ def queue_home(desk: Desk, user: str) -> int:
         return job.id
 
 
+def undelivered(session: Session) -> list[tuple[str, str, str]]:
+    """(case, channel, Slack's error) of waiting cases whose card Slack would not take."""
+    rows = session.execute(
+        select(col(SlackMessage.case_id), col(SlackMessage.channel), col(SlackMessage.ts))
+        .join(Case, col(Case.id) == col(SlackMessage.case_id))
+        .where(col(SlackMessage.kind) == "undelivered", col(Case.status).in_(DECIDABLE))
+        .order_by(col(SlackMessage.id))
+        .limit(100)
+    ).all()
+    return [(str(c), str(ch), str(e)) for c, ch, e in rows]
+
+
 def _left(due: datetime | None, now: datetime) -> str:
     """ "due 14:00 (in 3 h 58 min)" in the viewer's own time zone."""
     if due is None:
@@ -48,14 +75,35 @@ def _left(due: datetime | None, now: datetime) -> str:
     return f"due {local_time(due)} ({until(due, now)})"
 
 
-def home_view(session: Session, user: str, now: datetime) -> View:
+def _button_context(session: Session, case: Case, now: datetime) -> CardContext:
+    """What the card's buttons need to say what a click does, for the same case in App Home."""
+    return CardContext(
+        case=case,
+        email=None,
+        approvals=approval_count(session, case),
+        needed=approvals_needed(case),
+        channel_group=None,
+        now=now,
+        left=left_on_record(session, case.payment_id),
+        paused=control(session).paused,
+    )
+
+
+def home_view(
+    session: Session,
+    user: str,
+    now: datetime,
+    directory: Directory | None = None,
+    *,
+    secret: str | None = None,
+) -> View:
     waiting = session.scalars(
         select(Case)
         .where(col(Case.status).in_(DECIDABLE))
         .order_by(col(Case.created_at))
         .limit(500)
     ).all()
-    mine = [c for c in waiting if may_decide(session, c, user)][:QUEUE_LIMIT]
+    mine = [c for c in waiting if may_decide(session, c, user, directory)][:QUEUE_LIMIT]
     recent = session.scalars(
         select(Case)
         .where(col(Case.status).in_(["refunded", "denied"]))
@@ -67,7 +115,23 @@ def home_view(session: Session, user: str, now: datetime) -> View:
     ).all()
     fired = Counter(str((c.decision or {}).get("rule")) for c in week if c.decision)
 
-    blocks: list[Block] = [HeaderBlock(text="Waiting for you")]
+    blocks: list[Block] = []
+    version = control(session).active_version
+    lead = version is not None and is_lead(load_version(session, version).doc, user, directory)
+    stuck = [
+        row
+        for row in undelivered(session)
+        if lead or ((c := session.get(Case, row[0])) and may_decide(session, c, user, directory))
+    ]
+    if stuck:
+        blocks.append(HeaderBlock(text="Not delivered to Slack"))
+        lines = [
+            f"`{case_id}` · <#{channel}>: `{error}` — {fix_for(channel, error)}"
+            for case_id, channel, error in stuck[:QUEUE_LIMIT]
+        ]
+        blocks.append(SectionBlock(text=MarkdownTextObject(text=_clip("\n".join(lines)))))
+        blocks.append(DividerBlock())
+    blocks.append(HeaderBlock(text="Waiting for you"))
     if not mine:
         blocks.append(SectionBlock(text=MarkdownTextObject(text="Nothing waits for you.")))
     for case in mine:
@@ -77,6 +141,13 @@ def home_view(session: Session, user: str, now: datetime) -> View:
             f"{case.status.replace('_', ' ')} · {_left(case.sla_due_at, now)}"
         )
         blocks.append(SectionBlock(text=MarkdownTextObject(text=_clip(line))))
+        if secret is not None:  # the card's buttons: the same tokens, the same checks
+            blocks.append(
+                ActionsBlock(
+                    block_id=f"decide-{case.id}",
+                    elements=_buttons(_button_context(session, case, now), secret),
+                )
+            )
     blocks += [DividerBlock(), HeaderBlock(text="Recent decisions")]
     lines = [
         f"{'✅' if c.status == 'refunded' else '✖️'} {money.format_money(c.amount, c.currency)} "
@@ -108,6 +179,8 @@ def home_view(session: Session, user: str, now: datetime) -> View:
 
 def publish_home(surface: Surface, job: ClaimedJob) -> None:
     user = str(job.payload["user"])
+    if surface.directory is not None:
+        surface.directory.refresh()
     with surface.desk.db.read() as session:
-        view = home_view(session, user, clock.now())
+        view = home_view(session, user, clock.now(), surface.directory, secret=surface.desk.secret)
     surface.outbox.call("views.publish", user_id=user, view=view.to_dict())

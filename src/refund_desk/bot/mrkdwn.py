@@ -7,6 +7,7 @@ user group (``S…``) is mentioned as a group.
 
 from __future__ import annotations
 
+from refund_desk.policy.schema import People
 from refund_desk.text import Code, Mark, Person, Strong, Text
 
 EMOJI = {
@@ -30,6 +31,14 @@ def escape(value: str) -> str:
 
 def mention(user: str) -> str:
     return f"<!subteam^{user}>" if user.startswith("S") else f"<@{user}>"
+
+
+def mention_people(people: People | None) -> str:
+    """Everyone a policy names: `<@U…>` for each member and `<!subteam^S…>` for its user group."""
+    if people is None:
+        return ""
+    named = [mention(m) for m in people.members]
+    return " ".join(named + ([mention(people.usergroup)] if people.usergroup else []))
 
 
 def render(value: Text | str) -> str:

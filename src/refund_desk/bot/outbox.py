@@ -3,7 +3,17 @@ message and loses none. Slack's `Retry-After` is honoured; other failures back o
 
 The `notify` handler turns the core's notifications into cards and thread replies: a case that
 needs a person gets a card in its approver group's channel; everything after goes into its
-thread, and every message that carries the case's buttons is updated together.
+thread, and every message that carries the case's buttons is updated together. Each of those is
+one Slack call in its own `slack.call` job, keyed by the notification and the step, so a rate
+limit on one (a manager's DM) never repeats another (the thread line).
+
+A card Slack will never take (`not_in_channel`, `channel_not_found`, `is_archived`) is a
+permanent failure: no retries; the case records "not delivered to Slack" (an audit record and a
+`slack_messages` row of kind `undelivered`), the leads get a DM naming the channel and the fix,
+and App Home lists the undelivered cases.
+
+`slack.tell` answers one person: through the interaction's `response_url` when Slack gave one,
+else an ephemeral where they acted, else a DM.
 """
 
 from __future__ import annotations
@@ -14,6 +24,7 @@ from typing import Any
 
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
+from slack_sdk.webhook import WebhookClient
 from sqlalchemy import select
 from sqlmodel import Session, col
 
@@ -21,17 +32,55 @@ from refund_desk import clock, money
 from refund_desk.bot import mrkdwn
 from refund_desk.bot.blocks import cards
 from refund_desk.bot.card_facts import card_context
+from refund_desk.bot.directory import SlackDirectory
 from refund_desk.cases.desk import Desk
 from refund_desk.governance.versions import LoadedPolicy, control, load_version
+from refund_desk.storage.audit import SYSTEM
 from refund_desk.storage.jobs import ClaimedJob, RetryLater, enqueue
-from refund_desk.storage.models import Approval, Case, Execution, SlackMessage
+from refund_desk.storage.models import Approval, Case, Execution, Job, SlackMessage
 from refund_desk.text import Text
 
 log = logging.getLogger(__name__)
 SLACK_CALL = "slack.call"
+SLACK_TELL = "slack.tell"
 READ_METHODS = frozenset(
-    {"auth.test", "files.info", "users.info", "conversations.info", "usergroups.users.list"}
+    {
+        "auth.test",
+        "files.info",
+        "users.info",
+        "conversations.info",
+        "usergroups.users.list",
+        "chat.getPermalink",
+    }
 )
+# Slack will never take a message there as things stand: retrying cannot help, a person must.
+UNDELIVERABLE = frozenset({"not_in_channel", "channel_not_found", "is_archived"})
+# An ephemeral that cannot be shown where the person acted (a DM with someone else, a channel
+# without the bot): the answer goes to them as a DM instead.
+NOT_HERE = UNDELIVERABLE | {"user_not_in_channel", "channel_not_found"}
+UNDELIVERED = "not delivered to Slack"
+# How a case ended, for the DM to whoever filed it in Slack.
+ENDED = {"case.refunded": "was refunded", "case.denied": "was denied", "case.parked": "is parked"}
+
+
+class Undeliverable(Exception):
+    """Slack refused a channel for good (`not_in_channel`, `channel_not_found`, `is_archived`)."""
+
+    def __init__(self, method: str, channel: str, code: str) -> None:
+        super().__init__(f"{method} to {channel}: {code}")
+        self.method, self.channel, self.code = method, channel, code
+
+
+def fix_for(channel: str, code: str) -> str:
+    """What a lead does so that Slack takes the messages for `channel`."""
+    if code == "not_in_channel":
+        return f"invite the bot there (`/invite @Refund Desk` in <#{channel}>)"
+    if code == "is_archived":
+        return f"unarchive <#{channel}> or name another channel in the policy"
+    return (
+        f"`{channel}` does not exist or is private without the bot: invite the bot or fix "
+        "the policy's channels"
+    )
 
 
 @dataclass
@@ -39,6 +88,7 @@ class Outbox:
     desk: Desk
     client: WebClient
     default_channel: str | None
+    directory: SlackDirectory | None = None
 
     # ------------------------------------------------------------ plain calls
 
@@ -59,11 +109,121 @@ class Outbox:
                 log.warning("slack %s rate limited; again in %.0f s", method, delay)
                 raise RetryLater(delay, f"slack rate limited on {method}", failed=False) from None
             log.warning("slack %s failed: %s", method, exc.response.get("error", "unknown"))
+            code = exc.response.get("error") if isinstance(exc.response.data, dict) else None
+            if code in UNDELIVERABLE:
+                raise Undeliverable(method, str(params.get("channel", "")), str(code)) from None
             raise
         return dict(response.data) if isinstance(response.data, dict) else {}
 
     def on_call(self, job: ClaimedJob) -> None:
-        self.call(job.payload["method"], **job.payload["params"])
+        """One Slack call; `remember` keeps a posted card or DM with its case."""
+        p = job.payload
+        params = dict(p["params"])
+        if p.get("link"):  # a link to the case thread (a read: repeating it posts nothing)
+            params["text"] = f"{params.get('text', '')}{self._permalink(**p['link'])}"
+        try:
+            response = self.call(p["method"], **params)
+        except Undeliverable as exc:
+            if (p.get("remember") or {}).get("kind") == "card":
+                self.undelivered(str(p["remember"]["case_id"]), exc)
+                return
+            # Retrying cannot help; the job ends here and says why.
+            log.warning("Slack refused %s for good; not retried", exc)
+            return
+        remember = p.get("remember")
+        if remember and response.get("ts"):
+            channel = str(response.get("channel") or p["params"].get("channel"))
+            self._remember(remember["case_id"], remember["kind"], channel, str(response["ts"]))
+
+    def _permalink(self, channel: str, ts: str) -> str:
+        try:
+            link = self.call("chat.getPermalink", channel=channel, message_ts=ts).get("permalink")
+        except (SlackApiError, Undeliverable):
+            link = None
+        return f" <{link}|Open the case thread>" if link else f" (thread in <#{channel}>)"
+
+    # ------------------------------------------------------------ answering one person
+
+    def on_tell(self, job: ClaimedJob) -> None:
+        """`response_url` (Bolt's respond()), else an ephemeral where they acted, else a DM."""
+        p = job.payload
+        user, channel, text = str(p["user"]), p.get("channel"), str(p["text"])
+        if p.get("response_url"):
+            try:
+                sent = WebhookClient(p["response_url"], timeout=10).send(
+                    text=text, response_type="ephemeral", replace_original=False
+                )
+            except OSError:
+                sent = None
+            if sent is not None and sent.status_code == 200:
+                return
+            if sent is not None and sent.status_code == 429:
+                delay = float(sent.headers.get("Retry-After", "1"))
+                raise RetryLater(delay, "slack rate limited the response_url", failed=False)
+        if channel and not str(channel).startswith("D"):
+            try:
+                self.call("chat.postEphemeral", channel=channel, user=user, text=text)
+                return
+            except Undeliverable:
+                pass
+            except SlackApiError as exc:
+                if exc.response.get("error") not in NOT_HERE:
+                    raise
+        self.call("chat.postMessage", channel=user, text=text)
+
+    # ------------------------------------------------------------ undeliverable cards
+
+    def undelivered(self, case_id: str, exc: Undeliverable) -> None:
+        """A card Slack will never take: on the case, to the leads, in App Home; no retry."""
+        with self.desk.db.read() as session:
+            version = control(session).active_version
+            named = list(load_version(session, version).doc.leads) if version else []
+        leads = self._people(named)  # a user group's members: read before the transaction
+        with self.desk.db.write() as session:
+            already = session.scalars(
+                select(SlackMessage).where(
+                    col(SlackMessage.case_id) == case_id, col(SlackMessage.kind) == "undelivered"
+                )
+            ).first()
+            if already is not None:
+                return
+            case = session.get(Case, case_id)
+            session.add(
+                SlackMessage(
+                    case_id=case_id,
+                    kind="undelivered",
+                    channel=exc.channel,
+                    ts=exc.code,
+                    created_at=clock.now(),
+                )
+            )
+            self.desk.audit.append(
+                session,
+                action="slack.undelivered",
+                actor=SYSTEM,
+                case_id=case_id,
+                policy_version=case.policy_version if case else None,
+                payload={"channel": exc.channel, "error": exc.code, "status": UNDELIVERED},
+            )
+            text = (
+                f":warning: Case `{case_id}` waits for a person but its card was {UNDELIVERED}: "
+                f"Slack answered `{exc.code}` for <#{exc.channel}>. To fix it, "
+                f"{fix_for(exc.channel, exc.code)}; App Home lists every undelivered case."
+            )
+            jobs = [
+                enqueue_once(
+                    session,
+                    f"slack.undelivered:{case_id}:{lead}",
+                    "chat.postMessage",
+                    channel=lead,
+                    text=text,
+                )
+                for lead in leads
+            ]
+        log.warning("case %s: card %s (%s)", case_id, UNDELIVERED, exc)
+        for job_id in jobs:
+            if job_id is not None:
+                self.desk.jobs.run_now(job_id)
 
     # ------------------------------------------------------------ notifications
 
@@ -85,24 +245,83 @@ class Outbox:
             card = next((m for m in messages if m.kind == "card"), None)
             ctx, policy = self._context(session, case)
             line = self._line(session, case, event, data, policy)
+        if event in ENDED and case.requested_by and case.source == "slack":
+            self._tell_filer(job, case, event, card, line)
         if card is None:
             if case.status not in cards.DECIDABLE:
                 return  # decided without a person: no thread to tell
+            if any(m.kind == "undelivered" for m in messages):
+                return  # the leads know; App Home lists it
             self._post_card(case, ctx, policy)
             return
         blocks = cards.blocks_json(cards.case_blocks(ctx, secret=self.desk.secret))
+        steps: list[tuple[str, dict[str, Any]]] = []
         for message in messages:
-            self.call(
-                "chat.update",
-                channel=message.channel,
-                ts=message.ts,
-                text=cards.fallback_text(case),
-                blocks=blocks,
-            )
+            if message.kind in ("card", "dm"):
+                steps.append(
+                    (
+                        "chat.update",
+                        {
+                            "channel": message.channel,
+                            "ts": message.ts,
+                            "text": cards.fallback_text(case),
+                            "blocks": blocks,
+                        },
+                    )
+                )
         if line:
-            self.call("chat.postMessage", channel=card.channel, thread_ts=card.ts, text=line)
+            steps.append(
+                ("chat.postMessage", {"channel": card.channel, "thread_ts": card.ts, "text": line})
+            )
+        dms: list[str] = []
         if event == "case.escalated" and policy is not None and policy.doc.managers:
-            self._dm_managers(case, policy, blocks)
+            managers = policy.doc.managers
+            dms = self._people(
+                [*managers.members, *([managers.usergroup] if managers.usergroup else [])]
+            )
+        with self.desk.db.write() as session:
+            ids = [
+                enqueue_once(session, f"notify:{job.id}:{n}", method, **params)
+                for n, (method, params) in enumerate(steps)
+            ]
+            ids += [
+                enqueue_once(  # each manager gets the card once per case
+                    session,
+                    f"slack.dm:{case.id}:{manager}",
+                    "chat.postMessage",
+                    remember={"case_id": case.id, "kind": "dm"},
+                    channel=manager,
+                    text=cards.fallback_text(case),
+                    blocks=blocks,
+                )
+                for manager in dms
+            ]
+        for job_id in ids:  # in order; a step that has to wait is left to the sweeps
+            if job_id is not None:
+                self.desk.jobs.run_now(job_id)
+
+    def _tell_filer(
+        self, job: ClaimedJob, case: Case, event: str, card: SlackMessage | None, line: str | None
+    ) -> None:
+        """Whoever filed the case with /refund hears how it ended, with the thread's link."""
+        amount = money.format_money(case.amount, case.currency)
+        text = f"The case you filed, `{case.id}` ({amount}), {ENDED[event]}."
+        if event == "case.parked":
+            text += f" {case.park_reason or 'A person must look.'}"
+        elif line:
+            text += f" {line}"
+        link = {"channel": card.channel, "ts": card.ts} if card is not None else None
+        with self.desk.db.write() as session:
+            job_id = enqueue_once(
+                session,
+                f"slack.filer:{job.id}",
+                "chat.postMessage",
+                link=link,
+                channel=str(case.requested_by),
+                text=cards._clip(text),
+            )
+        if job_id is not None:
+            self.desk.jobs.run_now(job_id)
 
     def _context(
         self, session: Session, case: Case
@@ -128,30 +347,20 @@ class Outbox:
             log.warning("case %s needs a person but no approvals channel is set", case.id)
             return
         blocks = cards.blocks_json(cards.case_blocks(ctx, secret=self.desk.secret))
-        response = self.call(
-            "chat.postMessage", channel=channel, text=cards.fallback_text(case), blocks=blocks
-        )
-        self._remember(case.id, "card", str(response.get("channel", channel)), str(response["ts"]))
-
-    def _dm_managers(self, case: Case, policy: LoadedPolicy, blocks: list[dict[str, Any]]) -> None:
-        assert policy.doc.managers is not None
-        with self.desk.db.read() as session:
-            already = set(
-                session.scalars(
-                    select(col(SlackMessage.channel)).where(
-                        col(SlackMessage.case_id) == case.id, col(SlackMessage.kind) == "dm"
-                    )
-                ).all()
-            )
-        for manager in policy.doc.managers.members:
-            opened = self.call("conversations.open", users=manager)
-            channel = str(opened["channel"]["id"])
-            if channel in already:
-                continue
+        try:
             response = self.call(
                 "chat.postMessage", channel=channel, text=cards.fallback_text(case), blocks=blocks
             )
-            self._remember(case.id, "dm", channel, str(response["ts"]))
+        except Undeliverable as exc:
+            self.undelivered(case.id, exc)
+            return
+        self._remember(case.id, "card", str(response.get("channel", channel)), str(response["ts"]))
+
+    def _people(self, ids: list[str]) -> list[str]:
+        """Person ids for people and user groups (a group's members, from the directory)."""
+        if self.directory is None:
+            return [i for i in ids if not i.startswith("S")]
+        return self.directory.people(ids)
 
     def _remember(self, case_id: str, kind: str, channel: str, ts: str) -> None:
         with self.desk.db.write() as session:
@@ -209,19 +418,14 @@ class Outbox:
             return f":memo: {mrkdwn.render(Text.from_json(data.get('text')))}"
         if event == "case.reminder":
             group = (case.decision or {}).get("approvers")
-            members = (
-                policy.doc.approvers[group].members
-                if policy and group in (policy.doc.approvers)
-                else []
-            )
-            who = " ".join(f"<@{m}>" for m in members) or "approvers"
+            people = policy.doc.approvers.get(group) if policy and group else None
+            who = mrkdwn.mention_people(people) or "approvers"
             return (
                 f":alarm_clock: Reminder for {who}: this case waits for a decision "
                 f"by {cards.local_time(case.sla_due_at)}."
             )
         if event == "case.escalated":
-            managers = policy.doc.managers.members if policy and policy.doc.managers else []
-            whom = " ".join(f"<@{m}>" for m in managers) or "the managers"
+            whom = (mrkdwn.mention_people(policy.doc.managers) if policy else "") or "the managers"
             if data.get("basis") == "sla":
                 why = "the deadline passed"
             elif data.get("user"):
@@ -252,5 +456,43 @@ class Outbox:
 
 def enqueue_call(session: Session, method: str, **params: Any) -> int:
     job = enqueue(session, kind=SLACK_CALL, payload={"method": method, "params": params})
+    assert job.id is not None
+    return job.id
+
+
+def enqueue_once(
+    session: Session,
+    key: str,
+    method: str,
+    *,
+    remember: dict[str, Any] | None = None,
+    link: dict[str, str] | None = None,
+    **params: Any,
+) -> int | None:
+    """One Slack call as its own job, at most once per `key` (None: already queued);
+    `remember` keeps the posted message with its case, `link` adds the permalink of a thread."""
+    if session.scalar(select(col(Job.id)).where(col(Job.dedupe_key) == key)) is not None:
+        return None
+    payload: dict[str, Any] = {"method": method, "params": params}
+    if remember:
+        payload["remember"] = remember
+    if link:
+        payload["link"] = link
+    job = enqueue(session, kind=SLACK_CALL, payload=payload, dedupe_key=key)
+    assert job.id is not None
+    return job.id
+
+
+def enqueue_tell(
+    session: Session,
+    user: str,
+    text: str,
+    *,
+    channel: str | None = None,
+    response_url: str | None = None,
+) -> int:
+    """An answer only `user` sees: response_url, else an ephemeral in `channel`, else a DM."""
+    payload = {"user": user, "text": text, "channel": channel, "response_url": response_url}
+    job = enqueue(session, kind=SLACK_TELL, payload=payload)
     assert job.id is not None
     return job.id

@@ -1,8 +1,10 @@
 """The slow parts of `/refund-policy`, run as jobs after the listener has acknowledged.
 
-* a backtest: progress message while it runs for long, summary, the full report as a CSV
-  file (``files_upload_v2``: ``files.getUploadURLExternal``, an HTTP upload, then
-  ``files.completeUploadExternal``);
+* a backtest: progress message while it runs for long; the run is recorded with a report job
+  in one transaction, so a rate limit afterwards never runs it again. The report job posts the
+  summary (once: remembered by the job) and then the full report as a CSV file
+  (``files_upload_v2``: ``files.getUploadURLExternal``, an HTTP upload, then
+  ``files.completeUploadExternal``), each step resuming where a 429 stopped it;
 * a draft uploaded in the modal: ``files.info`` for its ``url_private``, read with the token;
 * an after-the-fact review: the message with "looks right" / "this was wrong".
 
@@ -12,6 +14,8 @@ while Slack is called.
 
 from __future__ import annotations
 
+import io
+import logging
 import tempfile
 import time
 import urllib.request
@@ -20,11 +24,12 @@ from pathlib import Path
 from typing import Any
 
 from slack_sdk.errors import SlackApiError
-from sqlmodel import Session
+from sqlalchemy import select
+from sqlmodel import Session, col
 
 from refund_desk.bot import mrkdwn
 from refund_desk.bot.blocks.policy import review_blocks
-from refund_desk.bot.outbox import Outbox, enqueue_call
+from refund_desk.bot.outbox import Outbox, enqueue_call, enqueue_tell
 from refund_desk.cases.desk import Desk
 from refund_desk.cases.errors import CaseError
 from refund_desk.governance.backtest import record_backtest, run_backtest
@@ -40,11 +45,13 @@ from refund_desk.governance.proof import proof_against_active, proof_summary
 from refund_desk.governance.versions import control, load_version
 from refund_desk.policy import policy_hash
 from refund_desk.storage.audit import Actor
-from refund_desk.storage.jobs import ClaimedJob, RetryLater
-from refund_desk.storage.models import Case, ReviewSample
+from refund_desk.storage.jobs import ClaimedJob, RetryLater, enqueue
+from refund_desk.storage.models import Case, ReviewSample, SlackMessage
 from refund_desk.text import Text, lines, text
 
+log = logging.getLogger(__name__)
 BACKTEST_JOB = "policy.backtest"
+BACKTEST_REPORT_JOB = "policy.backtest_report"
 DRAFT_FILE_JOB = "policy.draft_file"
 PROGRESS_AFTER = 2.0  # seconds before a running backtest shows a progress message
 PROGRESS_EVERY = 3.0
@@ -73,18 +80,21 @@ def announce(session: Session, default: str | None, said: Text | str) -> int | N
     channel = policy_channel(session, default)
     if channel is None:
         return None
-    body = mrkdwn.render(said)
-    return enqueue_call(session, "chat.postMessage", channel=channel, text=clip(body))
+    body = clip(mrkdwn.render(said))
+    return enqueue_call(session, "chat.postMessage", channel=channel, text=body)
 
 
-def tell(session: Session, user: str, channel: str | None, said: Text | str) -> int:
-    """Queue a reply only ``user`` sees (ephemeral in ``channel``, else a DM)."""
-    body = mrkdwn.render(said)
-    if channel:
-        return enqueue_call(
-            session, "chat.postEphemeral", channel=channel, user=user, text=clip(body)
-        )
-    return enqueue_call(session, "chat.postMessage", channel=user, text=clip(body))
+def tell(
+    session: Session,
+    user: str,
+    channel: str | None,
+    said: Text | str,
+    response_url: str | None = None,
+) -> int:
+    """Queue a reply only ``user`` sees (``response_url``, else ephemeral in ``channel``, else
+    a DM)."""
+    body = clip(mrkdwn.render(said))
+    return enqueue_tell(session, user, body, channel=channel, response_url=response_url)
 
 
 @dataclass
@@ -110,34 +120,72 @@ class PolicyJobs:
             )
             return
         progress = Progress(self.outbox, channel, f"Backtesting {ref} over the last {days} days")
-        with tempfile.TemporaryDirectory() as tmp:
-            path = Path(tmp) / f"backtest-{ref}-{p['content_hash'][:8]}.csv"
-            with path.open("w", newline="") as out:
-                run = run_backtest(
-                    self.desk.db,
-                    compiled(p["content_hash"], source),
-                    label=str(ref),
-                    days=days,
-                    now=self.desk.now(),
-                    csv_out=out,
-                    progress=progress,
+        out = io.StringIO()
+        run = run_backtest(
+            self.desk.db,
+            compiled(p["content_hash"], source),
+            label=str(ref),
+            days=days,
+            now=self.desk.now(),
+            csv_out=out,
+            progress=progress,
+        )
+        said = run.text
+        if ref.kind == "draft":  # beside the backtest: what the draft loosens, proved
+            with self.desk.db.read() as session:
+                proved = proof_against_active(session, source)
+            if proved is not None:
+                said = lines(said, proof_summary(*proved))
+        with self.desk.db.write() as session:  # the run and its report: one transaction
+            record_backtest(
+                session,
+                self.desk.audit,
+                run,
+                actor=actor,
+                draft_id=ref.number if ref.kind == "draft" else None,
+            )
+            report = enqueue(
+                session,
+                kind=BACKTEST_REPORT_JOB,
+                payload={
+                    "channel": channel,
+                    "text": clip(mrkdwn.render(text(actor.who, ": ", said))),
+                    "progress_ts": progress.ts,
+                    "csv": out.getvalue(),
+                    "filename": f"backtest-{ref}-{p['content_hash'][:8]}.csv",
+                    "title": f"Backtest of {ref}: every changed case",
+                },
+            )
+        if report.id is not None:
+            self.desk.jobs.run_now(report.id)
+
+    def backtest_report(self, job: ClaimedJob) -> None:
+        """The summary (posted once: the job remembers its message), then the CSV in its thread;
+        a rate limit on either resumes here, never in the backtest."""
+        p = job.payload
+        channel, key = p["channel"], f"backtest:{job.id}"
+        with self.desk.db.read() as session:
+            posted = session.scalars(
+                select(SlackMessage).where(col(SlackMessage.case_id) == key)
+            ).first()
+        if posted is None:
+            if p.get("progress_ts"):
+                self.outbox.call(
+                    "chat.update", channel=channel, ts=p["progress_ts"], text=p["text"]
+                )
+                ts = str(p["progress_ts"])
+            else:
+                ts = str(
+                    self.outbox.call("chat.postMessage", channel=channel, text=p["text"])["ts"]
                 )
             with self.desk.db.write() as session:
-                record_backtest(
-                    session,
-                    self.desk.audit,
-                    run,
-                    actor=actor,
-                    draft_id=ref.number if ref.kind == "draft" else None,
-                )
-            said = run.text
-            if ref.kind == "draft":  # beside the backtest: what the draft loosens, proved
-                with self.desk.db.read() as session:
-                    proved = proof_against_active(session, source)
-                if proved is not None:
-                    said = lines(said, proof_summary(*proved))
-            ts = progress.finish(clip(mrkdwn.render(text(actor.who, ": ", said))))
-            self._upload(channel, path, title=f"Backtest of {ref}: every changed case", ts=ts)
+                session.add(SlackMessage(case_id=key, kind="report", channel=channel, ts=ts))
+        else:
+            ts = posted.ts
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / p["filename"]
+            path.write_text(p["csv"])
+            self._upload(channel, path, title=p["title"], ts=ts)
 
     def _upload(self, channel: str, path: Path, *, title: str, ts: str) -> None:
         try:
@@ -157,8 +205,11 @@ class PolicyJobs:
         user, channel = p["user"], p.get("channel")
         try:
             source = self._download(p["file"])
+            if self.outbox.directory is not None:
+                self.outbox.directory.refresh()
             with self.desk.db.write() as session:
-                require_lead(session, user)  # still a lead when the file arrives
+                # still a lead when the file arrives
+                require_lead(session, user, self.outbox.directory)
                 _, change = save_draft(
                     session,
                     self.desk.audit,
@@ -171,14 +222,8 @@ class PolicyJobs:
                     jobs.append(announce(session, self.outbox.default_channel, change.announce))
         except CaseError as exc:
             with self.desk.db.write() as session:
-                jobs = [
-                    tell(
-                        session,
-                        user,
-                        channel,
-                        f":no_entry: Draft not saved: {mrkdwn.render(exc.text)}",
-                    )
-                ]
+                said = f":no_entry: Draft not saved: {mrkdwn.render(exc.text)}"
+                jobs = [tell(session, user, channel, said)]
         for job_id in jobs:
             if job_id is not None:
                 self.desk.jobs.run_now(job_id)
@@ -255,12 +300,15 @@ class Progress:
         if now - self.started < self.after:
             return
         text = f":hourglass_flowing_sand: {self.label}: {cases:,} cases so far…"
-        if self.ts is None:
-            self.ts = str(self._post(text)["ts"])
-        elif now - self.last >= self.every:
-            self.outbox.call("chat.update", channel=self.channel, ts=self.ts, text=text)
-        else:
-            return
+        try:
+            if self.ts is None:
+                self.ts = str(self._post(text)["ts"])
+            elif now - self.last >= self.every:
+                self.outbox.call("chat.update", channel=self.channel, ts=self.ts, text=text)
+            else:
+                return
+        except (RetryLater, SlackApiError) as exc:  # progress is a courtesy: the run goes on
+            log.info("backtest progress not shown: %s", exc)
         self.last = now
 
     def _post(self, text: str) -> dict[str, Any]:

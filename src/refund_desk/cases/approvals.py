@@ -25,6 +25,7 @@ from refund_desk.cases.executor import _open_execution, enqueue_execution
 from refund_desk.cases.facts import left_on_record
 from refund_desk.cases.lifecycle import Status, move
 from refund_desk.cases.notify import notify
+from refund_desk.cases.people import Directory, is_one_of
 from refund_desk.cases.ports import Provenance
 from refund_desk.cases.quorum import approvals_needed
 from refund_desk.cases.rows import load_for_update
@@ -109,7 +110,7 @@ def _act(
     if token.action == "escalate":
         return _escalate(desk, session, case, token, user, policy, reason)
     if token.action == "deny":
-        _check_member(case, policy, user)
+        _check_member(case, policy, user, desk.directory)
         _check_resolved(session, case, None)
         return _deny(desk, session, case, token, user, reason)
     pay = case.amount
@@ -117,7 +118,7 @@ def _act(
         pay = _partial_amount(amount, token, case, left_on_record(session, case.payment_id))
     elif token.amount != case.amount:
         raise Refused("token_mismatch", "This button was made for another amount.")
-    _check_authority(case, policy, user, pay)
+    _check_authority(case, policy, user, pay, desk.directory)
     _check_resolved(session, case, pay)
     return _approve(desk, session, case, token, user, pay, reason)
 
@@ -140,23 +141,24 @@ def _group(case: Case, policy: LoadedPolicy) -> str:
     return str(decided or policy.doc.approvers_for(policy.doc.default))
 
 
-def _check_member(case: Case, policy: LoadedPolicy, user: str) -> None:
+def _check_member(case: Case, policy: LoadedPolicy, user: str, directory: Directory | None) -> None:
     group = _group(case, policy)
-    managers = policy.doc.managers
-    in_group = group in policy.doc.approvers and user in policy.doc.approvers[group].members
-    is_manager = managers is not None and user in managers.members and case.escalation_level > 0
+    in_group = is_one_of(policy.doc.approvers.get(group), user, directory)
+    is_manager = case.escalation_level > 0 and is_one_of(policy.doc.managers, user, directory)
     if not (in_group or is_manager):
         raise Refused("not_an_approver", f"Only the {group} group may decide this case.")
 
 
-def _check_authority(case: Case, policy: LoadedPolicy, user: str, amount: int) -> None:
-    _check_member(case, policy, user)
+def _check_authority(
+    case: Case, policy: LoadedPolicy, user: str, amount: int, directory: Directory | None
+) -> None:
+    _check_member(case, policy, user, directory)
     group = _group(case, policy)
     limits = []
-    if group in policy.doc.approvers and user in policy.doc.approvers[group].members:
+    if is_one_of(policy.doc.approvers.get(group), user, directory):
         limits.append(approver_limit(policy.doc, group))
     managers = policy.doc.managers
-    if managers is not None and user in managers.members and case.escalation_level > 0:
+    if managers is not None and case.escalation_level > 0 and is_one_of(managers, user, directory):
         limits.append(money.to_minor(managers.limit, policy.doc.currency))
     limit = max(limits)  # minor units of the policy's currency
     currency = policy.doc.currency
@@ -181,7 +183,7 @@ def _check_authority(case: Case, policy: LoadedPolicy, user: str, amount: int) -
         )
 
 
-def may_decide(session: Session, case: Case, user: str) -> bool:
+def may_decide(session: Session, case: Case, user: str, directory: Directory | None = None) -> bool:
     """Whether ``user`` could decide ``case`` now: the checks a click makes, without one.
 
     App Home lists what waits for a person with this, so nobody is shown a case their click
@@ -195,7 +197,7 @@ def may_decide(session: Session, case: Case, user: str) -> bool:
         ):
             return False
     try:
-        _check_member(case, _authority_policy(session, case), user)
+        _check_member(case, _authority_policy(session, case), user, directory)
     except Refused:
         return False
     mine = session.scalar(
@@ -237,7 +239,7 @@ def first_deciders(session: Session, case_id: str) -> set[str]:
     )
 
 
-def may_vouch(session: Session, case: Case, user: str) -> bool:
+def may_vouch(session: Session, case: Case, user: str, directory: Directory | None = None) -> bool:
     """Whether `user` may mark the case's evidence checked: one of the approvers of the group
     the case was decided for, or a manager; never its requester."""
     if case.requested_by == user:
@@ -246,12 +248,9 @@ def may_vouch(session: Session, case: Case, user: str) -> bool:
         policy = _authority_policy(session, case)
     except Refused:
         return False
-    managers = policy.doc.managers
     group = policy.doc.approvers.get(_group(case, policy))
     # Only the group that decides this case: vouching changes what its re-checks see.
-    return (group is not None and user in group.members) or (
-        managers is not None and user in managers.members
-    )
+    return is_one_of(group, user, directory) or is_one_of(policy.doc.managers, user, directory)
 
 
 def _partial_amount(
@@ -403,7 +402,7 @@ def _escalate(
 ) -> Outcome:
     """Up to the managers, once: they are the top of the chain, and nobody escalates to
     themselves."""
-    _check_member(case, policy, user)
+    _check_member(case, policy, user, desk.directory)
     managers = policy.doc.managers
     if managers is None:
         raise Refused("no_managers", "The policy names no managers to escalate to.")
@@ -412,7 +411,7 @@ def _escalate(
             "top_of_chain",
             "The case is already with the managers, the top of the chain: decide it here.",
         )
-    if set(managers.members) <= {user}:
+    if managers.usergroup is None and set(managers.members) <= {user}:
         raise Refused(
             "escalate_to_self",
             "You are the only manager, so escalating would send it back to you: decide it here.",

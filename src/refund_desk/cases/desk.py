@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from refund_desk import clock
+from refund_desk.cases.people import Directory
 from refund_desk.cases.ports import Advisor, Processor
 from refund_desk.storage.audit import AuditLog
 from refund_desk.storage.crypto import Vault
@@ -31,6 +32,7 @@ class Desk:
     clock: Callable[[], datetime] = field(default=clock.now)
     run_inline: bool = True  # run follow-up jobs at once in the process that created them
     wake: Callable[[], None] | None = None  # set by the scheduler: sweep soon, work is waiting
+    directory: Directory | None = None  # who is in a Slack user group (set with Slack)
 
     def now(self) -> datetime:
         return self.clock()

@@ -10,7 +10,7 @@ from sqlmodel import Session, col
 from refund_desk import money
 from refund_desk.cases.errors import NotFound
 from refund_desk.storage.audit import record_json
-from refund_desk.storage.models import AuditRecord, Case, Execution
+from refund_desk.storage.models import AuditRecord, Case, Execution, SlackMessage
 
 
 def major(minor: int | None, currency: str) -> str | None:
@@ -75,6 +75,7 @@ def case_view(session: Session, case_id: str, *, with_audit: bool) -> dict[str, 
         "created_at": case.created_at.isoformat(),
         "updated_at": case.updated_at.isoformat(),
         "erased_at": case.erased_at.isoformat() if case.erased_at else None,
+        "slack": slack_delivery(session, case_id),
     }
     if with_audit:
         view["decision"]["trace"] = decision.get("trace", [])
@@ -90,3 +91,19 @@ def case_view(session: Session, case_id: str, *, with_audit: bool) -> dict[str, 
         ).all()
         view["audit"] = [record_json(r) for r in records]
     return view
+
+
+def slack_delivery(session: Session, case_id: str) -> dict[str, Any] | None:
+    """Where the case's card is in Slack, or why Slack would not take it (None: no card)."""
+    rows = session.scalars(
+        select(SlackMessage)
+        .where(col(SlackMessage.case_id) == case_id, col(SlackMessage.kind) != "dm")
+        .order_by(col(SlackMessage.id))
+    ).all()
+    card = next((m for m in rows if m.kind == "card"), None)
+    if card is not None:
+        return {"status": "delivered", "channel": card.channel, "ts": card.ts}
+    failed = next((m for m in rows if m.kind == "undelivered"), None)
+    if failed is not None:
+        return {"status": "not delivered to Slack", "channel": failed.channel, "error": failed.ts}
+    return None

@@ -55,6 +55,34 @@ class ExportFormat(StrEnum):
     jsonl = "jsonl"
 
 
+slack_app = typer.Typer(help="The Slack workspace the app is installed in.", no_args_is_help=True)
+app.add_typer(slack_app, name="slack")
+
+
+@slack_app.command("doctor")
+def slack_doctor() -> None:
+    """Check the workspace against the policy, one line per check with its fix; exit 1 when one
+    fails: the token, the scopes, the bot in every channel the policy names, every user group it
+    names, and the signing secret (HTTP) or app-level token (Socket Mode)."""
+    from refund_desk.bot.doctor import run_checks
+    from refund_desk.governance.versions import control, load_version
+
+    runtime = _runtime()
+    with runtime.db.read() as session:
+        version = control(session).active_version
+        doc = load_version(session, version).doc if version else None
+    if doc is None:
+        typer.echo("note: no policy is published yet; only the workspace itself is checked")
+    checks = run_checks(runtime.settings, doc)
+    for check in checks:
+        typer.echo(check.line())
+    failed = [c for c in checks if not c.ok]
+    if failed:
+        typer.echo(f"{len(failed)} of {len(checks)} checks failed", err=True)
+        raise typer.Exit(1)
+    typer.echo(f"all {len(checks)} checks passed")
+
+
 @app.callback()
 def _main(
     verbose: Annotated[

@@ -221,7 +221,7 @@ def mark_checked(desk: Desk, *, case_id: str, evidence_id: str, user: str) -> di
 
     with desk.db.write() as session:
         case = load_for_update(session, case_id)
-        if not may_vouch(session, case, user):
+        if not may_vouch(session, case, user, desk.directory):
             raise EvidenceRefused(
                 "not_an_approver", "Only the case's approvers may mark its evidence checked."
             )

@@ -15,6 +15,7 @@ from sqlmodel import Session, col
 
 from refund_desk import clock
 from refund_desk.cases.errors import InvalidRequest, NotALead, NotFound
+from refund_desk.cases.people import Directory, in_usergroup
 from refund_desk.governance.versions import control, load_version
 from refund_desk.policy import (
     CompiledPolicy,
@@ -84,12 +85,13 @@ def get_draft(session: Session, draft_id: int) -> PolicyDraft:
 
 
 def leads(session: Session) -> list[str]:
-    """Who may change the policy: the ``leads`` of the active version (none before v1)."""
+    """Who may change the policy: the ``leads`` of the active version (none before v1); a
+    ``S…`` entry is a Slack user group whose members are leads."""
     version = control(session).active_version
     return list(load_version(session, version).doc.leads) if version else []
 
 
-def require_lead(session: Session, user: str) -> None:
+def require_lead(session: Session, user: str, directory: Directory | None = None) -> None:
     """Refuse anyone who is not a lead of the active version; say who is."""
     allowed = leads(session)
     if not allowed:
@@ -101,7 +103,8 @@ def require_lead(session: Session, user: str) -> None:
                 "); it names the leads.",
             ),
         )
-    if user not in allowed:
+    in_group = any(in_usergroup(g, user, directory) for g in allowed if g.startswith("S"))
+    if user not in allowed and not in_group:
         names = join(", ", [Person(u) for u in allowed])
         raise NotALead(
             "not_a_lead",

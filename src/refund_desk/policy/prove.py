@@ -43,7 +43,7 @@ from refund_desk.policy.context import (
 )
 from refund_desk.policy.engine import CompiledPolicy, Decision
 from refund_desk.policy.errors import PolicyError
-from refund_desk.policy.schema import PolicyDocument, parse_policy, policy_hash
+from refund_desk.policy.schema import PolicyDocument, group_members, parse_policy, policy_hash
 from refund_desk.policy.smt import (
     GUARDRAIL_FACTS,
     GUARDRAIL_READS,
@@ -700,7 +700,7 @@ def decision_verdict(doc: PolicyDocument, decision: Decision) -> Verdict:
     if decision.outcome != "review":
         return Verdict(decision.outcome, decision.tier)
     group = decision.approvers or ""
-    members = tuple(sorted(doc.approvers[group].members)) if group in doc.approvers else ()
+    members = group_members(doc, group)
     limit = money.to_minor(doc.approvers[group].limit, doc.currency) if members else None
     return Verdict("review", decision.tier, group, members, limit, doc.currency)
 

@@ -48,10 +48,14 @@ DEFAULT_TIER: dict[str, int] = {"approve": 2, "review": 3, "deny": 1}
 
 SLUG = r"^[a-z0-9]+(?:[-_][a-z0-9]+)*$"
 USER_ID = r"^[UW][A-Z0-9]{2,}$"
+USERGROUP_ID = r"^S[A-Z0-9]{2,}$"
 CHANNEL_ID = r"^[CG][A-Z0-9]{2,}$"
 
 Slug = Annotated[str, Field(pattern=SLUG)]
 UserId = Annotated[str, Field(pattern=USER_ID)]
+UsergroupId = Annotated[str, Field(pattern=USERGROUP_ID)]
+# A lead is a person, or a Slack user group whose members are all leads.
+LeadId = Annotated[str, Field(pattern=r"^(?:[UW]|S)[A-Z0-9]{2,}$")]
 ChannelId = Annotated[str, Field(pattern=CHANNEL_ID)]
 Share = Annotated[float, Field(ge=0, le=1)]
 
@@ -129,19 +133,40 @@ class DefaultRule(Decides):
     """What happens when no rule holds."""
 
 
-class ApproverGroup(_Strict):
+class People(_Strict):
+    """People the policy names: Slack user ids (``members``), a Slack user group
+    (``usergroup: S0123ABCD``, whose members are read from Slack's directory each time they
+    act), or both. The policy keeps the group; the people come from the directory."""
+
+    members: list[UserId] = Field(default_factory=list)
+    usergroup: UsergroupId | None = None
+
+    @model_validator(mode="after")
+    def _someone(self) -> People:
+        if not self.members and self.usergroup is None:
+            raise ValueError("name `members`, a `usergroup`, or both")
+        return self
+
+
+class ApproverGroup(People):
     """People who may approve, each up to ``limit`` (major units), optionally in a channel."""
 
-    members: list[UserId] = Field(min_length=1)
     limit: MajorAmount
     channel: ChannelId | None = None
 
 
-class Managers(_Strict):
+class Managers(People):
     """Who receives SLA escalations and may approve escalated cases up to ``limit``."""
 
-    members: list[UserId] = Field(min_length=1)
     limit: MajorAmount
+
+
+def _leads(value: Any) -> Any:
+    """``leads: [U…, S…]``, or ``leads: {members: [U…], usergroup: S…}`` (the same list)."""
+    if isinstance(value, dict):
+        people = People.model_validate(value)
+        return [*people.members, *([people.usergroup] if people.usergroup else [])]
+    return value
 
 
 class BusinessHours(_Strict):
@@ -209,7 +234,10 @@ class PolicyDocument(_Strict):
     default: DefaultRule
     approvers: dict[Slug, ApproverGroup] = Field(min_length=1)
     managers: Managers | None = None
-    leads: list[UserId] = Field(default_factory=list)
+    leads: Annotated[list[LeadId], BeforeValidator(_leads)] = Field(default_factory=list)
+    # Who may read case details, the policy, counterfactuals and history besides the leads,
+    # approvers and managers (support agents who file cases).
+    operators: People | None = None
     channels: dict[str, ChannelId] = Field(default_factory=dict)
     sla: dict[Annotated[int, Field(ge=1, le=4)], Annotated[str, AfterValidator(_duration)]] = Field(
         default_factory=dict
@@ -252,6 +280,24 @@ class PolicyDocument(_Strict):
         not be evaluated) the first group of the policy: a review never goes to nobody.
         """
         return decides.approvers or self.default.approvers or next(iter(self.approvers))
+
+
+def group_members(doc: PolicyDocument, group: str) -> tuple[str, ...]:
+    """Who a group names, as the prover compares it: its user ids, then its user group."""
+    people = doc.approvers.get(group)
+    if people is None:
+        return ()
+    named = tuple(sorted(people.members))
+    return named + ((f"usergroup:{people.usergroup}",) if people.usergroup else ())
+
+
+def usergroups(doc: PolicyDocument) -> set[str]:
+    """Every Slack user group the policy names (approver groups, managers, leads, operators)."""
+    named = {g.usergroup for g in doc.approvers.values() if g.usergroup}
+    for people in (doc.managers, doc.operators):
+        if people is not None and people.usergroup:
+            named.add(people.usergroup)
+    return named | {lead for lead in doc.leads if lead.startswith("S")}
 
 
 def approver_limit(doc: PolicyDocument, group: str) -> int:

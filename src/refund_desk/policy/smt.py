@@ -43,7 +43,13 @@ from refund_desk.policy.context import (
     PROVENANCES,
     REASONS,
 )
-from refund_desk.policy.schema import DEFAULT_TIER, Decides, PolicyDocument, approver_limit
+from refund_desk.policy.schema import (
+    DEFAULT_TIER,
+    Decides,
+    PolicyDocument,
+    approver_limit,
+    group_members,
+)
 
 KNOWN_SOURCES: tuple[str, ...] = (
     "api",
@@ -663,7 +669,7 @@ def rule_trees(doc: PolicyDocument) -> dict[str, Node | Unsupported]:
 
 def _review_verdict(doc: PolicyDocument, decides: Decides, tier: int) -> Verdict:
     group = doc.approvers_for(decides)
-    members = tuple(sorted(doc.approvers[group].members)) if group in doc.approvers else ()
+    members = group_members(doc, group)
     return Verdict("review", tier, group, members, approver_limit(doc, group), doc.currency)
 
 

@@ -24,7 +24,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from refund_desk import logs
-from refund_desk.bot.app import build_surface, start_socket_mode
+from refund_desk.bot.app import build_surface, pending_router, start_socket_mode
+from refund_desk.bot.doctor import queue_doctor
 from refund_desk.cases.errors import CaseError
 from refund_desk.runtime import Runtime, install_jobs
 from refund_desk.web import customer_channels as channels
@@ -192,6 +193,8 @@ def create_app(
             runtime.desk.wake = sweeper.wake
         socket_mode = start_socket_mode(surface, runtime.settings) if surface else None
         app.state.socket_mode = socket_mode
+        if surface is not None:  # the workspace checked against the policy, as a job
+            surface.start_jobs([queue_doctor(surface, "start-up")])
         try:
             yield
         finally:
@@ -212,6 +215,9 @@ def create_app(
         if surface.http:  # only with a signing secret; never in Socket Mode
             app.include_router(surface.router())
         app.state.slack = surface
+    elif runtime.settings.slack_signing_secret and runtime.settings.slack_app_token is None:
+        # Being installed: Slack verifies the request URL before there is a bot token.
+        app.include_router(pending_router(runtime.settings.slack_signing_secret.get_secret_value()))
     channels.install(app)  # web form, email, platform webhooks, appeals
     if slack_emulator is not None:
         app.include_router(slack_emulator.router())

@@ -22,9 +22,11 @@ from slack_sdk.models.blocks import (
     ConfirmObject,
     ContextBlock,
     DividerBlock,
+    EmailInputElement,
     HeaderBlock,
     InputBlock,
     MarkdownTextObject,
+    NumberInputElement,
     Option,
     PlainTextInputElement,
     PlainTextObject,
@@ -463,7 +465,9 @@ def partial_modal(token: str, channel: str, ceiling: str) -> View:
             InputBlock(
                 block_id="amount",
                 label=f"Amount to refund (at most {ceiling})",
-                element=PlainTextInputElement(action_id="value", placeholder="12.50"),
+                element=NumberInputElement(
+                    action_id="value", is_decimal_allowed=True, placeholder="12.50"
+                ),
             ),
             InputBlock(
                 block_id="reason",
@@ -475,7 +479,16 @@ def partial_modal(token: str, channel: str, ceiling: str) -> View:
     )
 
 
-def file_case_modal(channel: str) -> View:
+def file_case_modal(channel: str, prefill: dict[str, str] | None = None) -> View:
+    """The `/refund` modal; `prefill` (payment, email, currency, amount, reason, message) comes
+    from a message the "File a refund" shortcut was used on."""
+    given = prefill or {}
+
+    def initial(key: str) -> dict[str, Any]:
+        return {"initial_value": given[key]} if given.get(key) else {}
+
+    reason = [Option(value=r, text=r.replace("_", " ")) for r in REASONS]
+    chosen = next((o for o in reason if o.value == given.get("reason")), None)
     return View(
         type="modal",
         callback_id="file_case_modal",
@@ -487,37 +500,46 @@ def file_case_modal(channel: str) -> View:
             InputBlock(
                 block_id="payment",
                 label="Payment id",
-                element=PlainTextInputElement(action_id="value", placeholder="pi_… or py_…"),
+                element=PlainTextInputElement(
+                    action_id="value", placeholder="pi_… or py_…", **initial("payment")
+                ),
             ),
             InputBlock(
                 block_id="email",
                 label="Customer email",
-                element=PlainTextInputElement(action_id="value"),
+                element=EmailInputElement(action_id="value", **initial("email")),
             ),
             InputBlock(
                 block_id="currency",
                 label="Currency",
-                element=PlainTextInputElement(action_id="value", placeholder="USD"),
+                element=PlainTextInputElement(
+                    action_id="value", placeholder="USD", **initial("currency")
+                ),
             ),
             InputBlock(
                 block_id="amount",
                 label="Amount (empty: what is left to refund)",
                 optional=True,
-                element=PlainTextInputElement(action_id="value"),
+                element=NumberInputElement(
+                    action_id="value", is_decimal_allowed=True, **initial("amount")
+                ),
             ),
             InputBlock(
                 block_id="reason",
                 label="Reason",
                 element=StaticSelectElement(
                     action_id="value",
-                    options=[Option(value=r, text=r.replace("_", " ")) for r in REASONS],
+                    options=reason,
+                    initial_option=chosen,
                 ),
             ),
             InputBlock(
                 block_id="message",
                 label="What the customer said",
                 optional=True,
-                element=PlainTextInputElement(action_id="value", multiline=True),
+                element=PlainTextInputElement(
+                    action_id="value", multiline=True, **initial("message")
+                ),
             ),
         ],
     )

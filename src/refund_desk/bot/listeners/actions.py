@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any
 from refund_desk import money
 from refund_desk.bot import mrkdwn
 from refund_desk.bot.blocks import cards
-from refund_desk.bot.outbox import enqueue_call
+from refund_desk.bot.home import queue_home
+from refund_desk.bot.outbox import enqueue_tell
 from refund_desk.cases import approvals, tokens
 from refund_desk.cases.desk import Desk
 
@@ -36,6 +37,7 @@ async def decide(
     reason: str | None = None,
     amount: str | None = None,
     modal: bool = False,
+    response_url: str | None = None,
 ) -> None:
     try:
         outcome = await surface.blocking(
@@ -46,22 +48,26 @@ async def decide(
             await ack(response_action="errors", errors={"amount": refusal.message})
             return
         await ack()
-        await tell(surface, channel, user, f":no_entry: {mrkdwn.render(refusal.text)}")
+        await tell(
+            surface, channel, user, f":no_entry: {mrkdwn.render(refusal.text)}", response_url
+        )
         return
     await ack()
-    surface.start_jobs(outcome.jobs)
+    jobs = list(outcome.jobs)
+    if channel is None:  # clicked in App Home: show the viewer their queue as it is now
+        jobs.append(await surface.blocking(queue_home, surface.desk, user))
+    surface.start_jobs(jobs)
 
 
-async def tell(surface: Surface, channel: str | None, user: str, text: str) -> None:
-    """An ephemeral message through the outbox (a DM when there is no channel)."""
+async def tell(
+    surface: Surface, channel: str | None, user: str, text: str, response_url: str | None = None
+) -> None:
+    """An answer only `user` sees, as a job: through Slack's `response_url` when the interaction
+    has one (Bolt's respond()), else an ephemeral in `channel`, else a DM."""
 
     def queue(desk: Desk) -> int:
         with desk.db.write() as session:
-            if channel:
-                return enqueue_call(
-                    session, "chat.postEphemeral", channel=channel, user=user, text=text
-                )
-            return enqueue_call(session, "chat.postMessage", channel=user, text=text)
+            return enqueue_tell(session, user, text, channel=channel, response_url=response_url)
 
     surface.start_jobs([await surface.blocking(queue, surface.desk)])
 
@@ -72,7 +78,12 @@ def register(surface: Surface) -> None:
     @app.action("approve")
     async def on_approve(ack: Any, body: dict[str, Any], action: dict[str, Any]) -> None:
         await decide(
-            surface, ack, user=body["user"]["id"], channel=channel_of(body), token=action["value"]
+            surface,
+            ack,
+            user=body["user"]["id"],
+            channel=channel_of(body),
+            token=action["value"],
+            response_url=body.get("response_url"),
         )
 
     @app.action("escalate")
@@ -105,6 +116,7 @@ def register(surface: Surface) -> None:
                 user=body["user"]["id"],
                 channel=channel_of(body),
                 token=action["value"],
+                response_url=body.get("response_url"),
             )
             return
         view = cards.partial_modal(action["value"], channel_of(body) or "", ceiling)

@@ -25,6 +25,7 @@ from refund_desk.bot.blocks.policy import (
     draft_submission,
     review_blocks,
 )
+from refund_desk.bot.doctor import DOCTOR_JOB
 from refund_desk.bot.policy_jobs import (
     BACKTEST_JOB,
     DRAFT_FILE_JOB,
@@ -34,11 +35,12 @@ from refund_desk.bot.policy_jobs import (
     tell,
 )
 from refund_desk.cases.desk import Desk
-from refund_desk.cases.errors import CaseError, InvalidRequest, NotFound
+from refund_desk.cases.errors import CaseError, Forbidden, InvalidRequest, NotFound
+from refund_desk.cases.people import Directory, is_lead, is_one_of, may_read
 from refund_desk.governance import admin as policy_admin
 from refund_desk.governance import drafts, review, shadow
 from refund_desk.governance.proof import proof_against_active
-from refund_desk.governance.versions import control, history
+from refund_desk.governance.versions import control, history, load_version
 from refund_desk.policy import policy_hash
 from refund_desk.policy.diff import diff_policies, diff_text
 from refund_desk.storage.audit import Actor
@@ -91,6 +93,8 @@ class PolicyCommands:
         try:
             if sub in self.READS:
                 with self.desk.db.read() as session:
+                    if sub != "help":
+                        self._require_reader(session, user)
                     return Reply(self.READS[sub](self, session, rest))
             if sub in self.CHANGES:
                 return self.CHANGES[sub](self, user, channel, rest)
@@ -99,6 +103,18 @@ class PolicyCommands:
         return Reply(f":no_entry: Unknown subcommand `{mrkdwn.escape(sub)}`.\n{HELP}")
 
     # ------------------------------------------------------------ reading
+
+    def _require_reader(self, session: Session, user: str) -> None:
+        """Case details, the policy, counterfactuals and history are for the leads, approvers,
+        managers and the policy's operators; others get a short refusal."""
+        version = control(session).active_version
+        if version is None:
+            return  # nothing published: nothing to keep from anyone
+        if not may_read(load_version(session, version).doc, user, self.desk.directory):
+            raise Forbidden(
+                "not_a_reader",
+                "Only the policy's leads, approvers, managers and operators may read this.",
+            )
 
     def help(self, session: Session, rest: list[str]) -> str:
         switches = control(session)
@@ -204,12 +220,22 @@ class PolicyCommands:
 
     # ------------------------------------------------------------ changing (leads only)
 
-    def _change(self, user: str, act: Callable[[Session, Actor], drafts.Change]) -> Reply:
-        """Lead check, the change with its audit record, and its announcement: one transaction."""
+    def _change(
+        self,
+        user: str,
+        act: Callable[[Session, Actor], drafts.Change],
+        *,
+        doctor: bool = False,
+    ) -> Reply:
+        """Lead check, the change with its audit record, and its announcement: one transaction
+        (with `doctor`, the workspace is checked against the version afterwards)."""
         with self.desk.db.write() as session:
-            drafts.require_lead(session, user)
+            drafts.require_lead(session, user, self.desk.directory)
             change = act(session, Actor("human", user))
             jobs = list(change.jobs)
+            if doctor:
+                job_id = enqueue(session, kind=DOCTOR_JOB, payload={"reason": "publish"}).id
+                jobs += [job_id] if job_id is not None else []
             if change.announce:
                 job = announce(session, self.default_channel, change.announce)
                 jobs += [job] if job is not None else []
@@ -228,7 +254,7 @@ class PolicyCommands:
             return self._change(user, copy)
         draft_id = drafts.parse_ref(rest[0], allow=("draft",)).number if rest else None
         with self.desk.db.read() as session:
-            drafts.require_lead(session, user)
+            drafts.require_lead(session, user, self.desk.directory)
             if draft_id is not None:
                 drafts.get_draft(session, draft_id)
         return Reply("", modal_for=(draft_id,))
@@ -249,7 +275,7 @@ class PolicyCommands:
             raise InvalidRequest("bad_days", f"--days must be between 1 and {MAX_DAYS}.")
         ref = drafts.parse_ref(rest[0])
         with self.desk.db.write() as session:
-            drafts.require_lead(session, user)
+            drafts.require_lead(session, user, self.desk.directory)
             source = drafts.source_of(session, ref)
             doc, message = drafts.validate_text(source)
             if doc is None:
@@ -286,7 +312,9 @@ class PolicyCommands:
         ref = _one_draft(rest, "publish DRAFT")
         self._prove_ahead(ref)
         return self._change(
-            user, lambda s, a: policy_admin.publish_draft(s, self.desk.audit, draft_id=ref, actor=a)
+            user,
+            lambda s, a: policy_admin.publish_draft(s, self.desk.audit, draft_id=ref, actor=a),
+            doctor=True,
         )
 
     def _prove_ahead(self, draft_id: int) -> None:
@@ -303,7 +331,9 @@ class PolicyCommands:
             raise usage("rollback vN")
         version = drafts.parse_ref(rest[0], allow=("version",)).number
         return self._change(
-            user, lambda s, a: policy_admin.rollback(s, self.desk.audit, version=version, actor=a)
+            user,
+            lambda s, a: policy_admin.rollback(s, self.desk.audit, version=version, actor=a),
+            doctor=True,
         )
 
     def mode(self, user: str, channel: str | None, rest: list[str]) -> Reply:
@@ -370,7 +400,7 @@ class PolicyCommands:
         if (file_id is None) == (text is None):
             return {"file": "Upload the policy YAML file, or paste a short policy below (one)."}
         with self.desk.db.write() as session:
-            drafts.require_lead(session, user)
+            drafts.require_lead(session, user, self.desk.directory)
             if file_id is not None:  # read by a job: no network call before ack()
                 job = enqueue(
                     session,
@@ -394,14 +424,16 @@ class PolicyCommands:
                 jobs += [job_id] if job_id is not None else []
         return Reply(change.reply, jobs)
 
-    def tell(self, user: str, channel: str | None, said: Text | str) -> int:
-        """An ephemeral answer as a job (a button click has no response_url to answer on)."""
+    def tell(
+        self, user: str, channel: str | None, said: Text | str, response_url: str | None = None
+    ) -> int:
+        """An answer only `user` sees, as a job (response_url, ephemeral or DM)."""
         with self.desk.db.write() as session:
-            return tell(session, user, channel, said)
+            return tell(session, user, channel, said, response_url)
 
     def answer_review(self, user: str, case_id: str, verdict: str, where: dict[str, str]) -> Reply:
         with self.desk.db.write() as session:
-            _check_reviewer(session, user, case_id)
+            _check_reviewer(session, user, case_id, self.desk.directory)
             sample = review.answer(
                 session,
                 self.desk.audit,
@@ -437,18 +469,20 @@ def _update(session: Session, where: dict[str, str], blocks: list[dict[str, Any]
     )
 
 
-def _check_reviewer(session: Session, user: str, case_id: str) -> None:
+def _check_reviewer(session: Session, user: str, case_id: str, directory: Directory | None) -> None:
     """Approvers, managers and leads of the case's policy may judge its automatic refund."""
     from refund_desk.cases.approvals import Refused
-    from refund_desk.governance.versions import load_version
 
     sample = session.get(ReviewSample, case_id)
     if sample is None or sample.policy_version is None:
         return  # review.answer says what is wrong
     doc = load_version(session, sample.policy_version).doc
-    people = {m for g in doc.approvers.values() for m in g.members} | set(doc.leads)
-    people |= set(doc.managers.members) if doc.managers else set()
-    if user not in people:
+    allowed = (
+        is_lead(doc, user, directory)
+        or any(is_one_of(g, user, directory) for g in doc.approvers.values())
+        or is_one_of(doc.managers, user, directory)
+    )
+    if not allowed:
         raise Refused("not_a_reviewer", "Only the policy's approvers, managers and leads review.")
 
 
@@ -528,6 +562,7 @@ def register(surface: Surface) -> None:
                 body["user"]["id"],
                 where["channel"],
                 f":no_entry: {mrkdwn.render(exc.text)}",
+                body.get("response_url"),
             )
             surface.start_jobs([job])
             return

@@ -1,24 +1,30 @@
 """Slash commands: `/refund` files a case for a customer (`/refund-policy` lives in
-`policy_commands.py`).
+`policy_commands.py`); `/refund find TEXT` lists the cases matching an email, payment, order or
+case id (for the people who may read cases); the message shortcut "File a refund"
+(`file_refund`) opens the `/refund` modal filled in from the message.
 
 `/refund` opens its modal first; the submission is checked at once (so mistakes show in the
 modal) and then filed by a job, which asks the processor and runs the same workflow as the API
-with the operator recorded as the requester.
+with the operator recorded as the requester. Whoever filed it gets a DM when it ends.
 """
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import select
+from sqlalchemy import or_, select
 from sqlmodel import col
 
+from refund_desk import money
 from refund_desk.bot import mrkdwn
 from refund_desk.bot.blocks import cards
-from refund_desk.bot.outbox import enqueue_call
+from refund_desk.bot.outbox import enqueue_tell
 from refund_desk.cases.desk import Desk
 from refund_desk.cases.errors import CaseError, InvalidRequest
 from refund_desk.cases.intake import parse_request, submit
+from refund_desk.cases.people import may_read
+from refund_desk.governance.versions import control, load_version
 from refund_desk.storage.audit import Actor
 from refund_desk.storage.jobs import ClaimedJob, enqueue
 from refund_desk.storage.models import Case
@@ -28,6 +34,80 @@ if TYPE_CHECKING:
 
 FILE_CASE = "slack.file_case"
 FIELD_BLOCKS = {"payment", "email", "currency", "amount", "reason", "message"}
+FIND_LIMIT = 15
+PAYMENT_ID = re.compile(r"\b((?:pi|py|ch)_[A-Za-z0-9]+)\b")
+EMAIL = re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}")
+AMOUNT = re.compile(
+    r"(?:(?P<sym>[$€£¥])\s?(?P<a>\d+(?:[.,]\d{1,3})?)"
+    r"|(?P<b>\d+(?:\.\d{1,3})?)\s?(?P<code>[A-Z]{3})\b"
+    r"|(?P<c2>[A-Z]{3})\s?(?P<c>\d+(?:\.\d{1,3})?))"
+)
+SYMBOLS = {"$": "USD", "€": "EUR", "£": "GBP", "¥": "JPY"}
+
+
+def prefill(text: str) -> dict[str, str]:
+    """What a message says about a refund: payment id, email, amount and currency, and the
+    message itself as what the customer said."""
+    out: dict[str, str] = {"message": text[:2900]} if text.strip() else {}
+    if found := PAYMENT_ID.search(text):
+        out["payment"] = found.group(1)
+    if found := EMAIL.search(text):
+        out["email"] = found.group(0)
+    for found in AMOUNT.finditer(text):
+        currency = SYMBOLS.get(found.group("sym") or "") or found.group("code") or found.group("c2")
+        amount = (found.group("a") or found.group("b") or found.group("c") or "").replace(",", ".")
+        try:
+            money.exponent(currency or "")
+        except ValueError:  # UnknownCurrency: three capitals that are no currency
+            continue
+        out.update(currency=str(currency), amount=amount)
+        break
+    lowered = text.lower()
+    for reason, words in (
+        ("damaged", ("broken", "damaged", "shattered", "crushed")),
+        ("not_received", ("never arrived", "not received", "didn't arrive", "lost")),
+    ):
+        if any(w in lowered for w in words):
+            out["reason"] = reason
+            break
+    return out
+
+
+def find_cases(desk: Desk, user: str, text: str) -> str:
+    """Cases matching an email, payment, order (external id) or case id, newest first."""
+    needle = text.strip()
+    if not needle:
+        return "Usage: `/refund find EMAIL|PAYMENT|ORDER|CASE_ID`"
+    with desk.db.read() as session:
+        version = control(session).active_version
+        if version is None or not may_read(
+            load_version(session, version).doc, user, desk.directory
+        ):
+            return (
+                ":no_entry: Only the policy's leads, approvers, managers and operators may "
+                "look up cases."
+            )
+        conditions = [
+            col(Case.id) == needle,
+            col(Case.payment_id) == needle,
+            col(Case.external_id) == needle,
+        ]
+        if "@" in needle:
+            conditions.append(col(Case.email_hash) == desk.vault.email_hash(needle))
+        found = session.scalars(
+            select(Case)
+            .where(or_(*conditions))
+            .order_by(col(Case.created_at).desc())
+            .limit(FIND_LIMIT)
+        ).all()
+        lines = [
+            f"`{c.id}` · {money.format_money(c.amount, c.currency)} · "
+            f"{c.status.replace('_', ' ')} · payment `{c.payment_id}` · {c.created_at:%Y-%m-%d}"
+            for c in found
+        ]
+    if not lines:
+        return f"No case matches `{needle}`."
+    return f"Cases matching `{needle}`:\n" + "\n".join(lines)
 
 
 def file_case(desk: Desk, job: ClaimedJob) -> None:
@@ -55,12 +135,7 @@ def file_case(desk: Desk, job: ClaimedJob) -> None:
         said = f"{mrkdwn.render(exc.text)} {mrkdwn.escape(details)}".strip()
         text = f":no_entry: The case was not filed: {said}"
     with desk.db.write() as session:
-        job_id = enqueue_call(
-            session,
-            "chat.postEphemeral" if channel else "chat.postMessage",
-            **({"channel": channel, "user": user} if channel else {"channel": user}),
-            text=text,
-        )
+        job_id = enqueue_tell(session, user, text, channel=channel)
     desk.jobs.run_now(job_id)
 
 
@@ -69,9 +144,25 @@ def register(surface: Surface) -> None:
 
     @app.command("/refund")
     async def on_refund(ack: Any, body: dict[str, Any], client: Any) -> None:
+        words = (body.get("text") or "").strip().split(maxsplit=1)
+        if words and words[0].lower() == "find":
+            found = await surface.blocking(
+                find_cases, surface.desk, body["user_id"], words[1] if len(words) > 1 else ""
+            )
+            await ack(text=found)
+            return
         await client.views_open(
             trigger_id=body["trigger_id"], view=cards.file_case_modal(body.get("channel_id", ""))
         )
+        await ack()
+
+    @app.shortcut("file_refund")
+    async def on_file_refund(ack: Any, body: dict[str, Any], client: Any) -> None:
+        """The message shortcut: the `/refund` modal filled in from the message."""
+        message = body.get("message") or {}
+        channel = (body.get("channel") or {}).get("id", "")
+        view = cards.file_case_modal(channel, prefill(str(message.get("text") or "")))
+        await client.views_open(trigger_id=body["trigger_id"], view=view)
         await ack()
 
     @app.view("file_case_modal")

@@ -75,6 +75,10 @@ def _element(element: Any, where: str) -> None:
         if confirm is not None:
             _text(confirm.get("title"), 100, f"{where}.confirm.title", plain=True)
             _text(confirm.get("text"), 300, f"{where}.confirm.text")
+    if element["type"] == "number_input" and not isinstance(
+        element.get("is_decimal_allowed"), bool
+    ):
+        raise InvalidBlocks(f"{where}: number_input needs is_decimal_allowed")
     if element["type"] == "static_select":
         options = element.get("options") or []
         if not options or len(options) > 100:

@@ -4,7 +4,8 @@ The demo mounts its routers into the app (`router()`); tests serve its Web API a
 (`start()`), point the app's `SLACK_API_URL` at it, and read what the app did with the query
 helpers (`messages`, `in_channel`, `thread`, `buttons`, `ephemeral`, `views`, `home`,
 `uploads`, `methods`). A test may ask for rate limits (`rate_limits["chat.postMessage"] = 2`:
-the next two calls answer 429 with `Retry-After`).
+the next two calls answer 429 with `Retry-After`; `rate_limits["chat.postMessage U0MGR1"]`
+limits only the calls to that channel).
 """
 
 from __future__ import annotations
@@ -22,6 +23,16 @@ from fastapi import APIRouter, FastAPI
 from refund_desk.demo.slack.state import Channel, Message, User, Workspace
 from refund_desk.demo.slack.web_api import ResponseUrl
 
+# What an install from manifest.yml grants the bot token (Slack's `x-oauth-scopes` header).
+GRANTED_SCOPES = (
+    "chat:write",
+    "commands",
+    "files:read",
+    "files:write",
+    "usergroups:read",
+    "channels:read",
+    "groups:read",
+)
 MAX_RESPONSE_URLS = 200
 MAX_CALLS = 5000
 RESPONSE_URL_USES = 5  # Slack accepts five posts to one response_url ...
@@ -39,6 +50,7 @@ class SlackEmulator:
     )
     rate_limits: dict[str, int] = field(default_factory=dict)  # method -> 429s still to answer
     retry_after: int = 1
+    scopes: list[str] = field(default_factory=lambda: list(GRANTED_SCOPES))
     base_url: str | None = None  # set by start(): the root of the emulator served alone
     _server: Any = None
     _thread: threading.Thread | None = None

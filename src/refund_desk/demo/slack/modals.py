@@ -2,9 +2,31 @@
 
 from __future__ import annotations
 
+import re
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 REQUIRED = "Please fill out this required field."
+NOT_A_NUMBER = "Please enter a number."
+NOT_WHOLE = "Please enter a whole number."
+NOT_AN_EMAIL = "Please enter a valid email address."
+EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
+
+
+def format_problem(element: dict[str, Any], text: str) -> str | None:
+    """What Slack's client says before it lets a number or email input be submitted."""
+    if element.get("type") == "number_input":
+        try:
+            number = Decimal(text)
+        except InvalidOperation:
+            return NOT_A_NUMBER
+        if not number.is_finite():
+            return NOT_A_NUMBER
+        if not element.get("is_decimal_allowed") and number != number.to_integral_value():
+            return NOT_WHOLE
+    if element.get("type") == "email_text_input" and not EMAIL.match(text):
+        return NOT_AN_EMAIL
+    return None
 
 
 def submission_values(
@@ -34,5 +56,7 @@ def submission_values(
             filled = text is not None
         if not filled and not block.get("optional"):
             missing[block_id] = REQUIRED
+        elif text is not None and (problem := format_problem(element, text)) is not None:
+            missing[block_id] = problem
         values[block_id] = {action_id: state}
     return values, missing

@@ -4,8 +4,9 @@ Slack's answers, errors and limits.
 Each method says what Slack's own description says of it (the table `METHODS`, checked against
 Slack's OpenAPI and `slack_sdk` by the tests): its required arguments, and whether it takes a
 JSON body. Read methods (`files.info`, `users.info`, `conversations.info`,
-`usergroups.users.list`) take their arguments from the query string or a form body only; Slack
-ignores a JSON body to them, so the arguments are missing (`invalid_arguments`).
+`usergroups.users.list`, `chat.getPermalink`) take their arguments from the query string or a
+form body only; Slack ignores a JSON body to them, so the arguments are missing
+(`invalid_arguments`).
 
 Handlers are `async` and only touch the in-memory workspace under its lock, so they never block
 the event loop; the app calls them both from job threads (sync client) and from listeners
@@ -106,6 +107,17 @@ def update_message(ws: Workspace, params: dict[str, Any], base: str) -> dict[str
     message.updates += 1
     ws.changed()
     return {"channel": channel.id, "ts": message.ts, "text": message.text}
+
+
+def permalink(ws: Workspace, params: dict[str, Any], base: str) -> dict[str, Any]:
+    channel = ws.resolve_channel(params.get("channel"))
+    ts = str(params.get("message_ts") or "")
+    if ws.find(channel.id, ts) is None:
+        raise SlackError("message_not_found")
+    return {
+        "channel": channel.id,
+        "permalink": f"{base}archives/{channel.id}/p{ts.replace('.', '')}",
+    }
 
 
 def post_ephemeral(ws: Workspace, params: dict[str, Any], base: str) -> dict[str, Any]:
@@ -266,6 +278,7 @@ METHODS: dict[str, Method] = {
     "chat.postMessage": Method(post_message, ("channel",)),
     "chat.update": Method(update_message, ("channel", "ts")),
     "chat.postEphemeral": Method(post_ephemeral, ("channel", "user")),
+    "chat.getPermalink": Method(permalink, ("channel", "message_ts"), json_body=False),
     "views.open": Method(views_open, ("trigger_id", "view")),
     "views.update": Method(views_update, ("view",)),
     "views.publish": Method(views_publish, ("user_id", "view")),
@@ -288,8 +301,17 @@ def call(emulator: SlackEmulator, method: str, params: dict[str, Any], base: str
     """One Web API call, recorded: a rate limit a test asked for, the token, the arguments."""
     emulator.calls.append((method, params))
     with emulator.workspace.lock:
-        if emulator.rate_limits.get(method, 0) > 0:
-            emulator.rate_limits[method] -= 1
+        # "chat.postMessage" limits every such call; "chat.postMessage U0MGR1" one channel's.
+        key = next(
+            (
+                k
+                for k in (f"{method} {params.get('channel')}", method)
+                if emulator.rate_limits.get(k, 0) > 0
+            ),
+            None,
+        )
+        if key is not None:
+            emulator.rate_limits[key] -= 1
             return JSONResponse(
                 {"ok": False, "error": "ratelimited"},
                 status_code=429,
@@ -307,7 +329,10 @@ def call(emulator: SlackEmulator, method: str, params: dict[str, Any], base: str
         return JSONResponse({"ok": False, "error": exc.code, "errors": [exc.why]})
     except SlackError as exc:
         return JSONResponse({"ok": False, "error": exc.code})
-    return JSONResponse({"ok": True, **answer})
+    # Slack says on every answer which scopes the token has.
+    return JSONResponse(
+        {"ok": True, **answer}, headers={"x-oauth-scopes": ",".join(emulator.scopes)}
+    )
 
 
 def router(emulator: SlackEmulator) -> APIRouter:

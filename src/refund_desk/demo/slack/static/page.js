@@ -133,7 +133,10 @@ function inputElement(block, ctx) {
     return select;
   }
   const attrs = { id, name: block.block_id, placeholder, maxlength: element.max_length };
+  if (element.type === "number_input") Object.assign(attrs, { type: "number", step: element.is_decimal_allowed ? "any" : "1" });
+  if (element.type === "email_text_input") attrs.type = "email";
   const input = element.multiline ? el("textarea", { ...attrs, rows: 3 }) : el("input", attrs);
+  if (element.initial_value !== undefined) input.value = element.initial_value;
   if (kept !== undefined) input.value = kept;
   return input;
 }

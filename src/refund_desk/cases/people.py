@@ -1,0 +1,62 @@
+"""Who someone is in the policy: a person named by id, or a member of a Slack user group.
+
+An approver group, the managers, the leads and the operators may name a Slack user group
+(`usergroup: S0123ABCD`) instead of, or besides, `members`. The policy keeps the group, its
+limit and its tier; the people come from the directory (the `Directory` port, Slack's
+`usergroups.users.list` in the bot), so someone removed from the group can no longer act, even
+on cases opened before. The directory answers from what it read at most 60 seconds ago and
+never calls out itself: the bot refreshes it before a listener's transaction (no network call
+is ever made while a transaction is open), and a group it cannot vouch for counts as nobody.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from refund_desk.policy.schema import People, PolicyDocument
+
+
+class DirectoryUnavailable(Exception):
+    """The directory could not say who is in a user group just now."""
+
+
+class Directory(Protocol):
+    def members(self, usergroup: str) -> frozenset[str]:
+        """The user ids in `usergroup`, as read at most 60 seconds ago; raises
+        `DirectoryUnavailable` when it has no such reading."""
+        ...
+
+
+def in_usergroup(usergroup: str, user: str, directory: Directory | None) -> bool:
+    if directory is None:
+        return False
+    try:
+        return user in directory.members(usergroup)
+    except DirectoryUnavailable:
+        return False
+
+
+def is_one_of(people: People | None, user: str, directory: Directory | None) -> bool:
+    """Whether `user` is among `people`: named, or in their user group now."""
+    if people is None:
+        return False
+    if user in people.members:
+        return True
+    return people.usergroup is not None and in_usergroup(people.usergroup, user, directory)
+
+
+def is_lead(doc: PolicyDocument, user: str, directory: Directory | None) -> bool:
+    return user in doc.leads or any(
+        in_usergroup(lead, user, directory) for lead in doc.leads if lead.startswith("S")
+    )
+
+
+def may_read(doc: PolicyDocument, user: str, directory: Directory | None) -> bool:
+    """Case details, the policy text, counterfactuals and history are for the leads, the
+    approvers, the managers and the policy's operators."""
+    return (
+        is_lead(doc, user, directory)
+        or any(is_one_of(group, user, directory) for group in doc.approvers.values())
+        or is_one_of(doc.managers, user, directory)
+        or is_one_of(doc.operators, user, directory)
+    )

@@ -1,0 +1,174 @@
+"""Errors reach people: a card Slack will never take is a permanent failure that the case, the
+leads and App Home show; answers go through response_url, else ephemeral, else a DM; an
+unexpected error shows an incident id; one Slack call per step, so a 429 never posts twice."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from sqlalchemy import select
+from sqlmodel import col
+
+from refund_desk.bot.outbox import SLACK_CALL
+from refund_desk.storage.models import Job
+from tests.helpers import ACME
+from tests.slack_helpers import SlackHarness, fixture
+
+
+@pytest.fixture()
+def desk(sqlite_url: str, slack_desk: Callable[[str, str], SlackHarness]) -> SlackHarness:
+    return slack_desk(sqlite_url, ACME.read_text())
+
+
+def _home(desk: SlackHarness, user: str) -> str:
+    event = fixture("app_home_opened.json")
+    event["event"]["user"] = user
+    desk.event(event)
+    desk.settle()
+    return str(desk.slack.home[user]["blocks"])
+
+
+@pytest.mark.parametrize(
+    ("change", "code"),
+    [
+        ({"member": False}, "not_in_channel"),
+        ({"archived": True}, "is_archived"),
+        (None, "channel_not_found"),
+    ],
+)
+def test_a_card_slack_will_not_take_is_not_retried_and_reaches_the_leads(
+    desk: SlackHarness, change: dict[str, Any] | None, code: str
+) -> None:
+    ws = desk.slack.workspace
+    if change is None:
+        del ws.channels["C0FINANCE"]
+    else:
+        for key, value in change.items():
+            setattr(ws.channels["C0FINANCE"], key, value)
+    payment = desk.payment("900.00")
+    case_id = desk.post(desk.request(payment, "600.00")).json()["id"]
+    desk.settle()
+    for seconds in (60, 600, 3600):
+        desk.sweep(seconds_ahead=seconds)
+    posts = [p for m, p in desk.slack.calls if m == "chat.postMessage"]
+    assert [p["channel"] for p in posts].count("C0FINANCE") == 1, "a permanent failure: no retry"
+    case = desk.get(case_id)
+    assert case["status"] == "awaiting_approval"
+    assert case["slack"] == {
+        "status": "not delivered to Slack",
+        "channel": "C0FINANCE",
+        "error": code,
+    }
+    assert "slack.undelivered" in [r["action"] for r in case["audit"]]
+    [dm] = [m for m in desk.slack.messages if m.channel == "D0LEAD1"]
+    assert case_id in dm.text and "C0FINANCE" in dm.text and code in dm.text
+    home = _home(desk, "U0LEAD1")
+    assert "Not delivered to Slack" in home and case_id in home
+    assert "Not delivered to Slack" not in _home(desk, "U0STRANGER")
+    # Sweeps and more notifications about the case never post the card there again.
+    desk.sweep(seconds_ahead=7200)
+    posts = [p for m, p in desk.slack.calls if m == "chat.postMessage"]
+    assert [p["channel"] for p in posts].count("C0FINANCE") == 1
+    assert len([m for m in desk.slack.messages if m.channel == "D0LEAD1"]) == 1
+
+
+def test_a_delivered_card_is_on_the_case(desk: SlackHarness) -> None:
+    payment = desk.payment("900.00")
+    case_id = desk.post(desk.request(payment, "600.00")).json()["id"]
+    desk.settle()
+    slack = desk.get(case_id)["slack"]
+    assert slack["status"] == "delivered" and slack["channel"] == "C0FINANCE"
+
+
+def test_a_rate_limit_on_the_managers_dm_never_posts_the_thread_line_twice(
+    desk: SlackHarness,
+) -> None:
+    payment = desk.payment("900.00")
+    desk.post(desk.request(payment, "600.00")).json()
+    desk.settle()
+    desk.slack.rate_limits["chat.postMessage U0MGR1"] = 1
+    desk.escalate("U0FIN1", desk.buttons()["escalate"])
+    desk.settle()
+    assert [m for m in desk.slack.messages if m.channel == "D0MGR1"] == []  # waiting
+    desk.sweep(seconds_ahead=5)
+    assert len([m for m in desk.slack.messages if m.channel == "D0MGR1"]) == 1
+    lines = [m.text for m in desk.slack.thread(desk.card()) if "Escalated" in m.text]
+    assert len(lines) == 1, lines
+    with desk.runtime.db.read() as session:
+        steps = session.scalars(select(Job).where(col(Job.kind) == SLACK_CALL)).all()
+    assert all(j.status == "done" for j in steps)
+
+
+def test_a_refusal_answers_through_the_response_url(desk: SlackHarness) -> None:
+    payment = desk.payment("900.00")
+    desk.post(desk.request(payment, "600.00"))
+    desk.settle()
+    desk.click("U0STRANGER", "approve", desk.buttons()["approve"])
+    desk.settle()
+    [told] = [m for m in desk.slack.ephemeral if m.to == "U0STRANGER"]
+    assert told.text.startswith(":no_entry:")
+    assert "chat.postEphemeral" not in desk.slack.methods()  # respond(), not the Web API
+
+
+def test_a_refusal_in_a_channel_without_the_bot_reaches_the_person_as_a_dm(
+    desk: SlackHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    payment = desk.payment("900.00")
+    desk.post(desk.request(payment, "600.00"))
+    desk.settle()
+    token = desk.buttons()["approve"]
+    desk.slack.workspace.channels["C0FINANCE"].member = False
+    expired = f"{desk.slack.base_url}sandbox/slack/respond/expired"
+    monkeypatch.setattr(desk.slack, "response_url", lambda *args: expired)
+    desk.click("U0STRANGER", "approve", token)
+    desk.settle()
+    [dm] = [m for m in desk.slack.messages if m.channel == "D0STRANGER"]
+    assert dm.text.startswith(":no_entry:")
+
+
+def test_an_unexpected_error_shows_an_incident_id_never_the_exception(
+    desk: SlackHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from refund_desk.cases import approvals
+
+    def boom(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("database password is hunter2")
+
+    monkeypatch.setattr(approvals, "act", boom)
+    payment = desk.payment("900.00")
+    desk.post(desk.request(payment, "600.00"))
+    desk.settle()
+    desk.click("U0FIN1", "approve", desk.buttons()["approve"])
+    desk.settle()
+    [told] = [m for m in desk.slack.ephemeral if m.to == "U0FIN1"]
+    assert "incident `" in told.text and "hunter2" not in told.text
+
+
+def test_a_click_is_acknowledged_while_background_work_fills_its_pool(
+    desk: SlackHarness,
+) -> None:
+    payment = desk.payment("900.00")
+    case_id = desk.post(desk.request(payment, "600.00")).json()["id"]
+    desk.settle()
+    approve = desk.buttons()["approve"]
+    release = threading.Event()
+    busy = [desk.surface.pool.submit(release.wait) for _ in range(8)]  # Stripe, backtests...
+    answered: list[int] = []
+    try:
+        clicker = threading.Thread(
+            target=lambda: answered.append(desk.click("U0FIN1", "approve", approve).status_code)
+        )
+        clicker.start()
+        clicker.join(timeout=20)  # a liveness bound, far above Slack's 3 s: not a timing test
+        assert answered == [200], "the acknowledgement waited behind background jobs"
+        actions = [r["action"] for r in desk.get(case_id)["audit"]]
+        assert "approval.recorded" in actions or "case.approved" in actions, actions
+    finally:
+        release.set()
+        for future in busy:
+            future.result(timeout=10)
+    desk.settle()
+    assert desk.get(case_id)["status"] == "refunded"
