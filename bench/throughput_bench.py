@@ -13,7 +13,8 @@ endpoint's req/s in the same run; at the end `audit verify` must pass.
 
 `--workers 1,2` runs Refund Desk on PostgreSQL once per worker count (`serve --workers N`);
 `--wait` adds a run where every client sends `Prefer: wait=10` and gets the outcome in the
-answer.
+answer; `--profile DIR` samples the Refund Desk server with py-spy during each run (collapsed
+stacks, one file per run; `bench/profile_summary.py` reads them).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import signal
 import socket
 import statistics
 import subprocess
@@ -187,7 +189,14 @@ def bare(database_url: str, requests: int, concurrency: int) -> Load:
 
 
 def refund_desk(
-    database_url: str, requests: int, concurrency: int, *, workers: int = 1, wait: bool = False
+    database_url: str,
+    requests: int,
+    concurrency: int,
+    *,
+    workers: int = 1,
+    wait: bool = False,
+    profile: Path | None = None,
+    label: str = "",
 ) -> tuple[Load, float, str]:
     """Intake load, then the time from the first request until every case is refunded."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -231,6 +240,7 @@ def refund_desk(
             url,
         )
         engine = create_engine(database_url)
+        spy = profile_of(proc, profile, f"{label}-{workers}w") if profile else None
         try:
             headers = {"Authorization": f"Bearer {key}"}
             if wait:
@@ -242,11 +252,26 @@ def refund_desk(
             if refunded < requests + 1:
                 raise RuntimeError(f"only {refunded} of {requests + 1} cases were refunded")
         finally:
+            if spy is not None:
+                spy.send_signal(signal.SIGINT)  # py-spy writes its file and exits
+                spy.wait(timeout=60)
             stop(proc)
             engine.dispose()
         verify = cli(env, cwd, "audit", "verify")
         # The warm-up request refunds too, but before the clock started.
         return load, requests / e2e, verify
+
+
+def profile_of(proc: subprocess.Popen[bytes], directory: Path, name: str) -> Any:
+    """Sample the server (and its worker processes) with py-spy while the load runs."""
+    directory.mkdir(parents=True, exist_ok=True)
+    return subprocess.Popen(
+        [str(Path(sys.executable).with_name("py-spy")), "record", "--pid", str(proc.pid),
+         "--subprocesses", "--rate", "250",
+         "--format", "raw", "--output", str(directory / f"{name}.txt")],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
 
 
 def count_until(engine: Any, want: int, *, timeout: float) -> int:
@@ -270,7 +295,14 @@ def side_by_side(
     print(reference.line("bare FastAPI + INSERT", None))
     for workers in worker_counts:
         with url_for() as url:
-            load, e2e, verify = refund_desk(url, args.requests, args.concurrency, workers=workers)
+            load, e2e, verify = refund_desk(
+                url,
+                args.requests,
+                args.concurrency,
+                workers=workers,
+                profile=args.profile,
+                label=label.lower(),
+            )
         print(load.line(f"Refund Desk intake ({workers}w)", reference.rate))
         print(
             f"  {'end to end, refunded (' + str(workers) + 'w)':<28} {e2e:7.1f} refunds/s"
@@ -317,6 +349,9 @@ def main() -> None:
     parser.add_argument("--only", choices=["sqlite", "postgres"])
     parser.add_argument("--workers", default="1,2", help="PostgreSQL worker counts, e.g. 1,2")
     parser.add_argument("--wait", action="store_true", help="also a run with Prefer: wait=10")
+    parser.add_argument(
+        "--profile", type=Path, help="sample Refund Desk with py-spy into this folder"
+    )
     args = parser.parse_args()
     if args.only != "postgres":
         side_by_side("SQLite", SqliteUrl, args, [1])

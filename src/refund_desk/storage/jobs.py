@@ -88,6 +88,8 @@ class JobQueue:
         self.lease = timedelta(seconds=lease_seconds)
         self.handlers: dict[str, Handler] = {}
         self.stopping = threading.Event()  # set on shutdown: sweeps stop between jobs
+        # Called after each run here (done or to be retried): a waiting request looks again.
+        self.listeners: list[Callable[[ClaimedJob], None]] = []
 
     def install(self, table: dict[str, Handler]) -> None:
         """Take the whole table of job kinds at once (`runtime.job_table` builds it)."""
@@ -133,6 +135,21 @@ class JobQueue:
         with self.db.write() as session:
             claimed = self._lease(session, free, now)
         return claimed[0] if claimed else None
+
+    def claim_ids(self, job_ids: list[int], *, now: datetime | None = None) -> list[ClaimedJob]:
+        """Claim these jobs now, in one transaction, even before they are due (the worker
+        of the process whose requests created them); those held or finished elsewhere are
+        left out."""
+        if not job_ids:
+            return []
+        now = now or clock.now()
+        free = and_(
+            Job.id.in_(job_ids),  # type: ignore[union-attr]
+            col(Job.status) == "pending",
+            or_(col(Job.lease_expires_at).is_(None), col(Job.lease_expires_at) < now),
+        )
+        with self.db.write() as session:
+            return self._lease(session, free, now)
 
     def _lease(self, session: Session, where: Any, now: datetime) -> list[ClaimedJob]:
         rows = session.execute(
@@ -236,6 +253,16 @@ class JobQueue:
     # ------------------------------------------------------------ running
 
     def run(self, job: ClaimedJob) -> None:
+        try:
+            self._run(job)
+        finally:
+            for listener in self.listeners:
+                try:
+                    listener(job)
+                except Exception:  # a listener never fails the job
+                    log.exception("job listener failed for job %s", job.id)
+
+    def _run(self, job: ClaimedJob) -> None:
         handler = self.handlers.get(job.kind)
         if handler is None:
             self.retry(job, delay=3600, error=f"no handler for job kind {job.kind!r}")

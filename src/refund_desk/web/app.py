@@ -25,7 +25,7 @@ from refund_desk.bot.app import build_surface, start_socket_mode
 from refund_desk.cases.errors import CaseError
 from refund_desk.runtime import Runtime, install_jobs
 from refund_desk.web import customer_channels as channels
-from refund_desk.web import metrics
+from refund_desk.web import metrics, waiting
 from refund_desk.web.errors import error_body
 from refund_desk.web.routes import intake_api as api
 from refund_desk.web.routes import stripe_webhooks as stripe_routes
@@ -39,7 +39,14 @@ log = logging.getLogger(__name__)
 class Sweeper:
     """Fires the job sweeps: every REFUND_DESK_SWEEP_SECONDS, sooner when a job is due sooner,
     and at once when new work is committed. One sweep at a time per replica; a wake-up that
-    arrives while one runs makes it go round again instead of queueing another."""
+    arrives while one runs makes it go round again instead of queueing another.
+
+    It is also this replica's worker for work its requests create (`Desk.hand_off`): such a
+    job is taken at once, before its due time, so the request answers after intake and the
+    case moves on without waiting for the next period. Only the job's id is kept in memory;
+    the job is a committed row, and if this process dies a sweep elsewhere takes it."""
+
+    BATCH = 50  # handed-off jobs claimed in one transaction
 
     def __init__(self, runtime: Runtime) -> None:
         self.jobs = runtime.desk.jobs
@@ -47,6 +54,8 @@ class Sweeper:
         self.scheduler = BackgroundScheduler(timezone="UTC")
         self.running = threading.Lock()
         self.again = threading.Event()
+        self.handed: list[int] = []
+        self.handed_lock = threading.Lock()
 
     def start(self) -> None:
         self.scheduler.add_job(
@@ -68,8 +77,10 @@ class Sweeper:
         try:
             while not self.jobs.stopping.is_set():
                 self.again.clear()
+                while self._run_handed():
+                    pass
                 self.jobs.sweep()
-                if not self.again.is_set():
+                if not self.again.is_set() and not self.handed:
                     break
             upcoming = self.jobs.next_due()
         except Exception:  # the next period tries again; the jobs table keeps the work
@@ -80,6 +91,24 @@ class Sweeper:
         now = datetime.now(UTC)
         if upcoming is not None and upcoming < now + self.period:
             self._soon(max(upcoming, now) + timedelta(milliseconds=50))
+
+    def take(self, job_id: int) -> None:
+        """A request just committed this job: run it now, in the background."""
+        with self.handed_lock:
+            self.handed.append(job_id)
+        self.wake()
+
+    def _run_handed(self) -> bool:
+        with self.handed_lock:
+            ids, self.handed[: self.BATCH] = self.handed[: self.BATCH], []
+        if not ids:
+            return False
+        for job in self.jobs.claim_ids(ids):
+            if self.jobs.stopping.is_set():
+                self.jobs.retry(job, delay=0, error="replica stopping", failed=False)
+                continue
+            self.jobs.run(job)
+        return True
 
     def wake(self) -> None:
         """New work was just committed: sweep now instead of at the next period."""
@@ -121,6 +150,7 @@ def create_app(
         if sweeper is not None:
             sweeper.start()
             runtime.desk.wake = sweeper.wake
+            runtime.desk.worker = sweeper.take
         socket_mode = start_socket_mode(surface, runtime.settings) if surface else None
         app.state.socket_mode = socket_mode
         try:
@@ -130,10 +160,13 @@ def create_app(
                 await socket_mode.close()
             if sweeper is not None:
                 runtime.desk.wake = None
+                runtime.desk.worker = None
                 sweeper.stop(timeout=runtime.desk.jobs.lease.total_seconds())
 
     app = FastAPI(title="Refund Desk", version="0.1.0", lifespan=lifespan)
     app.state.runtime = runtime
+    app.state.case_waiters = waiters = waiting.CaseWaiters()  # for `Prefer: wait=N`
+    runtime.desk.jobs.listeners.append(waiters.job_finished)
     app.include_router(api.router)
     app.include_router(stripe_routes.router)
     app.state.socket_mode = None
