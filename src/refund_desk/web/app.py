@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
@@ -41,12 +43,11 @@ class Sweeper:
     and at once when new work is committed. One sweep at a time per replica; a wake-up that
     arrives while one runs makes it go round again instead of queueing another.
 
-    It is also this replica's worker for work its requests create (`Desk.hand_off`): such a
-    job is taken at once, before its due time, so the request answers after intake and the
-    case moves on without waiting for the next period. Only the job's id is kept in memory;
-    the job is a committed row, and if this process dies a sweep elsewhere takes it."""
-
-    BATCH = 50  # handed-off jobs claimed in one transaction
+    It also keeps this replica's workers for work its requests create (`Desk.hand_off`): such
+    a job is taken at once by a worker thread, before its due time, so the request answers
+    after intake and the case moves on without waiting for the next period. Only the job's id
+    is kept in memory; the job is a committed row, and if this process dies a sweep elsewhere
+    takes it after its grace."""
 
     def __init__(self, runtime: Runtime) -> None:
         self.jobs = runtime.desk.jobs
@@ -54,8 +55,11 @@ class Sweeper:
         self.scheduler = BackgroundScheduler(timezone="UTC")
         self.running = threading.Lock()
         self.again = threading.Event()
-        self.handed: list[int] = []
-        self.handed_lock = threading.Lock()
+        # SQLite has one writer: one thread. PostgreSQL: several, each a job at a time.
+        threads = runtime.settings.worker_threads or (1 if runtime.db.is_sqlite else 4)
+        self.pool = ThreadPoolExecutor(threads, thread_name_prefix="worker")
+        self.busy = 0
+        self.idle = threading.Condition()
 
     def start(self) -> None:
         self.scheduler.add_job(
@@ -77,10 +81,8 @@ class Sweeper:
         try:
             while not self.jobs.stopping.is_set():
                 self.again.clear()
-                while self._run_handed():
-                    pass
                 self.jobs.sweep()
-                if not self.again.is_set() and not self.handed:
+                if not self.again.is_set():
                     break
             upcoming = self.jobs.next_due()
         except Exception:  # the next period tries again; the jobs table keeps the work
@@ -93,22 +95,29 @@ class Sweeper:
             self._soon(max(upcoming, now) + timedelta(milliseconds=50))
 
     def take(self, job_id: int) -> None:
-        """A request just committed this job: run it now, in the background."""
-        with self.handed_lock:
-            self.handed.append(job_id)
-        self.wake()
+        """A request just committed this job: run it now, on a worker thread."""
+        if self.jobs.stopping.is_set():
+            return  # the row stays: a sweep takes it after its grace, here or elsewhere
+        with self.idle:
+            self.busy += 1
+        try:
+            self.pool.submit(self._run_one, job_id)
+        except RuntimeError:  # shut down meanwhile
+            self._done()
 
-    def _run_handed(self) -> bool:
-        with self.handed_lock:
-            ids, self.handed[: self.BATCH] = self.handed[: self.BATCH], []
-        if not ids:
-            return False
-        for job in self.jobs.claim_ids(ids):
-            if self.jobs.stopping.is_set():
-                self.jobs.retry(job, delay=0, error="replica stopping", failed=False)
-                continue
-            self.jobs.run(job)
-        return True
+    def _run_one(self, job_id: int) -> None:
+        try:
+            if not self.jobs.stopping.is_set():
+                self.jobs.run_now(job_id)
+        except Exception:  # the job is a row: its lease runs out and a sweep retries it
+            log.exception("job %s failed to run", job_id)
+        finally:
+            self._done()
+
+    def _done(self) -> None:
+        with self.idle:
+            self.busy -= 1
+            self.idle.notify_all()
 
     def wake(self) -> None:
         """New work was just committed: sweep now instead of at the next period."""
@@ -133,7 +142,11 @@ class Sweeper:
         """Stop between jobs; leave what is not started to the other replicas (or a restart)."""
         self.jobs.stopping.set()
         self.scheduler.shutdown(wait=False)
-        if self.running.acquire(timeout=timeout):
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        deadline = time.monotonic() + timeout
+        with self.idle:  # jobs already running finish (each within its lease)
+            self.idle.wait_for(lambda: self.busy <= 0, timeout=timeout)
+        if self.running.acquire(timeout=max(0.0, deadline - time.monotonic())):
             self.running.release()
 
 
