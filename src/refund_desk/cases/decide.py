@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from refund_desk.cases import advisory
 from refund_desk.cases import facts as case_facts
-from refund_desk.cases.executor import enqueue_execution
+from refund_desk.cases.executor import enqueue_execution, reserve_early
 from refund_desk.cases.lifecycle import Status, move
 from refund_desk.cases.ports import (
     AdviceRequest,
@@ -24,7 +24,7 @@ from refund_desk.policy import Decision
 from refund_desk.storage.audit import MODEL, POLICY, SYSTEM, Actor
 from refund_desk.storage.db import lock_payment
 from refund_desk.storage.jobs import ClaimedJob, RetryLater, backoff
-from refund_desk.storage.models import Case
+from refund_desk.storage.models import Case, Job
 
 if TYPE_CHECKING:
     from sqlmodel import Session
@@ -61,18 +61,29 @@ def advance(desk: Desk, job: ClaimedJob) -> None:
             raise RetryLater(backoff(job.failures + 1), f"{exc.code}: {exc.message}") from None
         _park(desk, case.id, f"The processor could not be asked about the payment ({exc.code}).")
         return
+    claimed: ClaimedJob | None = None
     try:
         with desk.db.write() as session:
             lock_payment(session, case.payment_id)  # the payment first, as everywhere else
             if asked is not None:
                 _record_advice(desk, session, case.id, asked)
             exec_job = _decide(desk, session, case.id, payment)
+            if exec_job is not None and desk.run_inline:
+                # Approved by the policy: reserve now, on the facts just read, and take the
+                # execute job here; it only pays and records. This job ends in this commit.
+                revision = session.get_one(Job, exec_job).payload.get("revision")
+                reserve_early(desk, session, case.id, revision, payment)
+                claimed = desk.jobs.claim_in(session, exec_job)
+            desk.jobs.finish_in(session, job)
     except Exception:
         if asked is not None:  # keep the advice we have; the decision is retried
             with desk.db.write() as session:
                 _record_advice(desk, session, case.id, asked)
         raise
-    desk.kick(exec_job)
+    if claimed is not None:
+        desk.run_claimed(claimed)
+    else:
+        desk.kick(exec_job)
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from refund_desk.cases.ports import Advisor, Processor
 from refund_desk.storage.audit import AuditLog
 from refund_desk.storage.crypto import Vault
 from refund_desk.storage.db import Database
-from refund_desk.storage.jobs import JobQueue
+from refund_desk.storage.jobs import ClaimedJob, JobQueue
 
 
 @dataclass
@@ -53,3 +53,10 @@ class Desk:
             self.worker(job_id)
             return
         self.kick(job_id)
+
+    def run_claimed(self, job: ClaimedJob | None) -> None:
+        """Run a job claimed in the transaction that created it (see `JobQueue.claim_in`)."""
+        if job is not None:
+            self.jobs.run(job)
+        if self.wake is not None:
+            self.wake()

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, case, func, or_, select, update
+from sqlalchemy import and_, case, event, func, or_, select, update
 from sqlmodel import Session, col
 
 from refund_desk import clock
@@ -90,6 +90,8 @@ class JobQueue:
         self.stopping = threading.Event()  # set on shutdown: sweeps stop between jobs
         # Called after each run here (done or to be retried): a waiting request looks again.
         self.listeners: list[Callable[[ClaimedJob], None]] = []
+        self._finished: set[tuple[int, int]] = set()  # (id, attempt) done in a handler's commit
+        self._finished_lock = threading.Lock()
 
     def install(self, table: dict[str, Handler]) -> None:
         """Take the whole table of job kinds at once (`runtime.job_table` builds it)."""
@@ -134,6 +136,18 @@ class JobQueue:
         )
         with self.db.write() as session:
             claimed = self._lease(session, free, now)
+        return claimed[0] if claimed else None
+
+    def claim_in(self, session: Session, job_id: int) -> ClaimedJob | None:
+        """Claim a job inside the caller's transaction (which has just queued it): the claim
+        commits with the work that created the job, and costs no transaction of its own."""
+        now = clock.now()
+        free = and_(
+            col(Job.id) == job_id,
+            col(Job.status) == "pending",
+            or_(col(Job.lease_expires_at).is_(None), col(Job.lease_expires_at) < now),
+        )
+        claimed = self._lease(session, free, now)
         return claimed[0] if claimed else None
 
     def claim_ids(self, job_ids: list[int], *, now: datetime | None = None) -> list[ClaimedJob]:
@@ -215,6 +229,33 @@ class JobQueue:
             stop.set()
             beater.join()
 
+    def finish_in(self, session: Session, job: ClaimedJob) -> bool:
+        """Mark the job done inside the handler's last transaction, so the outcome and the
+        job's completion commit together (one transaction fewer); `run` then leaves it.
+        False if the lease was lost: the handler's work still commits, as it would have."""
+        done = session.execute(
+            update(Job)
+            .where(self._fenced(job))
+            .values(status="done", finished_at=clock.now(), lease_expires_at=None)
+        )
+        if not done.rowcount:  # type: ignore[attr-defined]
+            return False
+        key = (job.id, job.attempt)
+
+        def committed(_session: Any) -> None:
+            with self._finished_lock:
+                self._finished.add(key)
+
+        event.listen(session, "after_commit", committed, once=True)
+        return True
+
+    def _finished_here(self, job: ClaimedJob) -> bool:
+        with self._finished_lock:
+            if (job.id, job.attempt) in self._finished:
+                self._finished.discard((job.id, job.attempt))
+                return True
+        return False
+
     def complete(self, job: ClaimedJob) -> bool:
         with self.db.write() as session:
             done = session.execute(
@@ -270,14 +311,22 @@ class JobQueue:
         try:
             handler(job)
         except RetryLater as later:
-            self.retry(
-                job, delay=later.delay, error=later.reason or "retry requested", failed=later.failed
-            )
+            if not self._finished_here(job):
+                self.retry(
+                    job,
+                    delay=later.delay,
+                    error=later.reason or "retry requested",
+                    failed=later.failed,
+                )
         except Exception as exc:
             log.exception("job %s (%s) attempt %s failed", job.id, job.kind, job.attempt)
-            self.retry(job, delay=backoff(job.failures + 1), error=f"{type(exc).__name__}: {exc}")
+            if not self._finished_here(job):
+                self.retry(
+                    job, delay=backoff(job.failures + 1), error=f"{type(exc).__name__}: {exc}"
+                )
         else:
-            self.complete(job)
+            if not self._finished_here(job):
+                self.complete(job)
 
     def run_now(self, job_id: int) -> bool:
         """Claim and run one job at once; False if someone else holds or finished it."""
