@@ -37,6 +37,10 @@ class Settings(BaseSettings):
     slack_api_url: str = Field("https://slack.com/api/", validation_alias="SLACK_API_URL")
     channel: str | None = Field(None, validation_alias="REFUND_DESK_CHANNEL")
     sweep_seconds: float = Field(30.0, gt=0, validation_alias="REFUND_DESK_SWEEP_SECONDS")
+    # Threads per replica running the jobs its requests create (default: 1 on SQLite, 4 else).
+    worker_threads: int | None = Field(
+        None, ge=1, le=64, validation_alias="REFUND_DESK_WORKER_THREADS"
+    )
     secret: SecretStr | None = Field(None, validation_alias="REFUND_DESK_SECRET")
     processor: Literal["sandbox", "stripe"] = Field(
         "sandbox", validation_alias="REFUND_DESK_PROCESSOR"

@@ -59,7 +59,7 @@ def _post(url: str, key: str, body: dict[str, Any]) -> dict[str, Any]:
     response = httpx.post(
         f"{url}/api/v1/refund-requests",
         json=body,
-        headers={"Authorization": f"Bearer {key}"},
+        headers={"Authorization": f"Bearer {key}", "Prefer": "wait=10"},
         timeout=30,
     )
     assert response.status_code == 201, response.text
@@ -122,7 +122,7 @@ def test_a_killed_replicas_leased_work_is_finished_by_the_other(env: Env, pg_url
             httpx.post(
                 f"{url_a}/api/v1/refund-requests",
                 json=body,
-                headers={"Authorization": f"Bearer {key}"},
+                headers={"Authorization": f"Bearer {key}", "Prefer": "wait=10"},
                 timeout=30,
             )
         deadline = time.monotonic() + 30

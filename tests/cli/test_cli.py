@@ -140,3 +140,38 @@ def test_audit_verify_and_export(cli_db: Path, tmp_path: Path) -> None:
     lines = [json.loads(line) for line in out.read_text().splitlines()]
     assert lines[0]["action"] == "policy.published"
     assert lines[-1] == {"head_hash": lines[0]["hash"], "count": 1}
+
+
+def test_sandbox_payment_create_count_prints_one_id_a_line() -> None:
+    output = run(
+        "sandbox",
+        "payment",
+        "create",
+        "--amount",
+        "12.50",
+        "--currency",
+        "eur",
+        "--email",
+        "ada@example.com",
+        "--count",
+        "25",
+    )
+    ids = output.split()
+    assert len(ids) == 25 and len(set(ids)) == 25
+    for payment in (ids[0], ids[-1]):
+        shown = json.loads(run("sandbox", "payment", "show", payment))
+        assert shown["amount"] == 1250 and shown["currency"] == "eur"
+    assert "greater than or equal to 1" in run(
+        "sandbox",
+        "payment",
+        "create",
+        "--amount",
+        "1",
+        "--currency",
+        "usd",
+        "--email",
+        "a@b.co",
+        "--count",
+        "0",
+        code=2,
+    )

@@ -66,8 +66,13 @@ def test_power_cut_after_the_processor_refunded_ends_with_one_refund(env: Env) -
     headers = {"Authorization": f"Bearer {key}"}
 
     proc, url = env.serve()
-    with pytest.raises(httpx.HTTPError):
-        httpx.post(f"{url}/api/v1/refund-requests", json=body, headers=headers, timeout=30)
+    with pytest.raises(httpx.HTTPError):  # the power goes while the answer waits for the refund
+        httpx.post(
+            f"{url}/api/v1/refund-requests",
+            json=body,
+            headers={**headers, "Prefer": "wait=10"},
+            timeout=30,
+        )
     assert proc.wait(timeout=15) == 86  # the sandbox's power cut
     env.stop(proc)
     shown = json.loads(env.cli("sandbox", "payment", "show", payment).stdout)

@@ -1,16 +1,22 @@
-"""Advise, decide and route a case. Each step is its own short transaction; network calls
-(the advisor, the processor) happen between them, never inside one."""
+"""Advise, decide and route a case: the network calls (the advisor, the processor) first, then
+one short transaction for the advice, the decision and the route; never a call inside one."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from refund_desk.cases import advisory
 from refund_desk.cases import facts as case_facts
-from refund_desk.cases.executor import enqueue_execution
+from refund_desk.cases.executor import enqueue_execution, reserve_early
 from refund_desk.cases.lifecycle import Status, move
-from refund_desk.cases.ports import AdviceRequest, AdvisorError, ProcessorError, Provenance
+from refund_desk.cases.ports import (
+    AdviceRequest,
+    AdvisorError,
+    PaymentFacts,
+    ProcessorError,
+    Provenance,
+)
 from refund_desk.cases.rows import load_for_update
 from refund_desk.governance import shadow
 from refund_desk.governance.versions import LoadedPolicy, control, evaluate, load_version
@@ -18,7 +24,7 @@ from refund_desk.policy import Decision
 from refund_desk.storage.audit import MODEL, POLICY, SYSTEM, Actor
 from refund_desk.storage.db import lock_payment
 from refund_desk.storage.jobs import ClaimedJob, RetryLater, backoff
-from refund_desk.storage.models import Case
+from refund_desk.storage.models import Case, Job
 
 if TYPE_CHECKING:
     from sqlmodel import Session
@@ -30,24 +36,64 @@ PROCESSOR_PATIENCE = 8  # attempts before a case waiting on a down processor is 
 
 
 def advance(desk: Desk, job: ClaimedJob) -> None:
+    """Advise, decide and route a case. The advisor and the processor are asked first, outside
+    any transaction; then one transaction records the advice, the decision and the route (and
+    queues the execution). If the processor cannot be asked, the advice is recorded alone, so
+    a retry never asks the advisor again."""
     case_id = job.payload["case_id"]
     with desk.db.read() as session:
         case = session.get(Case, case_id)
-    if case is None:
+        pinned = (  # the pinned policy's rule texts, for tier-1 questions
+            load_version(session, case.policy_version)
+            if case is not None and case.status == Status.received and case.policy_version
+            else None
+        )
+    if case is None or case.status not in (Status.received, Status.advised):
         return
-    if case.status == Status.received:
-        _advise(desk, case)
-        with desk.db.read() as session:
-            case = session.get(Case, case_id)
-        assert case is not None
-    if case.status == Status.advised:
-        exec_job = _decide(desk, case, job)
+    asked = _ask(desk, case, pinned) if case.status == Status.received else None
+    try:
+        payment = desk.processor.payment(case.payment_id)
+    except ProcessorError as exc:
+        if asked is not None:
+            with desk.db.write() as session:
+                _record_advice(desk, session, case.id, asked)
+        if exc.transient and job.failures + 1 < PROCESSOR_PATIENCE:
+            raise RetryLater(backoff(job.failures + 1), f"{exc.code}: {exc.message}") from None
+        _park(desk, case.id, f"The processor could not be asked about the payment ({exc.code}).")
+        return
+    claimed: ClaimedJob | None = None
+    try:
+        with desk.db.write() as session:
+            lock_payment(session, case.payment_id)  # the payment first, as everywhere else
+            if asked is not None:
+                _record_advice(desk, session, case.id, asked)
+            exec_job = _decide(desk, session, case.id, payment)
+            if exec_job is not None and desk.run_inline:
+                # Approved by the policy: reserve now, on the facts just read, and take the
+                # execute job here; it only pays and records. This job ends in this commit.
+                revision = session.get_one(Job, exec_job).payload.get("revision")
+                reserve_early(desk, session, case.id, revision, payment)
+                claimed = desk.jobs.claim_in(session, exec_job)
+            desk.jobs.finish_in(session, job)
+    except Exception:
+        if asked is not None:  # keep the advice we have; the decision is retried
+            with desk.db.write() as session:
+                _record_advice(desk, session, case.id, asked)
+        raise
+    if claimed is not None:
+        desk.run_claimed(claimed)
+    else:
         desk.kick(exec_job)
 
 
-def _advise(desk: Desk, case: Case) -> None:
-    with desk.db.read() as session:  # the pinned policy's rule texts, for tier-1 questions
-        pinned = load_version(session, case.policy_version) if case.policy_version else None
+@dataclass(frozen=True)
+class _Asked:
+    advice: dict[str, Any] | None
+    failure: str | None
+    error: AdvisorError | None
+
+
+def _ask(desk: Desk, case: Case, pinned: LoadedPolicy | None) -> _Asked:
     request = AdviceRequest(
         message=desk.vault.decrypt(case.message_enc) or "",
         currency=case.currency,
@@ -55,116 +101,109 @@ def _advise(desk: Desk, case: Case) -> None:
         known_emails=tuple(e for e in [desk.vault.decrypt(case.email_enc)] if e),
         policy=advisory.policy_texts(pinned.doc if pinned else None),
     )
-    error: AdvisorError | None = None
     try:  # outside any transaction: the advisor may call a model over the network
-        advice: dict[str, Any] | None = asdict(desk.advisor.advise(request))
-        failure = None
+        return _Asked(asdict(desk.advisor.advise(request)), None, None)
     except AdvisorError as exc:
-        advice, failure, error = None, f"{exc.code}: {exc.message}", exc
-    with desk.db.write() as session:
-        advisory.record_call(session, now=desk.now(), case_id=case.id, advisor=desk.advisor,
-                             advice=advice, error=error)  # fmt: skip
-        locked = load_for_update(session, case.id)
-        if locked.status != Status.received:
-            return  # someone else advised it meanwhile
-        locked.provenance = advisory.provenance(locked)
-        if advice is None:
-            # No advice is not no policy: the policy decides on unknown facts (null means a
-            # person looks) and names the tier and group, as with a working advisor.
-            locked.advice = {"error": failure}
-            move(
-                session,
-                desk.audit,
-                locked,
-                Status.advised,
-                actor=MODEL,
-                action="advisor.failed",
-                payload={"error": failure, "tokens_used": error.tokens_used if error else 0},
-            )
-            return
-        locked.advice = advice
-        if locked.reason is None:
-            locked.reason, locked.reason_source = advice["reason"], Provenance.model_inference
-        locked.provenance = advisory.provenance(locked)
+        return _Asked(None, f"{exc.code}: {exc.message}", exc)
+
+
+def _record_advice(desk: Desk, session: Session, case_id: str, asked: _Asked) -> None:
+    advice, failure, error = asked.advice, asked.failure, asked.error
+    advisory.record_call(session, now=desk.now(), case_id=case_id, advisor=desk.advisor,
+                         advice=advice, error=error)  # fmt: skip
+    locked = load_for_update(session, case_id)
+    if locked.status != Status.received:
+        return  # someone else advised it meanwhile
+    locked.provenance = advisory.provenance(locked)
+    if advice is None:
+        # No advice is not no policy: the policy decides on unknown facts (null means a
+        # person looks) and names the tier and group, as with a working advisor.
+        locked.advice = {"error": failure}
         move(
             session,
             desk.audit,
             locked,
             Status.advised,
             actor=MODEL,
-            action="advisor.advised",
-            payload={
-                k: advice[k]
-                for k in (
-                    *("reason", "confidence", "injection_suspected", "intent", "cited_rules"),
-                    *("provider", "model", "tokens_used", "prompt_tokens", "completion_tokens"),
-                )
-            },
+            action="advisor.failed",
+            payload={"error": failure, "tokens_used": error.tokens_used if error else 0},
         )
+        return
+    locked.advice = advice
+    if locked.reason is None:
+        locked.reason, locked.reason_source = advice["reason"], Provenance.model_inference
+    locked.provenance = advisory.provenance(locked)
+    move(
+        session,
+        desk.audit,
+        locked,
+        Status.advised,
+        actor=MODEL,
+        action="advisor.advised",
+        payload={
+            k: advice[k]
+            for k in (
+                *("reason", "confidence", "injection_suspected", "intent", "cited_rules"),
+                *("provider", "model", "tokens_used", "prompt_tokens", "completion_tokens"),
+            )
+        },
+    )
 
 
-def _decide(desk: Desk, case: Case, job: ClaimedJob) -> int | None:
-    try:
-        payment = desk.processor.payment(case.payment_id)
-    except ProcessorError as exc:
-        if exc.transient and job.failures + 1 < PROCESSOR_PATIENCE:
-            raise RetryLater(backoff(job.failures + 1), f"{exc.code}: {exc.message}") from None
-        _park(desk, case.id, f"The processor could not be asked about the payment ({exc.code}).")
-        return None
+def _decide(desk: Desk, session: Session, case_id: str, payment: PaymentFacts) -> int | None:
+    """Decide an advised case and route it, in the caller's transaction (payment locked)."""
     now = desk.now()
-    with desk.db.write() as session:
-        lock_payment(session, case.payment_id)
-        locked = load_for_update(session, case.id)
-        if locked.status != Status.advised:
-            return None
-        money = case_facts.refundable(session, payment)
-        history = case_facts.customer_history(
-            session, email_hash=locked.email_hash, now=now, exclude=locked.id
-        )
-        context = case_facts.policy_context(
-            case=locked, payment=payment, money=money, history=history, now=now
-        )
-        policy = load_version(session, locked.policy_version) if locked.policy_version else None
-        decision = evaluate(policy, context)
-        shadow.record(session, locked, context, decision)  # a shadow draft's view; no effect
-        if (locked.advice or {}).get("error") and decision.automatic:
-            decision = without_advice(decision, policy)
-        question = advisory.policy_question(locked, policy)
-        if question is not None and question.answer is None:
-            decision = advisory.unanswered(decision, policy)
-        answered = question is not None and question.answer is not None
-        locked.facts = context
-        locked.decision = (
-            advisory.answered_record(question)
-            if question is not None and answered
-            else decision_record(decision)
-        )
-        locked.advice = {
-            **(locked.advice or {}),
-            "explanation": advisory.explanation(locked, context, locked.decision, policy),
-        }
+    locked = load_for_update(session, case_id)
+    if locked.status != Status.advised:
+        return None
+    money = case_facts.refundable(session, payment)
+    history = case_facts.customer_history(
+        session, email_hash=locked.email_hash, now=now, exclude=locked.id
+    )
+    context = case_facts.policy_context(
+        case=locked, payment=payment, money=money, history=history, now=now
+    )
+    policy = load_version(session, locked.policy_version) if locked.policy_version else None
+    decision = evaluate(policy, context)
+    shadow.record(session, locked, context, decision)  # a shadow draft's view; no effect
+    if (locked.advice or {}).get("error") and decision.automatic:
+        decision = without_advice(decision, policy)
+    question = advisory.policy_question(locked, policy)
+    if question is not None and question.answer is None:
+        decision = advisory.unanswered(decision, policy)
+    answered = question is not None and question.answer is not None
+    locked.facts = context
+    locked.decision = (
+        advisory.answered_record(question)
+        if question is not None and answered
+        else decision_record(decision)
+    )
+    locked.advice = {
+        **(locked.advice or {}),
+        "explanation": advisory.explanation(locked, context, locked.decision, policy),
+    }
+    move(
+        session,
+        desk.audit,
+        locked,
+        Status.decided,
+        actor=POLICY,
+        action="policy.decided",
+        payload={"decision": {k: v for k, v in locked.decision.items() if k != "trace"}},
+    )
+    if answered:  # tier 1: the policy's own words answer; no money moves
+        locked.customer_message = locked.decision["say"]
         move(
             session,
             desk.audit,
             locked,
-            Status.decided,
+            Status.denied,
             actor=POLICY,
-            action="policy.decided",
-            payload={"decision": {k: v for k, v in locked.decision.items() if k != "trace"}},
+            action="case.answered",
+            payload={"tier": 1, "cited_rules": locked.decision["cited_rules"]},
         )
-        if answered:  # tier 1: the policy's own words answer; no money moves
-            locked.customer_message = locked.decision["say"]
-            move(
-                session,
-                desk.audit,
-                locked,
-                Status.denied,
-                actor=POLICY,
-                action="case.answered",
-                payload={"tier": 1, "cited_rules": locked.decision["cited_rules"]},
-            )
-            return None
-        return route(desk, session, locked, decision, policy)
+        return None
+    return route(desk, session, locked, decision, policy)
 
 
 def without_advice(decision: Decision, policy: LoadedPolicy | None) -> Decision:

@@ -17,7 +17,7 @@ from refund_desk.cases.ports import Advisor, Processor
 from refund_desk.storage.audit import AuditLog
 from refund_desk.storage.crypto import Vault
 from refund_desk.storage.db import Database
-from refund_desk.storage.jobs import JobQueue
+from refund_desk.storage.jobs import ClaimedJob, JobQueue
 
 
 @dataclass
@@ -33,6 +33,8 @@ class Desk:
     run_inline: bool = True  # run follow-up jobs at once in the process that created them
     wake: Callable[[], None] | None = None  # set by the scheduler: sweep soon, work is waiting
     directory: Directory | None = None  # who is in a Slack user group (set with Slack)
+    # Set by the scheduler: take this job now, in the background (see `hand_off`).
+    worker: Callable[[int], None] | None = None
 
     def now(self) -> datetime:
         return self.clock()
@@ -43,3 +45,20 @@ class Desk:
             self.jobs.run_now(job_id)
         if self.wake is not None:
             self.wake()  # what that job queued (messages, the refund) runs without waiting
+
+    def hand_off(self, job_id: int | None) -> None:
+        """Work created by a request: the worker of this process takes it at once and the
+        request answers without waiting for it. Without a worker (a CLI, tests that drive the
+        sweeps themselves) it runs here, as `kick` does. The job is committed either way, so
+        a crash loses nothing: a sweep takes it over after its grace."""
+        if job_id is not None and self.worker is not None and self.run_inline:
+            self.worker(job_id)
+            return
+        self.kick(job_id)
+
+    def run_claimed(self, job: ClaimedJob | None) -> None:
+        """Run a job claimed in the transaction that created it (see `JobQueue.claim_in`)."""
+        if job is not None:
+            self.jobs.run(job)
+        if self.wake is not None:
+            self.wake()

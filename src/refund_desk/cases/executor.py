@@ -143,7 +143,7 @@ def execute(desk: Desk, job: ClaimedJob) -> None:
             )
             return
         raise RetryLater(backoff(job.failures + 1), f"{exc.code}: {exc.message}") from None
-    _record(desk, execution, refund)
+    _record(desk, execution, refund, job=job)
     if refund.status not in FINAL_REFUND_STATES:
         raise RetryLater(
             PENDING_RECHECK_SECONDS, f"refund {refund.id} is {refund.status}", failed=False
@@ -168,75 +168,89 @@ def _reserve(
     try:
         with desk.db.write() as session:
             lock_payment(session, payment.id)
-            case = load_for_update(session, case_id)
-            if case.status == Status.executing:
-                return _open_execution(session, case_id)  # another worker reserved first
-            if case.status != Status.approved:
-                return None
-            if revision is not None and case.revision != revision:
-                raise Parked(
-                    f"The case changed after it was approved (revision {revision}, "
-                    f"now {case.revision})."
-                )
-            if control(session).paused:
-                raise RetryLater(
-                    PAUSED_RECHECK_SECONDS, "paused: the kill switch is on", failed=False
-                )
-            automatic = (case.decision or {}).get("automatic", False) and not _human_basis(
-                session, case
-            )
-            if not automatic:
-                _check_approvals(session, case)
-            try:
-                _recheck(desk, session, case, payment, automatic=automatic)
-            except BackToPerson as back:
-                # In this transaction: a breaker that tripped stays tripped with its record.
-                move(
-                    session,
-                    desk.audit,
-                    case,
-                    Status.awaiting_approval,
-                    actor=SYSTEM,
-                    action="case.awaiting_approval",
-                    payload={"note": back.reason},
-                )
-                return None
-            execution_id = new_id("ex")
-            execution = Execution(
-                id=execution_id,
-                idempotency_key=idempotency_key(execution_id),
-                case_id=case.id,
-                payment_id=case.payment_id,
-                amount=case.amount,
-                currency=case.currency,
-                status=case_facts.OPEN_EXECUTION,
-                automatic=automatic,
-                basis=f"policy v{case.policy_version} rule {case.decision.get('rule')}"
-                if automatic and case.decision
-                else "approval",
-                created_at=desk.now(),
-            )
-            session.add(execution)
-            session.flush()
-            move(
-                session,
-                desk.audit,
-                case,
-                Status.executing,
-                actor=SYSTEM,
-                action="execution.reserved",
-                payload={
-                    "execution_id": execution.id,
-                    "amount": execution.amount,
-                    "currency": execution.currency,
-                    "idempotency_key": execution.idempotency_key,
-                    "automatic": automatic,
-                },
-            )
-            return execution
+            return reserve_in(desk, session, case_id, revision, payment)
     except Parked as parked:
         _park_waiting(desk, case_id, parked.reason)
         return None
+
+
+def reserve_early(
+    desk: Desk, session: Session, case_id: str, revision: int | None, payment: PaymentFacts
+) -> None:
+    """Reserve in the transaction that approved the case (the payment's row locked, `payment`
+    just read from the processor). If the case cannot be reserved as it stands (parked,
+    paused), nothing is written here and the execute job reserves it, or parks it, itself."""
+    try:
+        reserve_in(desk, session, case_id, revision, payment)
+    except (Parked, RetryLater):  # raised before anything is written
+        return
+
+
+def reserve_in(
+    desk: Desk, session: Session, case_id: str, revision: int | None, payment: PaymentFacts
+) -> Execution | None:
+    """Phase 1 in the caller's transaction, which holds the payment's lock."""
+    case = load_for_update(session, case_id)
+    if case.status == Status.executing:
+        return _open_execution(session, case_id)  # another worker reserved first
+    if case.status != Status.approved:
+        return None
+    if revision is not None and case.revision != revision:
+        raise Parked(
+            f"The case changed after it was approved (revision {revision}, now {case.revision})."
+        )
+    if control(session).paused:
+        raise RetryLater(PAUSED_RECHECK_SECONDS, "paused: the kill switch is on", failed=False)
+    automatic = (case.decision or {}).get("automatic", False) and not _human_basis(session, case)
+    if not automatic:
+        _check_approvals(session, case)
+    try:
+        _recheck(desk, session, case, payment, automatic=automatic)
+    except BackToPerson as back:
+        # In this transaction: a breaker that tripped stays tripped with its record.
+        move(
+            session,
+            desk.audit,
+            case,
+            Status.awaiting_approval,
+            actor=SYSTEM,
+            action="case.awaiting_approval",
+            payload={"note": back.reason},
+        )
+        return None
+    execution_id = new_id("ex")
+    execution = Execution(
+        id=execution_id,
+        idempotency_key=idempotency_key(execution_id),
+        case_id=case.id,
+        payment_id=case.payment_id,
+        amount=case.amount,
+        currency=case.currency,
+        status=case_facts.OPEN_EXECUTION,
+        automatic=automatic,
+        basis=f"policy v{case.policy_version} rule {case.decision.get('rule')}"
+        if automatic and case.decision
+        else "approval",
+        created_at=desk.now(),
+    )
+    session.add(execution)
+    session.flush()
+    move(
+        session,
+        desk.audit,
+        case,
+        Status.executing,
+        actor=SYSTEM,
+        action="execution.reserved",
+        payload={
+            "execution_id": execution.id,
+            "amount": execution.amount,
+            "currency": execution.currency,
+            "idempotency_key": execution.idempotency_key,
+            "automatic": automatic,
+        },
+    )
+    return execution
 
 
 def _check_approvals(session: Session, case: Case) -> None:
@@ -330,10 +344,15 @@ def _correlation(execution: Execution) -> dict[str, str]:
 # ---------------------------------------------------------------- phase 3: record
 
 
-def _record(desk: Desk, execution: Execution, refund: ProcessorRefund) -> None:
+def _record(
+    desk: Desk, execution: Execution, refund: ProcessorRefund, *, job: ClaimedJob | None = None
+) -> None:
+    """Phase 3; a final answer also ends `job` (the execute job) in this commit."""
     with desk.db.write() as session:
         # The case row first: a webhook and the execute job may record the same refund at once.
         case = load_for_update(session, execution.case_id)
+        if job is not None and refund.status in FINAL_REFUND_STATES:
+            desk.jobs.finish_in(session, job)
         row = session.get(Execution, execution.id)
         if row is None or row.status != case_facts.OPEN_EXECUTION:
             return

@@ -611,8 +611,11 @@ def sandbox_payment_create(
     name: Annotated[str | None, typer.Option(help="The customer's name")] = None,
     age_days: Annotated[int, typer.Option(help="How long ago it was paid")] = 0,
     chargebacks: Annotated[int, typer.Option(help="Chargebacks on record")] = 0,
+    count: Annotated[
+        int, typer.Option(min=1, help="How many payments alike (one id a line), for load tests")
+    ] = 1,
 ) -> None:
-    """Create a sandbox payment and print its id."""
+    """Create a sandbox payment and print its id (with --count N: N payments, one id a line)."""
     from datetime import timedelta
 
     from refund_desk import clock, money
@@ -622,8 +625,9 @@ def sandbox_payment_create(
         minor = money.to_minor(amount, currency)
     except ValueError as exc:
         _fail(str(exc), 2)
-    typer.echo(
-        sandbox.create_payment(
+    try:
+        ids = sandbox.create_payments(
+            count,
             amount=minor,
             currency=currency,
             email=email,
@@ -631,7 +635,9 @@ def sandbox_payment_create(
             chargebacks=chargebacks,
             created_at=clock.now() - timedelta(days=age_days),
         )
-    )
+    except ValueError as exc:
+        _fail(str(exc), 2)
+    typer.echo("\n".join(ids))
 
 
 @payment_app.command("show")

@@ -79,20 +79,48 @@ class SandboxProcessor:
         chargebacks: int = 0,
         created_at: datetime | None = None,
     ) -> str:
-        if amount <= 0:
-            raise ValueError("a payment amount must be positive")
-        payment = SandboxPayment(
-            id="py_" + secrets.token_hex(12),
+        return self.create_payments(
+            1,
             amount=amount,
-            currency=currency.lower(),
+            currency=currency,
             email=email,
             name=name,
             chargebacks=chargebacks,
-            created_at=created_at or clock.now(),
-        )
+            created_at=created_at,
+        )[0]
+
+    def create_payments(
+        self,
+        count: int,
+        *,
+        amount: int,
+        currency: str,
+        email: str,
+        name: str | None = None,
+        chargebacks: int = 0,
+        created_at: datetime | None = None,
+    ) -> list[str]:
+        """`count` payments alike (seeding a load test), in one transaction; their ids."""
+        if amount <= 0:
+            raise ValueError("a payment amount must be positive")
+        if count < 1:
+            raise ValueError("the count must be at least 1")
+        at = created_at or clock.now()
+        payments = [
+            SandboxPayment(
+                id="py_" + secrets.token_hex(12),
+                amount=amount,
+                currency=currency.lower(),
+                email=email,
+                name=name,
+                chargebacks=chargebacks,
+                created_at=at,
+            )
+            for _ in range(count)
+        ]
         with self.db.write() as session:
-            session.add(payment)
-        return payment.id
+            session.add_all(payments)
+        return [p.id for p in payments]
 
     def set_fault(self, mode: str, times: int | None = None) -> None:
         if mode not in FAULT_MODES:

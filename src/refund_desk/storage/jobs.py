@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, case, func, or_, select, update
+from sqlalchemy import and_, case, event, func, or_, select, update
 from sqlmodel import Session, col
 
 from refund_desk import clock, logs
@@ -88,6 +88,10 @@ class JobQueue:
         self.lease = timedelta(seconds=lease_seconds)
         self.handlers: dict[str, Handler] = {}
         self.stopping = threading.Event()  # set on shutdown: sweeps stop between jobs
+        # Called after each run here (done or to be retried): a waiting request looks again.
+        self.listeners: list[Callable[[ClaimedJob], None]] = []
+        self._finished: set[tuple[int, int]] = set()  # (id, attempt) done in a handler's commit
+        self._finished_lock = threading.Lock()
 
     def install(self, table: dict[str, Handler]) -> None:
         """Take the whole table of job kinds at once (`runtime.job_table` builds it)."""
@@ -133,6 +137,33 @@ class JobQueue:
         with self.db.write() as session:
             claimed = self._lease(session, free, now)
         return claimed[0] if claimed else None
+
+    def claim_in(self, session: Session, job_id: int) -> ClaimedJob | None:
+        """Claim a job inside the caller's transaction (which has just queued it): the claim
+        commits with the work that created the job, and costs no transaction of its own."""
+        now = clock.now()
+        free = and_(
+            col(Job.id) == job_id,
+            col(Job.status) == "pending",
+            or_(col(Job.lease_expires_at).is_(None), col(Job.lease_expires_at) < now),
+        )
+        claimed = self._lease(session, free, now)
+        return claimed[0] if claimed else None
+
+    def claim_ids(self, job_ids: list[int], *, now: datetime | None = None) -> list[ClaimedJob]:
+        """Claim these jobs now, in one transaction, even before they are due (the worker
+        of the process whose requests created them); those held or finished elsewhere are
+        left out."""
+        if not job_ids:
+            return []
+        now = now or clock.now()
+        free = and_(
+            Job.id.in_(job_ids),  # type: ignore[union-attr]
+            col(Job.status) == "pending",
+            or_(col(Job.lease_expires_at).is_(None), col(Job.lease_expires_at) < now),
+        )
+        with self.db.write() as session:
+            return self._lease(session, free, now)
 
     def _lease(self, session: Session, where: Any, now: datetime) -> list[ClaimedJob]:
         rows = session.execute(
@@ -198,6 +229,33 @@ class JobQueue:
             stop.set()
             beater.join()
 
+    def finish_in(self, session: Session, job: ClaimedJob) -> bool:
+        """Mark the job done inside the handler's last transaction, so the outcome and the
+        job's completion commit together (one transaction fewer); `run` then leaves it.
+        False if the lease was lost: the handler's work still commits, as it would have."""
+        done = session.execute(
+            update(Job)
+            .where(self._fenced(job))
+            .values(status="done", finished_at=clock.now(), lease_expires_at=None)
+        )
+        if not done.rowcount:  # type: ignore[attr-defined]
+            return False
+        key = (job.id, job.attempt)
+
+        def committed(_session: Any) -> None:
+            with self._finished_lock:
+                self._finished.add(key)
+
+        event.listen(session, "after_commit", committed, once=True)
+        return True
+
+    def _finished_here(self, job: ClaimedJob) -> bool:
+        with self._finished_lock:
+            if (job.id, job.attempt) in self._finished:
+                self._finished.discard((job.id, job.attempt))
+                return True
+        return False
+
     def complete(self, job: ClaimedJob) -> bool:
         with self.db.write() as session:
             done = session.execute(
@@ -236,8 +294,15 @@ class JobQueue:
     # ------------------------------------------------------------ running
 
     def run(self, job: ClaimedJob) -> None:
-        with logs.about(job.payload.get("case_id")):  # its lines name the case it is about
-            self._run(job)
+        try:
+            with logs.about(job.payload.get("case_id")):  # its lines name the case it is about
+                self._run(job)
+        finally:
+            for listener in self.listeners:
+                try:
+                    listener(job)
+                except Exception:  # a listener never fails the job
+                    log.exception("job listener failed for job %s", job.id)
 
     def _run(self, job: ClaimedJob) -> None:
         handler = self.handlers.get(job.kind)
@@ -247,14 +312,22 @@ class JobQueue:
         try:
             handler(job)
         except RetryLater as later:
-            self.retry(
-                job, delay=later.delay, error=later.reason or "retry requested", failed=later.failed
-            )
+            if not self._finished_here(job):
+                self.retry(
+                    job,
+                    delay=later.delay,
+                    error=later.reason or "retry requested",
+                    failed=later.failed,
+                )
         except Exception as exc:
             log.exception("job %s (%s) attempt %s failed", job.id, job.kind, job.attempt)
-            self.retry(job, delay=backoff(job.failures + 1), error=f"{type(exc).__name__}: {exc}")
+            if not self._finished_here(job):
+                self.retry(
+                    job, delay=backoff(job.failures + 1), error=f"{type(exc).__name__}: {exc}"
+                )
         else:
-            self.complete(job)
+            if not self._finished_here(job):
+                self.complete(job)
 
     def run_now(self, job_id: int) -> bool:
         """Claim and run one job at once; False if someone else holds or finished it."""

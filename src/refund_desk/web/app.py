@@ -10,6 +10,7 @@ import logging
 import threading
 import time
 from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
@@ -29,7 +30,7 @@ from refund_desk.bot.doctor import queue_doctor
 from refund_desk.cases.errors import CaseError
 from refund_desk.runtime import Runtime, install_jobs
 from refund_desk.web import customer_channels as channels
-from refund_desk.web import health, metrics
+from refund_desk.web import health, metrics, waiting
 from refund_desk.web.errors import error_body
 from refund_desk.web.routes import intake_api as api
 from refund_desk.web.routes import stripe_webhooks as stripe_routes
@@ -44,7 +45,13 @@ QUIET_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})  # probes, every fe
 class Sweeper:
     """Fires the job sweeps: every REFUND_DESK_SWEEP_SECONDS, sooner when a job is due sooner,
     and at once when new work is committed. One sweep at a time per replica; a wake-up that
-    arrives while one runs makes it go round again instead of queueing another."""
+    arrives while one runs makes it go round again instead of queueing another.
+
+    It also keeps this replica's workers for work its requests create (`Desk.hand_off`): such
+    a job is taken at once by a worker thread, before its due time, so the request answers
+    after intake and the case moves on without waiting for the next period. Only the job's id
+    is kept in memory; the job is a committed row, and if this process dies a sweep elsewhere
+    takes it after its grace."""
 
     def __init__(self, runtime: Runtime) -> None:
         self.jobs = runtime.desk.jobs
@@ -57,6 +64,11 @@ class Sweeper:
         self.state = health.SweepState(period=self.period.total_seconds())
         self.started_at = datetime.now(UTC)
         self._beat_at = 0.0
+        # SQLite has one writer: one thread. PostgreSQL: several, each a job at a time.
+        threads = runtime.settings.worker_threads or (1 if runtime.db.is_sqlite else 4)
+        self.pool = ThreadPoolExecutor(threads, thread_name_prefix="worker")
+        self.busy = 0
+        self.idle = threading.Condition()
 
     def start(self) -> None:
         self.scheduler.add_job(
@@ -114,6 +126,31 @@ class Sweeper:
         except Exception:  # the heartbeat is news, not work: a failed one is only logged
             log.warning("could not record this replica's sweep", exc_info=True)
 
+    def take(self, job_id: int) -> None:
+        """A request just committed this job: run it now, on a worker thread."""
+        if self.jobs.stopping.is_set():
+            return  # the row stays: a sweep takes it after its grace, here or elsewhere
+        with self.idle:
+            self.busy += 1
+        try:
+            self.pool.submit(self._run_one, job_id)
+        except RuntimeError:  # shut down meanwhile
+            self._done()
+
+    def _run_one(self, job_id: int) -> None:
+        try:
+            if not self.jobs.stopping.is_set():
+                self.jobs.run_now(job_id)
+        except Exception:  # the job is a row: its lease runs out and a sweep retries it
+            log.exception("job %s failed to run", job_id)
+        finally:
+            self._done()
+
+    def _done(self) -> None:
+        with self.idle:
+            self.busy -= 1
+            self.idle.notify_all()
+
     def wake(self) -> None:
         """New work was just committed: sweep now instead of at the next period."""
         if self.running.locked():
@@ -138,7 +175,11 @@ class Sweeper:
         self.jobs.stopping.set()
         self.state.running = False
         self.scheduler.shutdown(wait=False)
-        if self.running.acquire(timeout=timeout):
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        deadline = time.monotonic() + timeout
+        with self.idle:  # jobs already running finish (each within its lease)
+            self.idle.wait_for(lambda: self.busy <= 0, timeout=timeout)
+        if self.running.acquire(timeout=max(0.0, deadline - time.monotonic())):
             self.running.release()
 
 
@@ -191,6 +232,7 @@ def create_app(
         if sweeper is not None:
             sweeper.start()
             runtime.desk.wake = sweeper.wake
+            runtime.desk.worker = sweeper.take
         socket_mode = start_socket_mode(surface, runtime.settings) if surface else None
         app.state.socket_mode = socket_mode
         if surface is not None:  # the workspace checked against the policy, as a job
@@ -202,10 +244,13 @@ def create_app(
                 await socket_mode.close()
             if sweeper is not None:
                 runtime.desk.wake = None
+                runtime.desk.worker = None
                 sweeper.stop(timeout=runtime.desk.jobs.lease.total_seconds())
 
     app = FastAPI(title="Refund Desk", version="0.1.0", lifespan=lifespan)
     app.state.runtime = runtime
+    app.state.case_waiters = waiters = waiting.CaseWaiters()  # for `Prefer: wait=N`
+    runtime.desk.jobs.listeners.append(waiters.job_finished)
 
     app.add_middleware(RequestLog)
     app.include_router(api.router)

@@ -28,6 +28,7 @@ from refund_desk.customers.evidence import EvidenceStore
 from refund_desk.runtime import Runtime
 from refund_desk.storage.audit import Actor
 from refund_desk.storage.models import ApiKey
+from refund_desk.web import waiting
 
 router = APIRouter(prefix="/api/v1")
 
@@ -61,13 +62,33 @@ async def create_refund_request(
     runtime: Annotated[Runtime, Depends(get_runtime)],
     api_key: Annotated[ApiKey, Depends(authenticate)],
     idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
+    prefer: Annotated[str | None, Header()] = None,
 ) -> JSONResponse:
+    """Answers once the case, its first audit record and its `advance` job are committed
+    (status `received`); with `Prefer: wait=N` (N ≤ 10) it waits up to N seconds for the
+    case to stop moving (an outcome, or a person's turn) and answers with it as it is then."""
     try:
         data = json.loads(await request.body() or b"null")
     except (ValueError, UnicodeDecodeError):
         raise InvalidRequest("invalid_json", "The body is not valid JSON.") from None
     view, created = await run_in_threadpool(_create, runtime, data, api_key, idempotency_key)
-    return JSONResponse(view, status_code=201 if created else 200)
+    headers: dict[str, str] = {}
+    wait = waiting.preferred_wait(prefer)
+    if wait is not None:
+        waiters: waiting.CaseWaiters = request.app.state.case_waiters
+        view = await waiters.wait(
+            view["id"],
+            wait,
+            lambda: run_in_threadpool(_view, runtime, view["id"]),
+            first=view,
+        )
+        headers["Preference-Applied"] = f"wait={int(wait)}"
+    return JSONResponse(view, status_code=201 if created else 200, headers=headers)
+
+
+def _view(runtime: Runtime, case_id: str) -> dict[str, Any]:
+    with runtime.db.read() as session:
+        return case_view(session, case_id, with_audit=False)
 
 
 def _create(
@@ -88,9 +109,8 @@ def _create(
         api_key_id=api_key.id,
         idempotency_key=idempotency_key or None,
     )
-    desk.kick(submitted.job_id)
-    with runtime.db.read() as session:
-        return case_view(session, submitted.case_id, with_audit=False), submitted.created
+    desk.hand_off(submitted.job_id)  # the worker advances the case; the answer does not wait
+    return _view(runtime, submitted.case_id), submitted.created
 
 
 @router.get("/cases")

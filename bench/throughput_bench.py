@@ -1,0 +1,368 @@
+"""Refund Desk's intake and end-to-end refunds beside a bare FastAPI endpoint, same client.
+
+For each database (SQLite, PostgreSQL) it starts, one after the other, `bare_app.py` (FastAPI,
+pydantic, one SQLAlchemy INSERT per request) and `refund-desk serve`, and drives both with the
+same asyncio client: N requests (default 295) by C concurrent keep-alive connections (16).
+For Refund Desk every request is a small damaged-item refund the reference policy pays by
+itself, so it also measures end to end: from the first request until every case is refunded
+on the sandbox processor. It prints req/s, p50/p99, and each figure's ratio to the bare
+endpoint's req/s in the same run; at the end `audit verify` must pass.
+
+    python bench/throughput_bench.py [--requests 295] [--concurrency 16]
+        [--only sqlite|postgres] [--workers 1,2] [--wait]
+
+`--workers 1,2` runs Refund Desk on PostgreSQL once per worker count (`serve --workers N`);
+`--wait` adds a run where every client sends `Prefer: wait=10` and gets the outcome in the
+answer; `--profile DIR` samples the Refund Desk server with py-spy during each run (collapsed
+stacks, one file per run; `bench/profile_summary.py` reads them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+from sqlalchemy import create_engine, text
+
+ROOT = Path(__file__).resolve().parent.parent
+POLICY = ROOT / "tests" / "fixtures" / "acme.yaml"
+PG_ADMIN = os.environ.get(
+    "REFUND_DESK_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+)
+SECRET = "bench-secret-" + "b" * 40
+
+
+@dataclass
+class Load:
+    count: int
+    seconds: float
+    latencies: list[float]
+    outcomes: Counter[str]
+
+    @property
+    def rate(self) -> float:
+        return self.count / self.seconds
+
+    def pct(self, p: int) -> float:
+        return statistics.quantiles(self.latencies, n=100)[p - 1] * 1000
+
+    def line(self, label: str, reference: float | None) -> str:
+        ratio = f"  ratio {self.rate / reference:5.2f}" if reference else ""
+        return (
+            f"  {label:<28} {self.rate:7.1f} req/s   p50 {self.pct(50):7.1f} ms   "
+            f"p99 {self.pct(99):7.1f} ms{ratio}   {dict(self.outcomes)}"
+        )
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def cli(env: dict[str, str], cwd: Path, *args: str) -> str:
+    out = subprocess.run(
+        [sys.executable, "-m", "refund_desk", *args],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"refund-desk {' '.join(args)} failed: {out.stderr[-2000:]}")
+    return out.stdout.strip()
+
+
+def start(cmd: list[str], env: dict[str, str], cwd: Path, url: str) -> subprocess.Popen[bytes]:
+    proc = subprocess.Popen(
+        cmd, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    for _ in range(600):
+        try:
+            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                return proc
+        except httpx.HTTPError:
+            pass
+        if proc.poll() is not None:
+            raise RuntimeError(f"{cmd} exited with {proc.returncode}")
+        time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError(f"{cmd} did not start")
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+async def drive(
+    url: str, bodies: list[dict[str, Any]], headers: dict[str, str], concurrency: int
+) -> Load:
+    """Send every body once: `concurrency` keep-alive connections, each one request at a time."""
+    latencies: list[float] = []
+    outcomes: Counter[str] = Counter()
+    queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+    for body in bodies:
+        queue.put_nowait(body)
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as client:
+
+        async def one(body: dict[str, Any]) -> None:
+            began = time.perf_counter()
+            response = await client.post("/api/v1/refund-requests", json=body, headers=headers)
+            latencies.append(time.perf_counter() - began)
+            outcomes[str(response.json().get("status", f"http {response.status_code}"))] += 1
+
+        async def worker() -> None:
+            while not queue.empty():
+                await one(queue.get_nowait())
+
+        await one(bodies[0] | {"payment": bodies[0]["payment"]})  # warm the connection
+        latencies.clear()
+        outcomes.clear()
+        queue.get_nowait()
+        began = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        seconds = time.perf_counter() - began
+    return Load(len(latencies), seconds, latencies, outcomes)
+
+
+def bodies_for(payments: list[str]) -> list[dict[str, Any]]:
+    return [
+        {
+            "payment": p,
+            "email": "ada@example.com",
+            "currency": "USD",
+            "amount": "20.00",
+            "message": "The vase arrived broken, shattered in the box.",
+        }
+        for p in payments
+    ]
+
+
+def bare(database_url: str, requests: int, concurrency: int) -> Load:
+    with tempfile.TemporaryDirectory() as tmp:
+        port = free_port()
+        url = f"http://127.0.0.1:{port}"
+        env = {**os.environ, "DATABASE_URL": database_url}
+        proc = start(
+            [
+                sys.executable,
+                "-m",
+                "uvicorn",
+                "bare_app:app",
+                "--app-dir",
+                str(ROOT / "bench"),
+                "--port",
+                str(port),
+                "--log-level",
+                "info",
+            ],
+            env,
+            Path(tmp),
+            url,
+        )
+        try:
+            payments = [f"py_bare{i:06d}" for i in range(requests + 1)]
+            return asyncio.run(drive(url, bodies_for(payments), {}, concurrency))
+        finally:
+            stop(proc)
+
+
+def refund_desk(
+    database_url: str,
+    requests: int,
+    concurrency: int,
+    *,
+    workers: int = 1,
+    wait: bool = False,
+    profile: Path | None = None,
+    label: str = "",
+) -> tuple[Load, float, str]:
+    """Intake load, then the time from the first request until every case is refunded."""
+    with tempfile.TemporaryDirectory() as tmp:
+        cwd = Path(tmp)
+        env = {
+            **os.environ,
+            "DATABASE_URL": database_url,
+            "REFUND_DESK_SECRET": SECRET,
+        }
+        cli(env, cwd, "db", "upgrade")
+        # The reference policy without its circuit breaker (the bench refunds hundreds an hour)
+        # and without the repeat-refunds signal (every bench payment has the same customer).
+        raw = yaml.safe_load(POLICY.read_text())
+        raw.pop("breaker", None)
+        for rule in raw["rules"]:
+            if rule["id"] == "risk-signal":
+                rule["when"] = "customer.chargebacks_365d > 0"
+        policy = cwd / "policy.yaml"
+        policy.write_text(yaml.safe_dump(raw, sort_keys=False))
+        cli(env, cwd, "policy", "publish", str(policy))
+        key = cli(env, cwd, "api-key", "create", "--name", "bench")
+        payments = cli(
+            env, cwd, "sandbox", "payment", "create", "--amount", "30.00", "--currency", "usd",
+            "--email", "ada@example.com", "--age-days", "3", "--count", str(requests + 1),
+        ).split()  # fmt: skip
+        port = free_port()
+        url = f"http://127.0.0.1:{port}"
+        proc = start(
+            [
+                sys.executable,
+                "-m",
+                "refund_desk",
+                "serve",
+                "--port",
+                str(port),
+                "--workers",
+                str(workers),
+            ],
+            env,
+            cwd,
+            url,
+        )
+        engine = create_engine(database_url)
+        spy = profile_of(proc, profile, f"{label}-{workers}w") if profile else None
+        try:
+            headers = {"Authorization": f"Bearer {key}"}
+            if wait:
+                headers["Prefer"] = "wait=10"
+            began = time.perf_counter()
+            load = asyncio.run(drive(url, bodies_for(payments), headers, concurrency))
+            refunded = count_until(engine, requests + 1, timeout=300)
+            e2e = time.perf_counter() - began
+            if refunded < requests + 1:
+                raise RuntimeError(f"only {refunded} of {requests + 1} cases were refunded")
+        finally:
+            if spy is not None:
+                spy.send_signal(signal.SIGINT)  # py-spy writes its file and exits
+                spy.wait(timeout=60)
+            stop(proc)
+            engine.dispose()
+        verify = cli(env, cwd, "audit", "verify")
+        # The warm-up request refunds too, but before the clock started.
+        return load, requests / e2e, verify
+
+
+def profile_of(proc: subprocess.Popen[bytes], directory: Path, name: str) -> Any:
+    """Sample the server (and its worker processes) with py-spy while the load runs."""
+    directory.mkdir(parents=True, exist_ok=True)
+    return subprocess.Popen(
+        [str(Path(sys.executable).with_name("py-spy")), "record", "--pid", str(proc.pid),
+         "--subprocesses", "--rate", "250",
+         "--format", "raw", "--output", str(directory / f"{name}.txt")],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+def count_until(engine: Any, want: int, *, timeout: float) -> int:
+    deadline = time.monotonic() + timeout
+    done = 0
+    while time.monotonic() < deadline:
+        with engine.connect() as conn:
+            done = conn.scalar(text("SELECT count(*) FROM cases WHERE status = 'refunded'"))
+        if done >= want:
+            return int(done)
+        time.sleep(0.05)
+    return int(done)
+
+
+def side_by_side(
+    label: str, url_for: Callable[[], Any], args: argparse.Namespace, worker_counts: list[int]
+) -> None:
+    print(f"{label}: {args.requests} requests, {args.concurrency} concurrent clients")
+    with url_for() as url:
+        reference = bare(url, args.requests, args.concurrency)
+    print(reference.line("bare FastAPI + INSERT", None))
+    for workers in worker_counts:
+        with url_for() as url:
+            load, e2e, verify = refund_desk(
+                url,
+                args.requests,
+                args.concurrency,
+                workers=workers,
+                profile=args.profile,
+                label=label.lower(),
+            )
+        print(load.line(f"Refund Desk intake ({workers}w)", reference.rate))
+        print(
+            f"  {'end to end, refunded (' + str(workers) + 'w)':<28} {e2e:7.1f} refunds/s"
+            f"{'':38}ratio {e2e / reference.rate:5.2f}   audit: {verify}"
+        )
+        if args.wait:
+            with url_for() as url:
+                load, e2e, verify = refund_desk(
+                    url, args.requests, args.concurrency, workers=workers, wait=True
+                )
+            print(load.line(f"Prefer: wait=10 ({workers}w)", reference.rate))
+
+
+class SqliteUrl:
+    def __enter__(self) -> str:
+        self.tmp = tempfile.TemporaryDirectory()
+        return f"sqlite:///{self.tmp.name}/bench.db"
+
+    def __exit__(self, *exc: object) -> None:
+        self.tmp.cleanup()
+
+
+class PostgresUrl:
+    counter = 0
+
+    def __enter__(self) -> str:
+        PostgresUrl.counter += 1
+        self.name = f"rd_throughput_{os.getpid()}_{PostgresUrl.counter}"
+        self.admin = create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
+        with self.admin.connect() as conn:
+            conn.execute(text(f'CREATE DATABASE "{self.name}"'))
+        return PG_ADMIN.rsplit("/", 1)[0] + f"/{self.name}"
+
+    def __exit__(self, *exc: object) -> None:
+        with self.admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{self.name}" WITH (FORCE)'))
+        self.admin.dispose()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--requests", type=int, default=295)
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--only", choices=["sqlite", "postgres"])
+    parser.add_argument("--workers", default="1,2", help="PostgreSQL worker counts, e.g. 1,2")
+    parser.add_argument("--wait", action="store_true", help="also a run with Prefer: wait=10")
+    parser.add_argument(
+        "--profile", type=Path, help="sample Refund Desk with py-spy into this folder"
+    )
+    args = parser.parse_args()
+    if args.only != "postgres":
+        side_by_side("SQLite", SqliteUrl, args, [1])
+    if args.only != "sqlite":
+        try:
+            create_engine(PG_ADMIN).connect().close()
+        except Exception as exc:
+            print(f"PostgreSQL: skipped, {PG_ADMIN} not reachable ({type(exc).__name__})")
+            return
+        side_by_side("PostgreSQL", PostgresUrl, args, [int(w) for w in args.workers.split(",")])
+
+
+if __name__ == "__main__":
+    main()
