@@ -403,9 +403,13 @@ def advisor_eval(
     ] = None,
     offline: Annotated[bool, typer.Option(help="Use the offline advisor even with a key.")] = False,
     misses: Annotated[bool, typer.Option(help="List every line it got wrong.")] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the whole report as one JSON object.")
+    ] = False,
 ) -> None:
-    """Score the advisor on labelled requests: one line per field, then a confusion table."""
-    from refund_desk.advisor.eval import BUNDLED, EvalError, evaluate, load, render
+    """Score the advisor on labelled requests: one line per field and per language, the
+    calibration (ECE and a reliability table), then a confusion table."""
+    from refund_desk.advisor.eval import BUNDLED, EvalError, evaluate, load, render, render_json
     from refund_desk.advisor.offline import OfflineAdvisor
     from refund_desk.runtime import make_advisor
     from refund_desk.settings import Settings
@@ -416,6 +420,9 @@ def advisor_eval(
         _fail(str(exc), 2)
     advisor = OfflineAdvisor() if offline else make_advisor(Settings())
     report = evaluate(advisor, items)
+    if as_json:
+        typer.echo(render_json(report, model=advisor.name != "offline"))
+        return
     typer.echo(render(report, model=advisor.name != "offline"))
     if misses:
         typer.echo("\n".join(["", "misses:", *report.failures]))
