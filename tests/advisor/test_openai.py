@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from refund_desk.advisor.fallback import FallbackAdvisor
 from refund_desk.advisor.openai_api import OpenAIAdvisor
 from refund_desk.cases.ports import AdviceRequest, AdvisorError, PolicyText
 from refund_desk.runtime import make_advisor
@@ -90,6 +91,8 @@ def test_injection_is_flagged_even_when_the_model_does_not_say_so(fake: FakeOpen
         ("invalid_json", "invalid_json", True),
         ("schema", "schema_violation", True),
         ("extra_approve", "schema_violation", True),
+        ("refusal", "model_refusal", True),
+        ("length", "model_length", True),
         ("timeout", "model_timeout", False),
         ("error", "model_error", False),
     ],
@@ -121,7 +124,19 @@ def test_make_advisor_is_offline_without_a_key(
             {"OPENAI_API_KEY": "sk-x", "OPENAI_BASE_URL": fake.base_url, "REFUND_DESK_MODEL": "m"}
         )
     )
-    assert isinstance(configured, OpenAIAdvisor) and configured.model == "m"
+    assert isinstance(configured, FallbackAdvisor) and configured.model == "m"
+    assert isinstance(configured.primary, OpenAIAdvisor)
     configured.advise(request("It arrived broken."))
     assert fake.requests[0]["model"] == "m"
     assert fake.headers[0]["authorization"] == "Bearer sk-x"
+
+
+def test_a_failing_model_falls_back_to_the_offline_advice_marked(fake: FakeOpenAI) -> None:
+    fake.mode = "schema"
+    advice = FallbackAdvisor(advisor(fake)).advise(request("It arrived broken."))
+    assert advice.fallback == "schema_violation" and advice.fallback_format_error
+    assert advice.provider == "offline" and advice.reason == "damaged"
+    assert advice.tokens_used == 160  # the failed call's tokens are still counted
+    fake.mode = "ok"
+    advice = FallbackAdvisor(advisor(fake)).advise(request("It arrived broken."))
+    assert advice.fallback is None and advice.provider == "openai"

@@ -227,9 +227,13 @@ def evaluate(advisor: Advisor, items: Sequence[Labelled]) -> Report:
             report.confusion[(item.reason, ERROR)] += 1
             report.failures.append(f"{item.where}: advisor error {exc.code}")
             continue
-        report.answers += 1
-        report.parsed += 1
         report.tokens += advice.tokens_used
+        if advice.fallback:  # the model failed and the offline advisor answered: scored as is
+            report.answers += advice.fallback_format_error
+            report.failures.append(f"{item.where}: model error {advice.fallback}, offline answered")
+        else:
+            report.answers += 1
+            report.parsed += 1
         amount, currency = _found(advice)
         got = {
             "reason": advice.reason == item.reason,

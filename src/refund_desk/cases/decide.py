@@ -98,6 +98,7 @@ def _advise(desk: Desk, case: Case) -> None:
                 for k in (
                     *("reason", "confidence", "injection_suspected", "intent", "cited_rules"),
                     *("provider", "model", "tokens_used", "prompt_tokens", "completion_tokens"),
+                    "fallback",
                 )
             },
         )
