@@ -3,8 +3,8 @@
 Business figures are read from the database at scrape time, so every replica reports the same
 truth and a restart loses nothing: cases by status and by decision, SLA breaches, escalations,
 executions, money refunded, model tokens, model advisor failures, outbox depth, and input
-drift (each reason's share this week against the four weeks before). Latencies (the processor, Slack acknowledgements)
-are this process's own histograms.
+drift (each reason's share this week against the four weeks before). Latencies (the
+processor, Slack acknowledgements) are this process's own histograms.
 """
 
 from __future__ import annotations
