@@ -304,6 +304,23 @@ _INJECTION = re.compile(
   | ^\s*(?:system|assistant)\s*: | \#\#\#\s*instruction
   | \bignorez\s+les\s+instructions | \bignoriere\s+(?:alle\s+)?(?:vorherigen\s+)?anweisungen
   | \bignora\s+(?:las\s+)?instrucciones
+  # the other languages customers write in (folded: no accents)
+  | \b(?:ignorier\w*|vergiss)\s+(?:alle\s+|die\s+|deine\s+)?(?:bisherigen\s+|vorherigen\s+)?
+        (?:anweisungen|regeln|vorgaben)
+  | \bignor(?:e|ez|er)\s+(?:toutes\s+)?(?:les\s+|vos\s+)?(?:instructions|regles|consignes)
+  | \bignor(?:a|e|ad)\s+(?:todas\s+|tutte\s+)?(?:las\s+|le\s+|as\s+)?(?:instrucciones|istruzioni
+        |instrucoes|reglas|regole|regras)
+  | \bnegeer\s+(?:alle\s+)?(?:vorige\s+|eerdere\s+)?(?:instructies|regels)
+  | \bzignoruj\s+(?:wszystkie\s+)?(?:poprzednie\s+)?(?:instrukcje|polecenia|zasady)
+  | \bignorera\s+(?:alla\s+)?(?:tidigare\s+)?(?:instruktioner|regler)
+  | \b(?:genehmige|genehmigen\s+sie|approuve[zr]?|aprueba|aprobad|approva(?:te)?|aprove|aprovem
+        |keur|zatwierdz\w*|godkann)\s+(?:diese|die|ce|le|este|el|questo|il|o|deze|de|ten
+        |denna)?\s*(?:erstattung|ruckerstattung|remboursement|reembolso|rimborso|terugbetaling
+        |zwrot|aterbetalning)\b
+  | \b(?:du\s+bist\s+jetzt|tu\s+es\s+maintenant|ahora\s+eres|ora\s+sei|je\s+bent\s+nu
+        |agora\s+es|jestes\s+teraz|du\s+ar\s+nu)\b
+  | (?:以前の|これまでの|上記の)?指示を(?:無視|忘れ) | システムプロンプト
+  | 返金を(?:承認|許可)(?:して|しろ|せよ)
     """,
     re.IGNORECASE | re.VERBOSE | re.MULTILINE,
 )
