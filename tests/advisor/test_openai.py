@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -140,3 +142,58 @@ def test_a_failing_model_falls_back_to_the_offline_advice_marked(fake: FakeOpenA
     fake.mode = "ok"
     advice = FallbackAdvisor(advisor(fake)).advise(request("It arrived broken."))
     assert advice.fallback is None and advice.provider == "openai"
+
+
+def test_advisor_compare_prints_both_columns_tokens_and_cost(
+    fake: FakeOpenAI, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from typer.testing import CliRunner
+
+    from refund_desk.cli.main import app
+    from refund_desk.settings import load_settings
+
+    lines = [
+        {"text": "The vase arrived broken", "reason": "damaged", "payment": None,
+         "amount": None, "currency": None, "lang": "en"},
+        {"text": "I was charged twice for one order", "reason": "duplicate_charge",
+         "payment": None, "amount": None, "currency": None, "lang": "en"},
+    ]  # fmt: skip
+    path = tmp_path / "set.jsonl"
+    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-x")
+    monkeypatch.setenv("OPENAI_BASE_URL", fake.base_url)
+    monkeypatch.setenv("REFUND_DESK_MODEL", "cmp-model")
+    load_settings.cache_clear()
+    try:
+        args = ["advisor", "compare", str(path), "--prompt-price", "0.15"]
+        result = CliRunner().invoke(app, [*args, "--completion-price", "0.6"])
+    finally:
+        load_settings.cache_clear()
+    assert result.exit_code == 0, result.output
+    assert len(fake.requests) == 2  # every line went to the model
+    # the fake always answers "damaged": one of two right; offline reads both
+    assert re.search(r"^reason\s+100\.0%\s+50\.0%$", result.output, re.M), result.output
+    assert "cmp-model" in result.output
+    # 120 prompt + 40 completion tokens a request in the fake's usage numbers
+    assert "120,000 prompt + 40,000 completion = 160,000" in result.output
+    assert "$0.0420" in result.output  # (120,000 x 0.15 + 40,000 x 0.6) / 1e6
+
+
+def test_advisor_compare_needs_a_model(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from refund_desk.cli.main import app
+    from refund_desk.settings import load_settings
+
+    path = tmp_path / "set.jsonl"
+    path.write_text(
+        '{"text": "x", "reason": "other", "payment": null, "amount": null, "currency": null}\n'
+    )
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    load_settings.cache_clear()
+    try:
+        result = CliRunner().invoke(app, ["advisor", "compare", str(path)])
+    finally:
+        load_settings.cache_clear()
+    assert result.exit_code != 0
+    assert "no model is configured" in result.output

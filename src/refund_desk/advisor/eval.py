@@ -38,6 +38,7 @@ __all__ = [
     "evaluate",
     "load",
     "render",
+    "render_compare",
     "render_json",
 ]
 
@@ -77,6 +78,8 @@ class Report:
     parsed: int = 0
     failures: list[str] = field(default_factory=list)
     tokens: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
     by_lang: Counter[str] = field(default_factory=Counter)  # requests per language
     correct_by_lang: Counter[tuple[str, str]] = field(default_factory=Counter)  # (field, lang)
     # (confidence, reason right) for every answered request: the calibration's raw material
@@ -224,10 +227,13 @@ def evaluate(advisor: Advisor, items: Sequence[Labelled]) -> Report:
             if exc.format_error:
                 report.answers += 1
             report.tokens += exc.tokens_used
+            report.prompt_tokens += exc.tokens_used
             report.confusion[(item.reason, ERROR)] += 1
             report.failures.append(f"{item.where}: advisor error {exc.code}")
             continue
         report.tokens += advice.tokens_used
+        report.prompt_tokens += advice.prompt_tokens
+        report.completion_tokens += advice.completion_tokens
         if advice.fallback:  # the model failed and the offline advisor answered: scored as is
             report.answers += advice.fallback_format_error
             report.failures.append(f"{item.where}: model error {advice.fallback}, offline answered")
@@ -340,3 +346,51 @@ def render_json(report: Report, *, model: bool) -> str:
         body["answers"] = report.answers
         body["tokens"] = report.tokens
     return json.dumps(body, indent=2, ensure_ascii=False)
+
+
+def render_compare(
+    offline: Report,
+    model: Report,
+    *,
+    model_name: str,
+    prompt_price: float | None = None,
+    completion_price: float | None = None,
+) -> str:
+    """The offline advisor and the model side by side on the same set, one row per figure,
+    then the model's tokens (and cost, given prices in USD per million tokens) per 1,000
+    requests, from the usage numbers it reported."""
+    rows: list[tuple[str, str, str]] = [
+        (name, _percent(offline.share(name)), _percent(model.share(name)))
+        for name in (*FIELDS, *(["intent"] if offline.intents else []))
+    ]
+    rows.append(
+        ("other for a real reason", _percent(offline.other_share()), _percent(model.other_share()))
+    )
+    rows.append(
+        (
+            "calibration error (ECE)",
+            f"{100 * offline.ece():.1f} pts",
+            f"{100 * model.ece():.1f} pts",
+        )
+    )
+    share = model.parsed / model.answers if model.answers else 0.0
+    rows.append(("format", "-", f"{_percent(share)} ({model.parsed} of {model.answers})"))
+    width = max(len(r[0]) for r in rows)
+    lines = [f"{'':<{width}}  {'offline':>12}  {model_name:>20}"]
+    lines += [f"{a:<{width}}  {b:>12}  {c:>20}" for a, b, c in rows]
+    n = max(1, model.total)
+    prompt_k = model.prompt_tokens * 1000 / n
+    completion_k = model.completion_tokens * 1000 / n
+    lines.append("")
+    lines.append(f"requests: {model.total}")
+    lines.append(
+        f"model tokens per 1,000 requests: {prompt_k:,.0f} prompt + {completion_k:,.0f} completion"
+        f" = {prompt_k + completion_k:,.0f} (offline: 0)"
+    )
+    if prompt_price is not None and completion_price is not None:
+        cost = (prompt_k * prompt_price + completion_k * completion_price) / 1_000_000
+        lines.append(
+            f"model cost per 1,000 requests: ${cost:,.4f} (at ${prompt_price:g} and"
+            f" ${completion_price:g} per million prompt and completion tokens; offline: $0)"
+        )
+    return "\n".join(lines)

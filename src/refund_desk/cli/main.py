@@ -428,6 +428,44 @@ def advisor_eval(
         typer.echo("\n".join(["", "misses:", *report.failures]))
 
 
+@advisor_app.command("compare")
+def advisor_compare(
+    file: Annotated[Path, typer.Argument(help="a JSON Lines labelled set")],
+    prompt_price: Annotated[
+        float | None, typer.Option(help="USD per million prompt tokens, for the cost line")
+    ] = None,
+    completion_price: Annotated[
+        float | None, typer.Option(help="USD per million completion tokens")
+    ] = None,
+) -> None:
+    """The offline advisor and the configured model side by side on FILE, per field, with the
+    model's tokens (and cost) per 1,000 requests."""
+    from refund_desk.advisor.eval import EvalError, evaluate, load, render_compare
+    from refund_desk.advisor.offline import OfflineAdvisor
+    from refund_desk.runtime import make_advisor
+    from refund_desk.settings import Settings
+
+    try:
+        items = load([file])
+    except EvalError as exc:
+        _fail(str(exc), 2)
+    model = make_advisor(Settings())
+    if model.name == "offline":
+        _fail("no model is configured: set OPENAI_API_KEY (and OPENAI_BASE_URL, REFUND_DESK_MODEL)")
+    offline_report = evaluate(OfflineAdvisor(), items)
+    model_report = evaluate(model, items)
+    name = getattr(model, "model", None) or model.name
+    typer.echo(
+        render_compare(
+            offline_report,
+            model_report,
+            model_name=str(name),
+            prompt_price=prompt_price,
+            completion_price=completion_price,
+        )
+    )
+
+
 @advisor_app.command("stats")
 def advisor_stats() -> None:
     """Advisor calls per day: format adherence (answers that parsed) and tokens spent."""
