@@ -197,3 +197,16 @@ def test_advisor_compare_needs_a_model(monkeypatch: pytest.MonkeyPatch, tmp_path
         load_settings.cache_clear()
     assert result.exit_code != 0
     assert "no model is configured" in result.output
+
+
+def test_the_strict_schema_sent_is_generated_from_the_answer_model(fake: FakeOpenAI) -> None:
+    from refund_desk.advisor.prompt import ModelAnswer
+    from refund_desk.cases.ports import REASONS
+
+    advisor(fake).advise(request("It arrived broken."))
+    sent = fake.requests[0]["response_format"]
+    assert sent["type"] == "json_schema" and sent["json_schema"]["strict"] is True
+    schema = sent["json_schema"]["schema"]
+    assert set(schema["properties"]) == set(ModelAnswer.model_fields) == set(schema["required"])
+    assert schema["additionalProperties"] is False
+    assert schema["properties"]["reason"]["enum"] == list(REASONS)
