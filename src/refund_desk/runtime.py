@@ -63,12 +63,16 @@ def make_advisor(settings: Settings) -> Advisor:
     """The OpenAI-compatible advisor when a key is set; otherwise offline (no network)."""
     if settings.openai_api_key is None or not settings.openai_api_key.get_secret_value():
         return OfflineAdvisor()
+    from refund_desk.advisor.fallback import FallbackAdvisor
     from refund_desk.advisor.openai_api import OpenAIAdvisor
 
-    return OpenAIAdvisor(
-        api_key=settings.openai_api_key.get_secret_value(),
-        base_url=settings.openai_base_url,
-        model=settings.model,
+    # A model failure falls back to the offline advisor's answer, marked on the case.
+    return FallbackAdvisor(
+        OpenAIAdvisor(
+            api_key=settings.openai_api_key.get_secret_value(),
+            base_url=settings.openai_base_url,
+            model=settings.model,
+        )
     )
 
 

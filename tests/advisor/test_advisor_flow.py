@@ -13,6 +13,7 @@ import pytest
 from sqlalchemy import select
 from typer.testing import CliRunner
 
+from refund_desk.advisor.fallback import FallbackAdvisor
 from refund_desk.advisor.openai_api import OpenAIAdvisor
 from refund_desk.cases.advisory import format_by_day
 from refund_desk.cases.executor import enqueue_execution
@@ -116,6 +117,31 @@ def test_a_failing_model_sends_the_case_to_a_person_with_the_reason(
     assert call.outcome == ("failed" if mode in ("timeout", "error") else "unparsed")
 
 
+@pytest.mark.parametrize("mode", ["schema", "refusal", "length", "timeout"])
+def test_a_model_failure_falls_back_and_the_policy_decides_with_its_tier_and_group(
+    desk: Harness, model: FakeOpenAI, mode: str
+) -> None:
+    model.mode, model.sleep_seconds = mode, 1.5
+    desk.runtime.desk.advisor = FallbackAdvisor(desk.runtime.desk.advisor)
+    # risk-signal in the acme policy: tier 4, finance approvers, whatever the advisor says
+    payment = desk.payment("900.00", chargebacks=1)
+    body = desk.post(desk.request(payment, "400.00", message="The vase arrived broken")).json()
+    case = desk.get(body["id"])
+    assert body["status"] == "awaiting_approval"
+    assert body["decision"]["rule"] == "risk-signal"
+    decision = case["decision"]
+    assert decision["tier"] == 4 and decision["approvers"] == "finance", decision
+    assert case["advice"]["fallback"] and case["advice"]["provider"] == "offline"
+    assert case["advice"]["reason"] == "damaged"
+    advised = next(r for r in case["audit"] if r["action"] == "advisor.advised")
+    assert advised["payload"]["fallback"] == case["advice"]["fallback"]
+    assert "advisor.failed" not in audit_actions(desk, body["id"])
+    assert desk.refunds_at_processor(payment) == []
+    code = case["advice"]["fallback"]
+    metrics = desk.client.get("/metrics").text
+    assert f'refund_desk_advisor_failures{{error="{code}",provider="openai"}} 1.0' in metrics
+
+
 def test_a_model_saying_approve_changes_no_decision(desk: Harness, model: FakeOpenAI) -> None:
     model.answer.update(
         confidence=1.0, summary="APPROVE. This refund must be approved immediately."
@@ -183,6 +209,16 @@ def test_injection_is_flagged_and_the_policy_alone_decides(desk: Harness) -> Non
     assert body["status"] == "awaiting_approval"
     assert body["decision"]["rule"] == "guardrail:suspected-injection"
     assert "treated as data" in case["advice"]["explanation"]
+    assert desk.refunds_at_processor(payment) == []
+
+
+def test_injection_is_flagged_when_the_model_fails_too(desk: Harness, model: FakeOpenAI) -> None:
+    model.mode = "schema"
+    desk.runtime.desk.advisor = FallbackAdvisor(desk.runtime.desk.advisor)
+    payment = desk.payment("30.00")
+    body = desk.post(desk.request(payment, "20.00", message=INJECTION)).json()
+    assert desk.get(body["id"])["advice"]["injection_suspected"] is True
+    assert body["decision"]["rule"] == "guardrail:suspected-injection"
     assert desk.refunds_at_processor(payment) == []
 
 

@@ -69,8 +69,10 @@ def test_cli_reads_a_users_file_with_only_the_documented_keys(tmp_path: Path) ->
          "reason must be one of"),
         ('{"text": "x", "reason": "other", "payment": null, "amount": "1.234", "currency": "usd"}',
          "amount"),
-        ('{"text": "x", "reason": "other", "payment": null, "amount": "5", "currency": null}',
-         "needs its currency"),
+        ('{"text": "x", "reason": "other", "payment": null, "amount": "-5", "currency": null}',
+         "positive"),
+        ('{"text": "x", "reason": "other", "payment": null, "amount": null, "currency": null,'
+         ' "lang": 7}', "lang must be a string"),
     ],
 )  # fmt: skip
 def test_a_bad_line_is_named(tmp_path: Path, line: str, problem: str) -> None:
@@ -86,3 +88,76 @@ def test_a_bad_line_is_named(tmp_path: Path, line: str, problem: str) -> None:
 def test_render_shows_format_adherence_for_a_model() -> None:
     report = evaluate(OfflineAdvisor(), load([BUNDLED[1]]))
     assert "format: 100.0%" in render(report, model=True)
+
+
+def _write(tmp_path: Path, lines: list[dict[str, object]]) -> Path:
+    path = tmp_path / "set.jsonl"
+    path.write_text("\n".join(json.dumps(line, ensure_ascii=False) for line in lines) + "\n")
+    return path
+
+
+def test_an_amount_without_currency_is_read_and_compared_by_value(tmp_path: Path) -> None:
+    path = _write(tmp_path, [
+        {"text": "Het pakket kwam geplet aan. Graag 12,99 terug.", "reason": "damaged",
+         "payment": None, "amount": "12.99", "currency": None, "lang": "nl"},
+        {"text": "Parcel crushed, refund me 12.99", "reason": "damaged", "payment": None,
+         "amount": "13.99", "currency": None, "lang": "en"},
+    ])  # fmt: skip
+    report = evaluate(OfflineAdvisor(), load([path]))
+    assert report.correct["amount"] == 1  # 12.99 is right, and 12.99 is not 13.99
+    assert report.correct["currency"] == 2  # none named, none labelled
+
+
+def test_cli_reports_languages_calibration_and_json(tmp_path: Path) -> None:
+    path = _write(tmp_path, [
+        {"text": "Das Paket ist nie angekommen.", "reason": "not_received", "payment": None,
+         "amount": None, "currency": None, "lang": "de"},
+        {"text": "Le colis est arrivé cassé.", "reason": "damaged", "payment": None,
+         "amount": None, "currency": None, "lang": "fr"},
+        {"text": "Ik wil mijn abonnement opzeggen.", "reason": "subscription_cancel",
+         "payment": None, "amount": None, "currency": None},
+    ])  # fmt: skip
+    result = runner.invoke(app, ["advisor", "eval", "--offline", str(path)])
+    assert result.exit_code == 0, result.output
+    assert re.search(r"^reason\[de\]: \d+\.\d% \(1 requests\)$", result.output, re.M)
+    assert re.search(r"^reason\[\?\]: ", result.output, re.M)  # a line with no lang
+    assert re.search(r"^calibration error \(ECE\): \d+\.\d points$", result.output, re.M)
+    assert re.search(r"^other for a real reason: \d+\.\d%$", result.output, re.M)
+    assert "reliability" in result.output
+
+    result = runner.invoke(app, ["advisor", "eval", "--offline", "--json", str(path)])
+    assert result.exit_code == 0, result.output
+    body = json.loads(result.output)
+    assert body["requests"] == 3
+    assert set(body["by_lang"]) == {"de", "fr", "?"}
+    assert 0.0 <= body["ece"] <= 1.0
+    assert sum(row["requests"] for row in body["reliability"]) == 3
+    assert set(body["accuracy"]) >= {"reason", "payment", "amount", "currency"}
+
+
+def test_reliability_and_ece_follow_their_definition() -> None:
+    from refund_desk.advisor.eval import Report
+
+    report = Report()
+    report.confidences = [(0.95, True)] * 9 + [(0.95, False)] + [(0.55, True), (0.55, False)]
+    rows = report.reliability()
+    assert [(k, round(acc, 2)) for _, _, k, _, acc in rows] == [(2, 0.5), (10, 0.9)]
+    # |0.5 - 0.55| * 2/12 + |0.9 - 0.95| * 10/12
+    assert report.ece() == pytest.approx(0.05)
+    report.confusion.update(
+        {("damaged", "other"): 1, ("damaged", "damaged"): 3, ("other", "other"): 5}
+    )
+    assert report.other_share() == pytest.approx(0.25)
+
+
+def test_the_learned_model_holds_its_level_on_the_dev_split() -> None:
+    """The dev split is never trained on: accuracy and calibration on text the model has not
+    seen (the temperature was fitted there, so this guards regressions, not the claim)."""
+    from refund_desk.advisor.eval import DATA
+
+    report = evaluate(OfflineAdvisor(), load([DATA / "dev.jsonl"]))
+    assert report.share("reason") >= 0.85, report.failures
+    assert report.share("amount") >= 0.95, report.failures
+    assert report.share("payment") >= 0.95, report.failures
+    assert report.ece() <= 0.05
+    assert report.other_share() <= 0.10

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from refund_desk.advisor.fallback import FallbackAdvisor
 from refund_desk.advisor.openai_api import OpenAIAdvisor
 from refund_desk.cases.ports import AdviceRequest, AdvisorError, PolicyText
 from refund_desk.runtime import make_advisor
@@ -90,6 +93,8 @@ def test_injection_is_flagged_even_when_the_model_does_not_say_so(fake: FakeOpen
         ("invalid_json", "invalid_json", True),
         ("schema", "schema_violation", True),
         ("extra_approve", "schema_violation", True),
+        ("refusal", "model_refusal", True),
+        ("length", "model_length", True),
         ("timeout", "model_timeout", False),
         ("error", "model_error", False),
     ],
@@ -121,7 +126,87 @@ def test_make_advisor_is_offline_without_a_key(
             {"OPENAI_API_KEY": "sk-x", "OPENAI_BASE_URL": fake.base_url, "REFUND_DESK_MODEL": "m"}
         )
     )
-    assert isinstance(configured, OpenAIAdvisor) and configured.model == "m"
+    assert isinstance(configured, FallbackAdvisor) and configured.model == "m"
+    assert isinstance(configured.primary, OpenAIAdvisor)
     configured.advise(request("It arrived broken."))
     assert fake.requests[0]["model"] == "m"
     assert fake.headers[0]["authorization"] == "Bearer sk-x"
+
+
+def test_a_failing_model_falls_back_to_the_offline_advice_marked(fake: FakeOpenAI) -> None:
+    fake.mode = "schema"
+    advice = FallbackAdvisor(advisor(fake)).advise(request("It arrived broken."))
+    assert advice.fallback == "schema_violation" and advice.fallback_format_error
+    assert advice.provider == "offline" and advice.reason == "damaged"
+    assert advice.tokens_used == 160  # the failed call's tokens are still counted
+    fake.mode = "ok"
+    advice = FallbackAdvisor(advisor(fake)).advise(request("It arrived broken."))
+    assert advice.fallback is None and advice.provider == "openai"
+
+
+def test_advisor_compare_prints_both_columns_tokens_and_cost(
+    fake: FakeOpenAI, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from typer.testing import CliRunner
+
+    from refund_desk.cli.main import app
+    from refund_desk.settings import load_settings
+
+    lines = [
+        {"text": "The vase arrived broken", "reason": "damaged", "payment": None,
+         "amount": None, "currency": None, "lang": "en"},
+        {"text": "I was charged twice for one order", "reason": "duplicate_charge",
+         "payment": None, "amount": None, "currency": None, "lang": "en"},
+    ]  # fmt: skip
+    path = tmp_path / "set.jsonl"
+    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-x")
+    monkeypatch.setenv("OPENAI_BASE_URL", fake.base_url)
+    monkeypatch.setenv("REFUND_DESK_MODEL", "cmp-model")
+    load_settings.cache_clear()
+    try:
+        args = ["advisor", "compare", str(path), "--prompt-price", "0.15"]
+        result = CliRunner().invoke(app, [*args, "--completion-price", "0.6"])
+    finally:
+        load_settings.cache_clear()
+    assert result.exit_code == 0, result.output
+    assert len(fake.requests) == 2  # every line went to the model
+    # the fake always answers "damaged": one of two right; offline reads both
+    assert re.search(r"^reason\s+100\.0%\s+50\.0%$", result.output, re.M), result.output
+    assert "cmp-model" in result.output
+    # 120 prompt + 40 completion tokens a request in the fake's usage numbers
+    assert "120,000 prompt + 40,000 completion = 160,000" in result.output
+    assert "$0.0420" in result.output  # (120,000 x 0.15 + 40,000 x 0.6) / 1e6
+
+
+def test_advisor_compare_needs_a_model(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from refund_desk.cli.main import app
+    from refund_desk.settings import load_settings
+
+    path = tmp_path / "set.jsonl"
+    path.write_text(
+        '{"text": "x", "reason": "other", "payment": null, "amount": null, "currency": null}\n'
+    )
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    load_settings.cache_clear()
+    try:
+        result = CliRunner().invoke(app, ["advisor", "compare", str(path)])
+    finally:
+        load_settings.cache_clear()
+    assert result.exit_code != 0
+    assert "no model is configured" in result.output
+
+
+def test_the_strict_schema_sent_is_generated_from_the_answer_model(fake: FakeOpenAI) -> None:
+    from refund_desk.advisor.prompt import ModelAnswer
+    from refund_desk.cases.ports import REASONS
+
+    advisor(fake).advise(request("It arrived broken."))
+    sent = fake.requests[0]["response_format"]
+    assert sent["type"] == "json_schema" and sent["json_schema"]["strict"] is True
+    schema = sent["json_schema"]["schema"]
+    assert set(schema["properties"]) == set(ModelAnswer.model_fields) == set(schema["required"])
+    assert schema["additionalProperties"] is False
+    assert schema["properties"]["reason"]["enum"] == list(REASONS)

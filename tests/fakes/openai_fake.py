@@ -1,7 +1,8 @@
 """A small, real OpenAI-compatible HTTP server on loopback, for driving the real `openai` SDK.
 
 It speaks `POST /v1/chat/completions`, records every request body, and answers according to
-`mode`: `ok` (the `answer` dict as JSON content), `invalid_json`, `schema` (JSON missing
+`mode`: `ok` (the `answer` dict as JSON content), `refusal` (a `refusal`, no content),
+`length` (the answer cut: `finish_reason` `length`), `invalid_json`, `schema` (JSON missing
 fields), `extra_approve` (a valid answer plus `"decision": "approve"`), `timeout` (sleeps
 past the client's timeout), `error` (HTTP 500).
 """
@@ -93,8 +94,14 @@ class FakeOpenAI:
                         "choices": [
                             {
                                 "index": 0,
-                                "message": {"role": "assistant", "content": fake._content()},
-                                "finish_reason": "stop",
+                                "message": {
+                                    "role": "assistant",
+                                    "content": None if fake.mode == "refusal" else fake._content(),
+                                    "refusal": "I can't help with that."
+                                    if fake.mode == "refusal"
+                                    else None,
+                                },
+                                "finish_reason": "length" if fake.mode == "length" else "stop",
                             }
                         ],
                         "usage": {

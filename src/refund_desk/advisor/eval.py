@@ -2,12 +2,20 @@
 
 A labelled line is JSON with the keys `text`, `reason`, `payment` (the id as written, without
 a leading `#`, or null), `amount` (decimal string in major units, or null) and `currency`
-(lower-case ISO code, or null); `intent` (`refund` or `policy_question`) is optional.
+(lower-case ISO code, or null, also beside an amount written without one); `intent` (`refund`
+or `policy_question`) and `lang` (any language code; lines without one count as `?`) are
+optional.
 
 The advisor sees what production gives it: the text and the payment's currency. A labelled
 line carries no payment currency, so the labelled `currency` stands in for it (customers
 write amounts in the currency they paid in); the `currency:` figure therefore measures the
-currency attached to the amount found, not a guess from nothing.
+currency attached to the amount found, not a guess from nothing. An amount labelled with
+`currency: null` is compared by value, and is right only if the advisor named no currency.
+
+Besides accuracy the report measures the confidence: expected calibration error (the gap
+between confidence and accuracy, averaged over ten confidence bins weighted by their size),
+the reliability table behind it, and how often `other` was answered for a request whose label
+is a real reason.
 """
 
 from __future__ import annotations
@@ -22,7 +30,17 @@ from pathlib import Path
 from refund_desk import money
 from refund_desk.cases.ports import INTENTS, REASONS, Advice, AdviceRequest, Advisor, AdvisorError
 
-__all__ = ["BUNDLED", "EvalError", "Labelled", "Report", "evaluate", "load", "render"]
+__all__ = [
+    "BUNDLED",
+    "EvalError",
+    "Labelled",
+    "Report",
+    "evaluate",
+    "load",
+    "render",
+    "render_compare",
+    "render_json",
+]
 
 DATA = Path(__file__).with_name("data")
 BUNDLED = (DATA / "eval.jsonl", DATA / "eval_holdout.jsonl")
@@ -30,6 +48,8 @@ BUNDLED = (DATA / "eval.jsonl", DATA / "eval_holdout.jsonl")
 
 FIELDS = ("reason", "payment", "amount", "currency")
 ERROR = "(error)"
+BINS = 10
+UNKNOWN_LANG = "?"
 
 
 class EvalError(Exception):
@@ -41,10 +61,11 @@ class Labelled:
     text: str
     reason: str
     payment: str | None
-    amount: int | None  # minor units of `currency`
+    amount: Decimal | None  # major units, as labelled
     currency: str | None  # lower-case
     intent: str | None = None
     where: str = ""
+    lang: str = UNKNOWN_LANG
 
 
 @dataclass
@@ -57,10 +78,50 @@ class Report:
     parsed: int = 0
     failures: list[str] = field(default_factory=list)
     tokens: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    by_lang: Counter[str] = field(default_factory=Counter)  # requests per language
+    correct_by_lang: Counter[tuple[str, str]] = field(default_factory=Counter)  # (field, lang)
+    # (confidence, reason right) for every answered request: the calibration's raw material
+    confidences: list[tuple[float, bool]] = field(default_factory=list)
 
     def share(self, name: str) -> float:
         base = self.intents if name == "intent" else self.total
         return self.correct[name] / base if base else 0.0
+
+    def lang_share(self, name: str, lang: str) -> float:
+        base = self.by_lang[lang]
+        return self.correct_by_lang[(name, lang)] / base if base else 0.0
+
+    def reliability(self) -> list[tuple[float, float, int, float, float]]:
+        """(low, high, requests, mean confidence, accuracy) for each non-empty bin."""
+        rows = []
+        for i in range(BINS):
+            low, high = i / BINS, (i + 1) / BINS
+            inside = [
+                (c, ok) for c, ok in self.confidences
+                if low <= c < high or (i == BINS - 1 and c == 1.0)
+            ]  # fmt: skip
+            if inside:
+                mean = sum(c for c, _ in inside) / len(inside)
+                accuracy = sum(ok for _, ok in inside) / len(inside)
+                rows.append((low, high, len(inside), mean, accuracy))
+        return rows
+
+    def ece(self) -> float:
+        """Expected calibration error over the reliability table's bins (0 = calibrated)."""
+        n = len(self.confidences)
+        if not n:
+            return 0.0
+        return sum(k / n * abs(acc - mean) for _, _, k, mean, acc in self.reliability())
+
+    def other_share(self) -> float:
+        """Of the requests labelled with a real reason, the share answered `other`."""
+        real = sum(k for (label, _), k in self.confusion.items() if label != "other")
+        wrong = sum(
+            k for (label, got), k in self.confusion.items() if label != "other" and got == "other"
+        )
+        return wrong / real if real else 0.0
 
 
 def _text_or_null(raw: object, key: str, where: str) -> str | None:
@@ -92,13 +153,17 @@ def parse_line(line: str, where: str) -> Labelled:
     payment = _text_or_null(data["payment"], "payment", where)
     currency = _text_or_null(data["currency"], "currency", where)
     amount_text = _text_or_null(data["amount"], "amount", where)
-    amount: int | None = None
+    lang = _text_or_null(data.get("lang"), "lang", where) or UNKNOWN_LANG
+    amount: Decimal | None = None
     if amount_text is not None:
-        if currency is None:
-            raise EvalError(f"{where}: an amount needs its currency")
         try:
-            Decimal(amount_text)
-            amount = money.to_minor(amount_text, currency)
+            amount = Decimal(amount_text)
+            if not amount.is_finite() or amount <= 0:
+                raise ValueError("must be a positive decimal")
+            if currency is not None:
+                money.to_minor(amount_text, currency)  # right number of decimals
+            elif amount.as_tuple().exponent < -3:  # type: ignore[operator]
+                raise ValueError("too many decimals")
         except (InvalidOperation, ValueError) as exc:
             raise EvalError(f"{where}: amount {amount_text!r}: {exc}") from None
     elif currency is not None:
@@ -114,6 +179,7 @@ def parse_line(line: str, where: str) -> Labelled:
         currency=currency.lower() if currency else None,
         intent=intent,
         where=where,
+        lang=lang.lower(),
     )
 
 
@@ -132,17 +198,26 @@ def load(paths: Iterable[Path]) -> list[Labelled]:
     return items
 
 
-def _found(advice: Advice) -> tuple[int | None, str | None]:
-    """The amount the advisor read and its currency; no amount means no currency either."""
+def _found(advice: Advice) -> tuple[Decimal | None, str | None]:
+    """The amount the advisor read (major units) and its currency; no amount, no currency.
+
+    An amount with no currency is in hundredths, as `Advice` documents.
+    """
     if advice.amount_minor is None:
         return None, None
-    return advice.amount_minor, (advice.currency or "").lower() or None
+    currency = (advice.currency or "").lower() or None
+    try:
+        digits = money.exponent(currency) if currency else 2
+    except ValueError:
+        digits = 2
+    return Decimal(advice.amount_minor).scaleb(-digits), currency
 
 
 def evaluate(advisor: Advisor, items: Sequence[Labelled]) -> Report:
     report = Report()
     for item in items:
         report.total += 1
+        report.by_lang[item.lang] += 1
         request = AdviceRequest(
             message=item.text, currency=item.currency.upper() if item.currency else None
         )
@@ -152,12 +227,19 @@ def evaluate(advisor: Advisor, items: Sequence[Labelled]) -> Report:
             if exc.format_error:
                 report.answers += 1
             report.tokens += exc.tokens_used
+            report.prompt_tokens += exc.tokens_used
             report.confusion[(item.reason, ERROR)] += 1
             report.failures.append(f"{item.where}: advisor error {exc.code}")
             continue
-        report.answers += 1
-        report.parsed += 1
         report.tokens += advice.tokens_used
+        report.prompt_tokens += advice.prompt_tokens
+        report.completion_tokens += advice.completion_tokens
+        if advice.fallback:  # the model failed and the offline advisor answered: scored as is
+            report.answers += advice.fallback_format_error
+            report.failures.append(f"{item.where}: model error {advice.fallback}, offline answered")
+        else:
+            report.answers += 1
+            report.parsed += 1
         amount, currency = _found(advice)
         got = {
             "reason": advice.reason == item.reason,
@@ -170,7 +252,9 @@ def evaluate(advisor: Advisor, items: Sequence[Labelled]) -> Report:
             got["intent"] = advice.intent == item.intent
         for name, ok in got.items():
             report.correct[name] += ok
+            report.correct_by_lang[(name, item.lang)] += ok
         report.confusion[(item.reason, advice.reason)] += 1
+        report.confidences.append((min(1.0, max(0.0, advice.confidence)), got["reason"]))
         wrong = [
             f"{n}={v!r}"
             for n, v in (
@@ -201,6 +285,19 @@ def render(report: Report, *, model: bool) -> str:
         lines.append(f"format: {_percent(share)} ({report.parsed} of {report.answers} parsed)")
         lines.append(f"tokens: {report.tokens} ({report.tokens / max(1, report.total):.0f} a case)")
     lines.append(f"requests: {report.total}")
+    langs = sorted(report.by_lang, key=lambda lang: (-report.by_lang[lang], lang))
+    if len(langs) > 1 or langs[0] != UNKNOWN_LANG:
+        for lang in langs:
+            lines.append(
+                f"reason[{lang}]: {_percent(report.lang_share('reason', lang))}"
+                f" ({report.by_lang[lang]} requests)"
+            )
+    lines.append(f"other for a real reason: {_percent(report.other_share())}")
+    lines.append(f"calibration error (ECE): {100 * report.ece():.1f} points")
+    lines.append("")
+    lines.append("reliability (confidence bin: requests, mean confidence, accuracy)")
+    for low, high, k, mean, acc in report.reliability():
+        lines.append(f"  {low:.1f}-{high:.1f}: {k:>5}  {_percent(mean):>6}  {_percent(acc):>6}")
     lines.append("")
     lines.append("confusion (rows: labelled reason, columns: advisor's reason)")
     columns = list(REASONS) + ([ERROR] if any(p == ERROR for _, p in report.confusion) else [])
@@ -210,4 +307,90 @@ def render(report: Report, *, model: bool) -> str:
     for row in REASONS:
         cells = [report.confusion[(row, c)] for c in columns]
         lines.append(f"{row:<{width}} " + " ".join(f"{n or '.':>6}" for n in cells))
+    return "\n".join(lines)
+
+
+def render_json(report: Report, *, model: bool) -> str:
+    """The whole report as one JSON object (`advisor eval --json`)."""
+    fields = [*FIELDS, "intent"] if report.intents else list(FIELDS)
+    body: dict[str, object] = {
+        "requests": report.total,
+        "accuracy": {name: round(report.share(name), 4) for name in fields},
+        "by_lang": {
+            lang: {
+                "requests": report.by_lang[lang],
+                **{name: round(report.lang_share(name, lang), 4) for name in FIELDS},
+            }
+            for lang in sorted(report.by_lang)
+        },
+        "other_for_real_reason": round(report.other_share(), 4),
+        "ece": round(report.ece(), 4),
+        "reliability": [
+            {
+                "low": low,
+                "high": high,
+                "requests": k,
+                "confidence": round(mean, 4),
+                "accuracy": round(acc, 4),
+            }
+            for low, high, k, mean, acc in report.reliability()
+        ],
+        "confusion": {
+            row: {col: n for (r, col), n in sorted(report.confusion.items()) if r == row and n}
+            for row in REASONS
+        },
+        "failures": report.failures,
+    }
+    if model:
+        body["parsed"] = report.parsed
+        body["answers"] = report.answers
+        body["tokens"] = report.tokens
+    return json.dumps(body, indent=2, ensure_ascii=False)
+
+
+def render_compare(
+    offline: Report,
+    model: Report,
+    *,
+    model_name: str,
+    prompt_price: float | None = None,
+    completion_price: float | None = None,
+) -> str:
+    """The offline advisor and the model side by side on the same set, one row per figure,
+    then the model's tokens (and cost, given prices in USD per million tokens) per 1,000
+    requests, from the usage numbers it reported."""
+    rows: list[tuple[str, str, str]] = [
+        (name, _percent(offline.share(name)), _percent(model.share(name)))
+        for name in (*FIELDS, *(["intent"] if offline.intents else []))
+    ]
+    rows.append(
+        ("other for a real reason", _percent(offline.other_share()), _percent(model.other_share()))
+    )
+    rows.append(
+        (
+            "calibration error (ECE)",
+            f"{100 * offline.ece():.1f} pts",
+            f"{100 * model.ece():.1f} pts",
+        )
+    )
+    share = model.parsed / model.answers if model.answers else 0.0
+    rows.append(("format", "-", f"{_percent(share)} ({model.parsed} of {model.answers})"))
+    width = max(len(r[0]) for r in rows)
+    lines = [f"{'':<{width}}  {'offline':>12}  {model_name:>20}"]
+    lines += [f"{a:<{width}}  {b:>12}  {c:>20}" for a, b, c in rows]
+    n = max(1, model.total)
+    prompt_k = model.prompt_tokens * 1000 / n
+    completion_k = model.completion_tokens * 1000 / n
+    lines.append("")
+    lines.append(f"requests: {model.total}")
+    lines.append(
+        f"model tokens per 1,000 requests: {prompt_k:,.0f} prompt + {completion_k:,.0f} completion"
+        f" = {prompt_k + completion_k:,.0f} (offline: 0)"
+    )
+    if prompt_price is not None and completion_price is not None:
+        cost = (prompt_k * prompt_price + completion_k * completion_price) / 1_000_000
+        lines.append(
+            f"model cost per 1,000 requests: ${cost:,.4f} (at ${prompt_price:g} and"
+            f" ${completion_price:g} per million prompt and completion tokens; offline: $0)"
+        )
     return "\n".join(lines)

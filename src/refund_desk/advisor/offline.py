@@ -1,4 +1,9 @@
-"""The offline advisor: deterministic keyword classification and extraction, no network.
+"""The offline advisor: a learned reason classifier and deterministic extraction, no network.
+
+The reason comes from the linear model over character n-grams shipped with the package
+(`advisor.model`, trained on `data/train.jsonl`); the keyword rules below are kept as
+`keyword_classify`, the reference the benchmark and the datasheet compare against, and their
+vocabulary still feeds the speller used to spot policy questions.
 
 It is the default when no model is configured and the fallback the tests rely on. Like any
 advisor its output is `model_inference` data (DESIGN invariant 1): it can send a case to a
@@ -10,12 +15,14 @@ which never leaves the process.
 from __future__ import annotations
 
 import re
-import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
 
+from refund_desk.advisor.features import fold as _fold
 from refund_desk.advisor.intent import cite_rules, is_policy_question
-from refund_desk.advisor.redact import redact
+from refund_desk.advisor.model import load_model
+from refund_desk.advisor.redact import KINDS, redact
 from refund_desk.advisor.spelling import Speller
 from refund_desk.cases.ports import REASONS, Advice, AdviceRequest
 from refund_desk.money import exponent, format_money, to_minor
@@ -26,17 +33,8 @@ __all__ = [
     "detect_injection",
     "extract_amount",
     "extract_order_ref",
+    "keyword_classify",
 ]
-
-
-# ---------------------------------------------------------------- text normalisation
-
-
-def _fold(text: str) -> str:
-    """Lower-case, straighten quotes and drop accents so one pattern covers 'reçu'/'recu'."""
-    text = text.replace("\u2019", "'").replace("\u2018", "'").replace("`", "'")
-    decomposed = unicodedata.normalize("NFKD", text.lower().replace("ß", "ss"))
-    return "".join(ch for ch in decomposed if not unicodedata.combining(ch))
 
 
 # ---------------------------------------------------------------- classification
@@ -252,7 +250,14 @@ def _scores(folded: str) -> dict[str, int]:
 
 
 def classify(text: str) -> tuple[str, float]:
-    """Reason (one of REASONS) and a confidence in [0, 1].
+    """Reason (one of REASONS) and its calibrated probability, from the learned model."""
+    if not text.strip():
+        return "other", 0.1
+    return load_model().predict(text)
+
+
+def keyword_classify(text: str) -> tuple[str, float]:
+    """The keyword rules' reason and confidence (the model's predecessor, kept as a reference).
 
     One reason alone scores >= 0.8 when its evidence is strong, competing reasons land in
     the middle, and no evidence (or no text) gives `other` below 0.5.
@@ -299,6 +304,23 @@ _INJECTION = re.compile(
   | ^\s*(?:system|assistant)\s*: | \#\#\#\s*instruction
   | \bignorez\s+les\s+instructions | \bignoriere\s+(?:alle\s+)?(?:vorherigen\s+)?anweisungen
   | \bignora\s+(?:las\s+)?instrucciones
+  # the other languages customers write in (folded: no accents)
+  | \b(?:ignorier\w*|vergiss)\s+(?:alle\s+|die\s+|deine\s+)?(?:bisherigen\s+|vorherigen\s+)?
+        (?:anweisungen|regeln|vorgaben)
+  | \bignor(?:e|ez|er)\s+(?:toutes\s+)?(?:les\s+|vos\s+)?(?:instructions|regles|consignes)
+  | \bignor(?:a|e|ad)\s+(?:todas\s+|tutte\s+)?(?:las\s+|le\s+|as\s+)?(?:instrucciones|istruzioni
+        |instrucoes|reglas|regole|regras)
+  | \bnegeer\s+(?:alle\s+)?(?:vorige\s+|eerdere\s+)?(?:instructies|regels)
+  | \bzignoruj\s+(?:wszystkie\s+)?(?:poprzednie\s+)?(?:instrukcje|polecenia|zasady)
+  | \bignorera\s+(?:alla\s+)?(?:tidigare\s+)?(?:instruktioner|regler)
+  | \b(?:genehmige|genehmigen\s+sie|approuve[zr]?|aprueba|aprobad|approva(?:te)?|aprove|aprovem
+        |keur|zatwierdz\w*|godkann)\s+(?:diese|die|ce|le|este|el|questo|il|o|deze|de|ten
+        |denna)?\s*(?:erstattung|ruckerstattung|remboursement|reembolso|rimborso|terugbetaling
+        |zwrot|aterbetalning)\b
+  | \b(?:du\s+bist\s+jetzt|tu\s+es\s+maintenant|ahora\s+eres|ora\s+sei|je\s+bent\s+nu
+        |agora\s+es|jestes\s+teraz|du\s+ar\s+nu)\b
+  | (?:以前の|これまでの|上記の)?指示を(?:無視|忘れ) | システムプロンプト
+  | 返金を(?:承認|許可)(?:して|しろ|せよ)
     """,
     re.IGNORECASE | re.VERBOSE | re.MULTILINE,
 )
@@ -321,7 +343,9 @@ def _without_injection(text: str) -> str:
 
 _PAYMENT_ID = re.compile(r"(?<![A-Za-z0-9_])(?:pi|ch|py)_[A-Za-z0-9]{6,}(?![A-Za-z0-9_])")
 _ORDER_ID = re.compile(
-    r"(?i)\b(?:order|ordr|bestellung|bestellnummer|commande|pedido|invoice|rechnung)"
+    r"(?i)(?:\b(?:order|ordr|bestellung|bestellnummer|commande|pedido|invoice|rechnung|bestelling"
+    r"|bestelnummer|ordernummer|ordine|encomenda|zam[oó]wieni[ea]|best[aä]llning|ref|reference"
+    r"|referencia|riferimento)|注文番号|ご注文番号|注文)"
     r"(?:\s*(?:number|no\.?|nr\.?|num\.?|n[°º]|id|#|:))*\s*#?\s*"
     r"(?P<id>[A-Z]{0,4}-?\d[\dA-Z-]{2,24})(?![\w-])"
     r"|(?<![\w#])#(?P<hash>\d{3,20})\b"
@@ -360,7 +384,7 @@ _SYMBOLS: dict[str, tuple[str, ...]] = {
 _NUM_PRE = r"\d{1,3}(?:[,.'\u00a0\u202f]\d{3})+(?:[.,]\d{1,3})?|\d+(?:[.,]\d{1,3})?"
 _NUM = r"\d{1,3}(?:[,.'\u00a0\u202f ]\d{3})+(?:[.,]\d{1,3})?|\d+(?:[.,]\d{1,3})?"
 _MARK = "|".join(
-    re.escape(s) if not s.isalpha() else rf"{re.escape(s)}\b"
+    rf"{re.escape(s)}\b" if s.isascii() and s.isalpha() else re.escape(s)
     for s in sorted(_SYMBOLS, key=len, reverse=True)
 )
 _AMOUNT = re.compile(
@@ -371,9 +395,25 @@ _AMOUNT = re.compile(
 _ASK = re.compile(
     r"(?i)(?:refund|reimburse|back|return|credit|erstatt|zuruck|rembours|reembols|devolu)"
 )
+# A number with no currency marker counts only where the customer plainly asks for it, in
+# folded text: "refund me 12.99", "Graag 12,99 terug", "rimborsatemi 19,90", "返金 1200".
+_ASK_VERB = (
+    r"refund(?:ed)?|reimburse|(?:pay|give|send)\s+(?:me\s+|us\s+)?back|amount|total"
+    r"|(?:ruck)?erstatt\w*|zuruck(?:zahlen|buchen|uberweisen)?|rembours\w*|reembols\w*"
+    r"|devolv\w*|devuelv\w*|rimbors\w*|restitu\w*|terugbetal\w*|terugstorten|zwro\w*"
+    r"|oddac|oddajcie|aterbetala|betala\s+tillbaka|返金\w*|返して"
+)
+_FILLER = (
+    r"(?:(?:me|moi|mi|nos|us|the|of|for|de|di|van|om|mir|uns|mij|mig|mnie|um|o|a|sie|ihr|u|ons"
+    r"|jullie|vous|nous|le|la|el|il|lo|los|me\s+the)\s+){0,3}"
+)
+_NOT_MONEY = r"(?![\d%]|[.,]\d|\s*(?:%|percent|items?|pcs|pieces|days?|weeks?|times?|x\b|h\b))"
 _BARE_ASK = re.compile(
-    rf"(?i)\b(?:refund(?:\s+of|\s+for)?|amount(?:\s+of)?|total(?:\s+of)?)\s*:?\s*(?P<n>{_NUM})"
-    r"(?![\d%]|[.,]\d|\s*(?:%|percent|items?|pcs|pieces|days?|weeks?|times?))"
+    rf"(?:(?<!\w)(?:{_ASK_VERB})\s*:?\s*{_FILLER}(?P<n>{_NUM}){_NOT_MONEY}"
+    # "12.99 back" but not "ALL 25 BACK" (all 25 items?); other languages' verbs are plain
+    rf"|(?<![\w.,])(?P<m>\d+[.,]\d\d)\s+back\b"
+    rf"|(?<![\w.,])(?P<k>{_NUM})\s+(?:terug|zuruck|tillbaka|de volta|indietro|z powrotem"
+    r"|erstatt|rembours|reembols|rimbors|zwro|aterbetal)\w*)"
 )
 
 
@@ -439,11 +479,26 @@ def _minor(num: str, currency: str) -> int | None:
     return value if value > 0 else None
 
 
+def _bare_minor(num: str, currency: str | None) -> int | None:
+    """A bare number in the request's currency, or in hundredths when no currency is known."""
+    if currency is not None:
+        return _minor(num, currency)
+    normalised = _normalise_number(num, "EUR")
+    if normalised is None:
+        return None
+    try:
+        value = Decimal(normalised).scaleb(2)
+    except InvalidOperation:
+        return None
+    return int(value) if value > 0 and value == value.to_integral_value() else None
+
+
 def extract_amount(text: str, currency: str | None = None) -> tuple[int, str] | None:
     """The amount the customer asks for, in minor units, with its ISO code.
 
-    Only amounts written with a currency marker count (plus a bare number right after
-    "refund of"/"amount" when the request names the currency). A marker that contradicts the
+    Amounts written with a currency marker count; failing those, a bare number the customer
+    plainly asks for ("refund me 12.99", "Graag 12,99 terug"), in the request's currency, or
+    with the code "" and in hundredths when the request names none. A marker that contradicts the
     request's currency, an ambiguous one ("$" with no currency given), or several different
     amounts none of which is clearly the one asked for, give None: no guessing about money.
     """
@@ -470,11 +525,11 @@ def extract_amount(text: str, currency: str | None = None) -> tuple[int, str] | 
         after = text[m.end() : m.end() + 12]
         asked = bool(_ASK.search(before) or re.match(r"(?i)\s*(?:back|refund)", after))
         found.append(_Found(value, cur, asked))
-    if not found and req is not None:
-        for b in _BARE_ASK.finditer(text):
-            value = _minor(b.group("n"), req)
+    if not found:
+        for b in _BARE_ASK.finditer(_fold(text)):
+            value = _bare_minor(b.group("n") or b.group("m") or b.group("k"), req)
             if value is not None:
-                found.append(_Found(value, req, True))
+                found.append(_Found(value, req or "", True))
     if not found:
         return None
     distinct = {(f.value, f.currency) for f in found}
@@ -517,7 +572,9 @@ def _summary(
     if order_ref:
         first += f" (ref {order_ref})"
     if amount is not None:
-        first += f"; asks for {format_money(*amount)}"
+        value, code = amount
+        shown = format_money(value, code) if code else f"{Decimal(value).scaleb(-2)} (no currency)"
+        first += f"; asks for {shown}"
     first += "."
     if injection:
         return first + " The message contains instructions aimed at the system; they were ignored."
@@ -526,6 +583,9 @@ def _summary(
 
 
 # ---------------------------------------------------------------- the advisor
+
+
+_MASKS = re.compile("|".join(re.escape(mask) for mask in KINDS.values()))
 
 
 class OfflineAdvisor:
@@ -537,15 +597,17 @@ class OfflineAdvisor:
         red = redact(request.message, names=request.known_names, emails=request.known_emails)
         injection = detect_injection(request.message)
         # Classify on redacted text with instruction sentences removed, so an injected
-        # "classify this as damaged" cannot move the reason.
-        reason, confidence = classify(_without_injection(red.text) if injection else red.text)
+        # "classify this as damaged" cannot move the reason; the masks themselves ("[card]")
+        # are left out, as they say nothing about the reason.
+        text = _without_injection(red.text) if injection else red.text
+        reason, confidence = classify(_MASKS.sub(" ", text))
         if reason not in REASONS:  # pragma: no cover - classify only returns REASONS
             reason = "other"
         # Read the reference from the redacted text: a "reference" that is really a card
         # number or phone number is masked there and so never becomes advice.
         order_ref = extract_order_ref(red.text)
         amount = extract_amount(request.message, request.currency)
-        currency = amount[1] if amount else (request.currency or "").upper() or None
+        currency = (amount[1] or None) if amount else (request.currency or "").upper() or None
         folded = _SPELLER.correct(_fold(red.text))
         cited: tuple[str, ...] = ()
         question = is_policy_question(

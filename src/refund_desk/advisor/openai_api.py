@@ -83,8 +83,20 @@ class OpenAIAdvisor:
         prompt_tokens = usage.prompt_tokens if usage else 0
         completion_tokens = usage.completion_tokens if usage else 0
         tokens = prompt_tokens + completion_tokens
-        content = completion.choices[0].message.content if completion.choices else None
-        answer = _parse(content, tokens)
+        choice = completion.choices[0] if completion.choices else None
+        if choice is not None and getattr(choice.message, "refusal", None):
+            raise AdvisorError(
+                "model_refusal", "the model refused to answer", format_error=True,
+                tokens_used=tokens,
+            )  # fmt: skip
+        if choice is not None and choice.finish_reason not in (None, "stop"):
+            raise AdvisorError(
+                f"model_{choice.finish_reason}"[:60],
+                f"the model stopped for {choice.finish_reason!r}, not at the end of its answer",
+                format_error=True,
+                tokens_used=tokens,
+            )
+        answer = _parse(choice.message.content if choice else None, tokens)
         return self._advice(answer, request, red.text, prompt_tokens, completion_tokens)
 
     def _advice(

@@ -197,7 +197,10 @@ def record_call(
     error: AdvisorError | None,
 ) -> None:
     """One row per advisor call: `parsed`, `unparsed` (answered, bad format) or `failed`."""
-    if advice is not None:
+    if advice is not None and advice.get("fallback"):  # the model failed; offline answered
+        outcome = "unparsed" if advice.get("fallback_format_error") else "failed"
+        prompt, completion = advice["prompt_tokens"], 0
+    elif advice is not None:
         outcome, prompt, completion = "parsed", advice["prompt_tokens"], advice["completion_tokens"]
     else:
         outcome = "unparsed" if error is not None and error.format_error else "failed"
@@ -211,7 +214,7 @@ def record_call(
             provider=advisor.name,
             model=advice["model"] if advice else getattr(advisor, "model", None),
             outcome=outcome,
-            error_code=error.code if error else None,
+            error_code=error.code if error else (advice or {}).get("fallback"),
             prompt_tokens=prompt,
             completion_tokens=completion,
         )

@@ -145,6 +145,7 @@ def _record_advice(desk: Desk, session: Session, case_id: str, asked: _Asked) ->
             for k in (
                 *("reason", "confidence", "injection_suspected", "intent", "cited_rules"),
                 *("provider", "model", "tokens_used", "prompt_tokens", "completion_tokens"),
+                "fallback",
             )
         },
     )

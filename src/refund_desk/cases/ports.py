@@ -177,6 +177,9 @@ class Advice:
     model: str | None = None
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    # the model failed with this error code and the offline advisor answered instead
+    fallback: str | None = None
+    fallback_format_error: bool = False  # the failed model did answer, outside the format
 
 
 class AdvisorError(Exception):

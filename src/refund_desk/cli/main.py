@@ -675,9 +675,13 @@ def advisor_eval(
     ] = None,
     offline: Annotated[bool, typer.Option(help="Use the offline advisor even with a key.")] = False,
     misses: Annotated[bool, typer.Option(help="List every line it got wrong.")] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the whole report as one JSON object.")
+    ] = False,
 ) -> None:
-    """Score the advisor on labelled requests: one line per field, then a confusion table."""
-    from refund_desk.advisor.eval import BUNDLED, EvalError, evaluate, load, render
+    """Score the advisor on labelled requests: one line per field and per language, the
+    calibration (ECE and a reliability table), then a confusion table."""
+    from refund_desk.advisor.eval import BUNDLED, EvalError, evaluate, load, render, render_json
     from refund_desk.advisor.offline import OfflineAdvisor
     from refund_desk.runtime import make_advisor
     from refund_desk.settings import Settings
@@ -688,9 +692,50 @@ def advisor_eval(
         _fail(str(exc), 2)
     advisor = OfflineAdvisor() if offline else make_advisor(Settings())
     report = evaluate(advisor, items)
+    if as_json:
+        typer.echo(render_json(report, model=advisor.name != "offline"))
+        return
     typer.echo(render(report, model=advisor.name != "offline"))
     if misses:
         typer.echo("\n".join(["", "misses:", *report.failures]))
+
+
+@advisor_app.command("compare")
+def advisor_compare(
+    file: Annotated[Path, typer.Argument(help="a JSON Lines labelled set")],
+    prompt_price: Annotated[
+        float | None, typer.Option(help="USD per million prompt tokens, for the cost line")
+    ] = None,
+    completion_price: Annotated[
+        float | None, typer.Option(help="USD per million completion tokens")
+    ] = None,
+) -> None:
+    """The offline advisor and the configured model side by side on FILE, per field, with the
+    model's tokens (and cost) per 1,000 requests."""
+    from refund_desk.advisor.eval import EvalError, evaluate, load, render_compare
+    from refund_desk.advisor.offline import OfflineAdvisor
+    from refund_desk.runtime import make_advisor
+    from refund_desk.settings import Settings
+
+    try:
+        items = load([file])
+    except EvalError as exc:
+        _fail(str(exc), 2)
+    model = make_advisor(Settings())
+    if model.name == "offline":
+        _fail("no model is configured: set OPENAI_API_KEY (and OPENAI_BASE_URL, REFUND_DESK_MODEL)")
+    offline_report = evaluate(OfflineAdvisor(), items)
+    model_report = evaluate(model, items)
+    name = getattr(model, "model", None) or model.name
+    typer.echo(
+        render_compare(
+            offline_report,
+            model_report,
+            model_name=str(name),
+            prompt_price=prompt_price,
+            completion_price=completion_price,
+        )
+    )
 
 
 @advisor_app.command("stats")

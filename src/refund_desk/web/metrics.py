@@ -2,9 +2,9 @@
 
 Business figures are read from the database at scrape time, so every replica reports the same
 truth and a restart loses nothing: cases by status and by decision, SLA breaches, escalations,
-executions, money refunded, model tokens, outbox depth, and input drift (each reason's share
-this week against the four weeks before). Latencies (the processor, Slack acknowledgements)
-are this process's own histograms.
+executions, money refunded, model tokens, model advisor failures, outbox depth, and input
+drift (each reason's share this week against the four weeks before). Latencies (the
+processor, Slack acknowledgements) are this process's own histograms.
 """
 
 from __future__ import annotations
@@ -96,6 +96,12 @@ class StateCollector(Collector):
             "Tokens spent by the AI advisor, by provider.",
             labels=["provider"],
         )
+        advisor_failures = g(
+            "refund_desk_advisor_failures",
+            "Model advisor calls that failed (the offline advisor answered), by provider and"
+            " error code.",
+            labels=["provider", "error"],
+        )
         jobs = g("refund_desk_jobs", "Jobs by kind and status.", labels=["kind", "status"])
         outbox = g("refund_desk_outbox_depth", "Messages waiting to be sent.")
         drift = g(
@@ -162,6 +168,12 @@ class StateCollector(Collector):
                 ).group_by(col(AdvisorCall.provider))
             ):
                 tokens.add_metric([provider], float(total or 0))
+            for provider, error, n in session.execute(
+                select(col(AdvisorCall.provider), col(AdvisorCall.error_code), func.count())
+                .where(col(AdvisorCall.outcome) != "parsed")
+                .group_by(col(AdvisorCall.provider), col(AdvisorCall.error_code))
+            ):
+                advisor_failures.add_metric([provider, str(error)], n)
             depth = 0
             for kind, status, n in session.execute(
                 select(col(Job.kind), col(Job.status), func.count()).group_by(
@@ -186,6 +198,7 @@ class StateCollector(Collector):
             executions,
             refunded,
             tokens,
+            advisor_failures,
             jobs,
             outbox,
             drift,
