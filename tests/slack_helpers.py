@@ -96,12 +96,20 @@ class SlackHarness(Harness):
         return self.interaction(payload, **sign_kw)
 
     def submit(
-        self, user: str, callback_id: str, private_metadata: str, values: dict[str, str | None]
+        self,
+        user: str,
+        callback_id: str,
+        private_metadata: str,
+        values: dict[str, str | None],
+        view_id: str | None = None,
     ) -> Any:
+        """A view submission; `view_id` names the open modal, as Slack's payload does."""
         payload = fixture("view_submission.json")
         payload["user"]["id"] = user
         payload["trigger_id"] = self.slack.workspace.issue_trigger(user)
         view = payload["view"]
+        if view_id is not None:
+            view["id"] = view_id
         view["callback_id"] = callback_id
         view["private_metadata"] = private_metadata
         # Each input answers with its element's type, as Slack's view state does.

@@ -209,3 +209,27 @@ def test_app_home_lists_only_what_the_viewer_may_decide(desk: SlackHarness) -> N
     assert case_id not in _home(desk, "U0FIN1"), "approved already: the other one decides"
     assert case_id in _home(desk, "U0FIN2")
     assert case_id not in _home(desk, "U0LEAD1"), "another group's case"
+
+
+def test_refund_modal_keeps_what_was_typed_and_says_what_is_wrong_there(
+    desk: SlackHarness,
+) -> None:
+    desk.slash("U0FIN1", "/refund")
+    [view] = desk.slack.views
+    modal = desk.slack.workspace.modals["U0FIN1"]
+    typed = {
+        "payment": "py_nope",
+        "email": "ada@example.com",
+        "currency": "USD",
+        "amount": "12.50",
+        "reason": "other",
+        "message": "It never came",
+    }
+    answer = desk.submit("U0FIN1", "file_case_modal", view["private_metadata"], typed, modal.id)
+    assert answer.json()["response_action"] == "update", "the modal stays open while checking"
+    desk.settle()
+    shown = json.dumps(desk.slack.workspace.modals["U0FIN1"].view)
+    assert "not filed" in shown and "py_nope" in shown and "12.50" in shown
+    assert "It never came" in shown
+    assert not [m for m in desk.slack.ephemeral if "not filed" in m.text], "not in the channel"
+    assert desk.counts()[0] == 0

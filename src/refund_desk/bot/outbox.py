@@ -130,6 +130,17 @@ class Outbox:
             # Retrying cannot help; the job ends here and says why.
             log.warning("Slack refused %s for good; not retried", exc)
             return
+        except SlackApiError as exc:
+            if "otherwise" not in p or exc.response.status_code == 429:
+                raise
+            otherwise = p["otherwise"]  # a modal the person closed meanwhile, say
+            if otherwise is None:  # nothing else to say: the modal was only a courtesy
+                return
+            log.info("slack %s refused (%s); telling the person instead", p["method"], exc)
+            with self.desk.db.write() as session:
+                job_id = enqueue_tell(session, **otherwise)
+            self.desk.jobs.run_now(job_id)
+            return
         remember = p.get("remember")
         if remember and response.get("ts"):
             channel = str(response.get("channel") or p["params"].get("channel"))
@@ -454,8 +465,19 @@ class Outbox:
         self.call("chat.postMessage", channel=channel, text=cards._clip(mrkdwn.render(said)))
 
 
-def enqueue_call(session: Session, method: str, **params: Any) -> int:
-    job = enqueue(session, kind=SLACK_CALL, payload={"method": method, "params": params})
+_NO_FALLBACK = object()
+
+
+def enqueue_call(
+    session: Session, method: str, *, otherwise: Any = _NO_FALLBACK, **params: Any
+) -> int:
+    """One Slack call as a job. ``otherwise``: when Slack refuses it for good (a modal the
+    person closed, say), tell them this instead (``enqueue_tell``'s arguments), or, with None,
+    let it go."""
+    payload: dict[str, Any] = {"method": method, "params": params}
+    if otherwise is not _NO_FALLBACK:
+        payload["otherwise"] = otherwise
+    job = enqueue(session, kind=SLACK_CALL, payload=payload)
     assert job.id is not None
     return job.id
 

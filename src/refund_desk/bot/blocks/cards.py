@@ -479,10 +479,18 @@ def partial_modal(token: str, channel: str, ceiling: str) -> View:
     )
 
 
-def file_case_modal(channel: str, prefill: dict[str, str] | None = None) -> View:
+def file_case_modal(
+    channel: str, prefill: dict[str, str] | None = None, *, problem: str | None = None
+) -> View:
     """The `/refund` modal; `prefill` (payment, email, currency, amount, reason, message) comes
-    from a message the "File a refund" shortcut was used on."""
+    from a message the "File a refund" shortcut was used on, or from what was typed when the
+    modal is shown again with a `problem` above the fields."""
     given = prefill or {}
+    notice: list[Block] = (
+        [SectionBlock(block_id="problem", text=MarkdownTextObject(text=_clip(problem, 1900)))]
+        if problem
+        else []
+    )
 
     def initial(key: str) -> dict[str, Any]:
         return {"initial_value": given[key]} if given.get(key) else {}
@@ -497,6 +505,7 @@ def file_case_modal(channel: str, prefill: dict[str, str] | None = None) -> View
         submit="File",
         close="Cancel",
         blocks=[
+            *notice,
             InputBlock(
                 block_id="payment",
                 label="Payment id",
@@ -542,6 +551,17 @@ def file_case_modal(channel: str, prefill: dict[str, str] | None = None) -> View
                 ),
             ),
         ],
+    )
+
+
+def filed_modal(said: str) -> View:
+    """What the `/refund` modal shows once the case is filed."""
+    return View(
+        type="modal",
+        callback_id="file_case_done",
+        title="File a refund",
+        close="Done",
+        blocks=[SectionBlock(text=MarkdownTextObject(text=_clip(said, 1900)))],
     )
 
 

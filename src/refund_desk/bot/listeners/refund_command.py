@@ -19,7 +19,7 @@ from sqlmodel import col
 from refund_desk import money
 from refund_desk.bot import mrkdwn
 from refund_desk.bot.blocks import cards
-from refund_desk.bot.outbox import enqueue_tell
+from refund_desk.bot.outbox import enqueue_call, enqueue_tell
 from refund_desk.cases.desk import Desk
 from refund_desk.cases.errors import CaseError, InvalidRequest
 from refund_desk.cases.intake import parse_request, submit
@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from refund_desk.bot.app import Surface
 
 FILE_CASE = "slack.file_case"
+CHECKING = ":hourglass_flowing_sand: Checking the payment with the processor…"
 FIELD_BLOCKS = {"payment", "email", "currency", "amount", "reason", "message"}
 FIND_LIMIT = 15
 PAYMENT_ID = re.compile(r"\b((?:pi|py|ch)_[A-Za-z0-9]+)\b")
@@ -134,9 +135,28 @@ def file_case(desk: Desk, job: ClaimedJob) -> None:
         details = "; ".join(f"{k}: {v}" for k, v in exc.fields.items())
         said = f"{mrkdwn.render(exc.text)} {mrkdwn.escape(details)}".strip()
         text = f":no_entry: The case was not filed: {said}"
+        view_id = job.payload.get("view_id")
+        if view_id:  # the modal is still open: say it there, with what they typed kept
+            view = cards.file_case_modal(channel or "", job.payload["request"], problem=text)
+            with desk.db.write() as session:
+                job_id = enqueue_call(
+                    session,
+                    "views.update",
+                    view_id=view_id,
+                    view=view.to_dict(),
+                    otherwise={"user": user, "text": text, "channel": channel},
+                )
+            desk.jobs.run_now(job_id)
+            return
+    jobs = []
     with desk.db.write() as session:
-        job_id = enqueue_tell(session, user, text, channel=channel)
-    desk.jobs.run_now(job_id)
+        if job.payload.get("view_id"):  # the modal that said "checking" says it is filed
+            done = cards.filed_modal(text)
+            jobs.append(enqueue_call(session, "views.update", view_id=job.payload["view_id"],
+                                     view=done.to_dict(), otherwise=None))  # fmt: skip
+        jobs.append(enqueue_tell(session, user, text, channel=channel))
+    for job_id in jobs:
+        desk.jobs.run_now(job_id)
 
 
 def register(surface: Surface) -> None:
@@ -177,17 +197,17 @@ def register(surface: Surface) -> None:
             await ack(response_action="errors", errors=errors or {"payment": exc.message})
             return
         user, channel = body["user"]["id"], view.get("private_metadata") or None
+        payload = {"request": data, "user": user, "channel": channel, "view_id": view.get("id")}
 
         def queue(desk: Desk) -> int:
             with desk.db.write() as session:
-                job = enqueue(
-                    session,
-                    kind=FILE_CASE,
-                    payload={"request": data, "user": user, "channel": channel},
-                )
+                job = enqueue(session, kind=FILE_CASE, payload=payload)
                 assert job.id is not None
                 return job.id
 
         job_id = await surface.blocking(queue, surface.desk)
-        await ack()
+        # The modal stays open while the processor is asked: a problem shows there, with what
+        # was typed, instead of in the channel; on success it closes.
+        checking = cards.file_case_modal(channel or "", data, problem=CHECKING)
+        await ack(response_action="update", view=checking.to_dict())
         surface.start_jobs([job_id])
