@@ -125,7 +125,7 @@ def test_draft_test_backtest_publish_rollback_each_on_the_record(
     assert "published d1 as *acme-refunds v2*" in published and active_version(desk) == 2
     assert "approve → review: 1 case" in policy_messages(desk)[-1]  # with the backtest
     assert "rolled back to v1" in say(desk, "rollback v1") and active_version(desk) == 3
-    history = say(desk, "history", NOT_LEAD)  # everyone may read
+    history = say(desk, "history", NOT_LEAD)  # an approver may read
     assert "* v3" in history and "(rollback to v1)" in history and " v2 " in history
 
     actions = {r.action: f"{r.actor_kind}:{r.actor_id}" for r in audit(desk)}

@@ -172,3 +172,27 @@ def test_a_click_is_acknowledged_while_background_work_fills_its_pool(
             future.result(timeout=10)
     desk.settle()
     assert desk.get(case_id)["status"] == "refunded"
+
+
+def test_inviting_the_bot_posts_the_cards_it_could_not_take(desk: SlackHarness) -> None:
+    desk.slack.workspace.channels["C0FINANCE"].member = False
+    case_id = desk.post(desk.request(desk.payment("900.00"), "600.00")).json()["id"]
+    desk.settle()
+    assert desk.get(case_id)["slack"]["status"] == "not delivered to Slack"
+    desk.slack.workspace.channels["C0FINANCE"].member = True  # /invite @Refund Desk
+    joined = fixture("app_home_opened.json")
+    joined["event"] = {
+        "type": "member_joined_channel",
+        "user": "U0BOT",
+        "channel": "C0FINANCE",
+        "channel_type": "C",
+        "team": "T0FAKE",
+        "event_ts": "1700000000.9",
+    }
+    assert desk.event(joined).status_code == 200
+    desk.settle()
+    assert desk.get(case_id)["slack"]["status"] == "delivered"
+    assert "approve" in desk.buttons("C0FINANCE")
+    assert "Not delivered to Slack" not in _home(desk, "U0LEAD1")
+    actions = [r["action"] for r in desk.get(case_id)["audit"]]
+    assert actions.count("slack.undelivered") == 1 and "slack.redelivered" in actions

@@ -252,3 +252,16 @@ def test_the_one_signer_is_what_slack_sdk_verifies() -> None:
     assert not SignatureVerifier("another-secret").is_valid_request(body, headers)
     stale = sign(body, timestamp=int(time.time()) - 600)
     assert not verifier.is_valid_request(body, stale)
+
+
+def test_the_errors_the_bot_acts_on_are_slacks_own(openapi: dict[str, Any]) -> None:
+    from refund_desk.bot.outbox import NOT_HERE, UNDELIVERABLE
+
+    def errors(method: str) -> set[str]:
+        [operation] = openapi["paths"]["/" + method].values()
+        return set(operation["responses"]["default"]["schema"]["properties"]["error"]["enum"])
+
+    assert errors("chat.postMessage") >= UNDELIVERABLE  # permanent: never retried
+    assert "user_not_in_channel" in errors("chat.postEphemeral") & NOT_HERE  # then a DM
+    assert "message_not_found" in errors("chat.getPermalink")
+    assert "channel_not_found" in errors("conversations.info")

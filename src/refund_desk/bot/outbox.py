@@ -10,7 +10,8 @@ limit on one (a manager's DM) never repeats another (the thread line).
 A card Slack will never take (`not_in_channel`, `channel_not_found`, `is_archived`) is a
 permanent failure: no retries; the case records "not delivered to Slack" (an audit record and a
 `slack_messages` row of kind `undelivered`), the leads get a DM naming the channel and the fix,
-and App Home lists the undelivered cases.
+and App Home lists the undelivered cases. Once the bot joins the channel
+(`member_joined_channel`), the waiting ones are posted again (`redeliver`).
 
 `slack.tell` answers one person: through the interaction's `response_url` when Slack gave one,
 else an ephemeral where they acted, else a DM.
@@ -34,6 +35,7 @@ from refund_desk.bot.blocks import cards
 from refund_desk.bot.card_facts import card_context
 from refund_desk.bot.directory import SlackDirectory
 from refund_desk.cases.desk import Desk
+from refund_desk.cases.notify import notify
 from refund_desk.governance.versions import LoadedPolicy, control, load_version
 from refund_desk.storage.audit import SYSTEM
 from refund_desk.storage.jobs import ClaimedJob, RetryLater, enqueue
@@ -74,7 +76,10 @@ class Undeliverable(Exception):
 def fix_for(channel: str, code: str) -> str:
     """What a lead does so that Slack takes the messages for `channel`."""
     if code == "not_in_channel":
-        return f"invite the bot there (`/invite @Refund Desk` in <#{channel}>)"
+        return (
+            f"invite the bot there (`/invite @Refund Desk` in <#{channel}>); the waiting cards "
+            "are posted as soon as it joins"
+        )
     if code == "is_archived":
         return f"unarchive <#{channel}> or name another channel in the policy"
     return (
@@ -463,6 +468,34 @@ class Outbox:
             return
         said = Text.from_json(data.get("text")) or Text.of(f"{event}: {data}")
         self.call("chat.postMessage", channel=channel, text=cards._clip(mrkdwn.render(said)))
+
+
+def redeliver(desk: Desk, channel: str) -> list[int]:
+    """The bot is in `channel` now: the cards Slack would not take there are posted again (the
+    waiting ones), by a `notify` job each, queued with the undelivered marks removed."""
+    with desk.db.write() as session:
+        rows = session.scalars(
+            select(SlackMessage)
+            .join(Case, col(Case.id) == col(SlackMessage.case_id))
+            .where(
+                col(SlackMessage.kind) == "undelivered",
+                col(SlackMessage.channel) == channel,
+                col(Case.status).in_(cards.DECIDABLE),
+            )
+        ).all()
+        jobs = []
+        for row in rows:
+            assert row.case_id is not None
+            session.delete(row)
+            desk.audit.append(
+                session,
+                action="slack.redelivered",
+                actor=SYSTEM,
+                case_id=row.case_id,
+                payload={"channel": channel},
+            )
+            jobs.append(notify(session, event="case.awaiting_approval", case_id=row.case_id))
+    return jobs
 
 
 _NO_FALLBACK = object()

@@ -6,6 +6,7 @@ must happen is a row in the jobs table, so nothing is lost when the process goes
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
@@ -236,7 +237,7 @@ def create_app(
         socket_mode = start_socket_mode(surface, runtime.settings) if surface else None
         app.state.socket_mode = socket_mode
         if surface is not None:  # the workspace checked against the policy, as a job
-            surface.start_jobs([queue_doctor(surface, "start-up")])
+            surface.start_jobs([await asyncio.to_thread(queue_doctor, surface, "start-up")])
         try:
             yield
         finally:

@@ -26,7 +26,8 @@ DRAFT_MODAL = "policy_draft_modal"
 REVIEW_RIGHT, REVIEW_WRONG = "policy_review_right", "policy_review_wrong"
 MAX_TEXT_INPUT = 3000
 
-HELP = """*`/refund-policy`* — everyone may read; only the policy's leads may change anything.
+HELP = """*`/refund-policy`* — the policy's leads, approvers, managers and operators may read; only
+its leads may change anything.
 *Read*
 • `show [vN]` the policy text (or a draft: `show d3`) · `history` · `drafts`
 • `validate DRAFT` every problem with its rule · `diff vA vB` rule-level changes (drafts too)

@@ -1,10 +1,12 @@
-"""Events API: App Home opened → (re)publish the viewer's home as a job."""
+"""Events API: App Home opened → (re)publish the viewer's home as a job; the bot joined a
+channel → post the cards Slack would not take there before."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
 from refund_desk.bot.home import HOME, queue_home
+from refund_desk.bot.outbox import redeliver
 
 if TYPE_CHECKING:
     from refund_desk.bot.app import Surface
@@ -17,6 +19,13 @@ def register(surface: Surface) -> None:
             return
         job_id = await surface.blocking(queue_home, surface.desk, str(event["user"]))
         surface.start_jobs([job_id])
+
+    @surface.app.event("member_joined_channel")
+    async def on_joined(event: dict[str, Any]) -> None:
+        # Anyone joining is harmless: only cards marked undelivered for the channel move.
+        channel = str(event.get("channel") or "")
+        if channel:
+            surface.start_jobs(await surface.blocking(redeliver, surface.desk, channel))
 
 
 __all__ = ["HOME", "register"]

@@ -1,5 +1,6 @@
-"""`/refund-policy`: everyone may read the policy; its leads draft, test, backtest, shadow-run,
-publish, roll back, set the mode and pull the kill switch.
+"""`/refund-policy`: the policy's leads, approvers, managers and operators may read it (`help`
+answers everyone); its leads draft, test, backtest, shadow-run, publish, roll back, set the mode
+and pull the kill switch.
 
 A listener does one short transaction (off the event loop) and acknowledges with an
 ephemeral answer; each change commits with its audit record and its message to the policy
