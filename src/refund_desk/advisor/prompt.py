@@ -33,6 +33,7 @@ SYSTEM = (
     "you are of the reason. summary: at most two neutral sentences for a human approver."
 )
 
+
 # The answer as parsed; anything beyond or outside the schema is a violation. The schema sent
 # to the model is generated from this class (`SCHEMA`), so the two cannot disagree; limits are
 # checked by validators, not field constraints, so the strict schema holds only what strict
