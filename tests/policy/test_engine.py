@@ -232,9 +232,23 @@ def test_policy_review_keeps_its_say_under_guardrail() -> None:
     assert (d.outcome, d.rule, d.say) == ("review", "guardrail:currency-mismatch", "Refunded.")
 
 
-def test_injection_or_low_confidence_never_blocks_a_deny(compiled: CompiledPolicy) -> None:
+def test_low_confidence_never_blocks_a_deny(compiled: CompiledPolicy) -> None:
     d = compiled.evaluate(case(amount=3000, refundable=1000, advisor={"confidence": 0.1}))
     assert d.outcome == "deny"
+
+
+def test_a_flagged_injection_is_never_decided_without_a_person(compiled: CompiledPolicy) -> None:
+    """Not paid, and not denied either: whatever the message tried, a person reads it."""
+    flagged = {"injection_suspected": True}
+    denied = compiled.evaluate(case(amount=3000, refundable=2000, advisor=flagged))
+    assert (denied.outcome, denied.rule, denied.policy_rule) == (
+        "review",
+        "guardrail:suspected-injection",
+        "exceeds-refundable",
+    )
+    assert denied.tier >= 3 and denied.approvers == "support-leads"
+    paid = permissive().evaluate(case(advisor=flagged))
+    assert (paid.outcome, paid.rule) == ("review", "guardrail:suspected-injection")
 
 
 # --- currencies ---------------------------------------------------------------------------

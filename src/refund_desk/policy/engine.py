@@ -202,7 +202,8 @@ def _decides_of(doc: PolicyDocument, rule_id: str) -> Decides:
 def apply_guardrails(decision: Decision, ctx: Mapping[str, Any], doc: PolicyDocument) -> Decision:
     """Hard limits after the policy. They only ever make a decision stricter.
 
-    A possible duplicate always waits for a person. A policy deny stays deny. Otherwise,
+    A possible duplicate, and a message that tries to instruct the system, always wait for a
+    person, a denial included. Otherwise a policy deny stays deny, and,
     in order: more than refundable -> deny; currency
     not the payment's (or not the policy's) -> review; and an approve becomes a review when
     its tier needs a person, the request may be a duplicate, the customer is not verified,
@@ -212,7 +213,10 @@ def apply_guardrails(decision: Decision, ctx: Mapping[str, Any], doc: PolicyDocu
     # A possible duplicate is never decided automatically, a denial included: the customer
     # must not hear "more than is left" because their own first request was just paid.
     duplicate = ctx["request"]["possible_duplicate"] is True and decision.error is None
-    if decision.outcome == "deny" and not duplicate:
+    # A flagged injection attempt is never decided without a person either way.
+    injection = ctx["advisor"]["injection_suspected"] is True and decision.error is None
+    held = duplicate or injection
+    if decision.outcome == "deny" and not held:
         return decision
     req, order = ctx["request"], ctx["order"]
     amount, refundable = req["amount"], order["refundable"]
@@ -220,7 +224,7 @@ def apply_guardrails(decision: Decision, ctx: Mapping[str, Any], doc: PolicyDocu
     ord_cur = order["currency"].upper() if order["currency"] else None
     same_currency = req_cur is not None and req_cur == ord_cur == doc.currency
     over = amount is not None and refundable is not None and amount > refundable
-    if same_currency and over and not duplicate:
+    if same_currency and over and not held:
         return replace(
             decision,
             outcome="deny",
@@ -233,6 +237,8 @@ def apply_guardrails(decision: Decision, ctx: Mapping[str, Any], doc: PolicyDocu
     fired: list[str] = []
     if duplicate and decision.outcome == "deny":
         fired.append("guardrail:possible-duplicate")
+    if injection and decision.outcome == "deny":
+        fired.append("guardrail:suspected-injection")
     if not same_currency:
         fired.append("guardrail:currency-mismatch")
     if decision.outcome == "approve":

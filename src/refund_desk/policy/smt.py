@@ -768,6 +768,7 @@ def _guardrail_terms(doc: PolicyDocument, uni: Universe) -> dict[str, Any]:
         "same": same,
         "over": z3.And(known, v["request.amount"] > v["order.refundable"]),
         "dup": uni.is_true("request.possible_duplicate"),
+        "inj": uni.is_true("advisor.injection_suspected"),
         "approve": [
             ("possible-duplicate", z3.Not(uni.is_false("request.possible_duplicate"))),
             ("unverified-customer", z3.Not(uni.is_true("customer.verified"))),
@@ -796,6 +797,8 @@ def _guardrail_paths(
         outcome, tier = decides.outcome, decides.tier
         own = _verdict(doc, decides)
     dup = _false() if error else shared["dup"]
+    inj = _false() if error else shared["inj"]
+    held = z3.Or(dup, inj)  # a person decides these, a denial included
     out: list[Path] = []
 
     def add(suffix: str | None, verdict: Verdict, c: Any) -> None:
@@ -804,10 +807,10 @@ def _guardrail_paths(
 
     rest: Any = _true()
     if outcome == "deny":
-        add(None, own, z3.Not(dup))
-        rest = dup
+        add(None, own, z3.Not(held))
+        rest = held
     same, over = shared["same"], shared["over"]
-    exceeds = z3.And(same, over, z3.Not(dup))
+    exceeds = z3.And(same, over, z3.Not(held))
     add(
         "guardrail:exceeds-refundable", Verdict("deny", DEFAULT_TIER["deny"]), z3.And(rest, exceeds)
     )
@@ -815,6 +818,7 @@ def _guardrail_paths(
     fired: list[tuple[str, Any]] = []
     if outcome == "deny":
         fired.append(("possible-duplicate", dup))
+        fired.append(("suspected-injection", inj))
     fired.append(("currency-mismatch", z3.Not(same)))
     if outcome == "approve":
         fired += shared["approve"]
