@@ -121,7 +121,10 @@ def test_draft_test_backtest_publish_rollback_each_on_the_record(
     assert "changed" not in say(desk, "diff v1 d1").split("\n")[0]  # a header, then changes
     assert "~ changed `damaged-small`: when:" in say(desk, "diff v1 d1")
 
-    published = say(desk, "publish d1")
+    asked = say(desk, "publish d1")  # first what it would do, and nothing changes
+    assert "makes it the live policy for every new case" in asked and active_version(desk) == 1
+    assert "approve → review: 1 case" in asked and "publish d1 confirm" in asked
+    published = say(desk, "publish d1 confirm")
     assert "published d1 as *acme-refunds v2*" in published and active_version(desk) == 2
     assert "approve → review: 1 case" in policy_messages(desk)[-1]  # with the backtest
     assert "rolled back to v1" in say(desk, "rollback v1") and active_version(desk) == 3
@@ -192,7 +195,7 @@ def test_a_case_started_under_v1_is_decided_and_executed_under_v1(desk: SlackHar
     submit_draft(desk, text=STRICTER)
     say(desk, "backtest d1")
     desk.settle()
-    assert "published" in say(desk, "publish d1") and active_version(desk) == 2
+    assert "published" in say(desk, "publish d1 confirm") and active_version(desk) == 2
     desk.settle()
     desk.sweep(seconds_ahead=10)  # past the grace in which the request itself would run it
     case = desk.get(case_id)
@@ -309,9 +312,12 @@ def test_a_second_lead_confirms_a_publish_when_the_setting_asks(
     )
     say(desk, "backtest d1")
     desk.settle()
-    assert "needs a second lead" in say(desk, "publish d1") and active_version(desk) == 1
-    assert "another lead must confirm" in say(desk, "publish d1")
-    assert "published d1 as" in say(desk, "publish d1", OTHER_LEAD) and active_version(desk) == 2
+    assert "needs a second lead" in say(desk, "publish d1 confirm") and active_version(desk) == 1
+    assert "another lead must confirm" in say(desk, "publish d1 confirm")
+    assert (
+        "published d1 as" in say(desk, "publish d1 confirm", OTHER_LEAD)
+        and active_version(desk) == 2
+    )
 
 
 def published_proof(desk: SlackHarness) -> dict[str, Any]:
@@ -329,10 +335,13 @@ def test_a_looser_version_needs_a_second_lead_even_with_the_rule_off(
     say(desk, "backtest d1")
     desk.settle()
     assert any("Proved against v1: more permissive" in m.text for m in desk.slack.messages)
-    asked = say(desk, "publish d1")
+    asked = say(desk, "publish d1 confirm")
     assert "needs a second lead" in asked and "more permissive" in asked, asked
     assert active_version(desk) == 1
-    assert "published d1 as" in say(desk, "publish d1", OTHER_LEAD) and active_version(desk) == 2
+    assert (
+        "published d1 as" in say(desk, "publish d1 confirm", OTHER_LEAD)
+        and active_version(desk) == 2
+    )
     proof = published_proof(desk)
     assert proof["against"] == 1 and proof["more_permissive"] is True
     assert len(proof["hash"]) == 64
@@ -346,7 +355,7 @@ def test_a_tighter_version_is_published_by_one_lead_with_its_proof_on_record(
     )
     say(desk, "backtest d1")
     desk.settle()
-    assert "published d1 as" in say(desk, "publish d1") and active_version(desk) == 2
+    assert "published d1 as" in say(desk, "publish d1 confirm") and active_version(desk) == 2
     assert published_proof(desk)["more_permissive"] is False
 
 

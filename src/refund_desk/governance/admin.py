@@ -28,7 +28,34 @@ from refund_desk.policy import parse_policy
 from refund_desk.policy.backtest import summary_text
 from refund_desk.storage.audit import Actor, AuditLog
 from refund_desk.storage.models import AuditRecord, Job, PolicyVersion
-from refund_desk.text import Code, Mark, Strong, lines, text
+from refund_desk.text import Code, Mark, Strong, Text, lines, text
+
+
+def preview_publish(session: Session, *, draft_id: int) -> Text:
+    """What publishing ``draft_id`` would do, from the same gate, without changing anything:
+    the tests, the backtest, the proof against the active version, and who must confirm."""
+    draft = get_draft(session, draft_id)
+    if draft.published_version is not None:
+        raise InvalidRequest(
+            "draft_published", f"d{draft_id} is already published as v{draft.published_version}."
+        )
+    _, results = check_publishable(draft.source, session)
+    assert draft.content_hash is not None  # it parsed
+    ran = require_backtest(session, draft.content_hash)
+    proved = proof_against_active(session, draft.source)
+    looser = proved is not None and proved[1].more_permissive
+    second = control(session).publish_needs_second_lead or looser
+    return lines(
+        text(
+            Mark("warning"),
+            f" Publishing d{draft_id} makes it the live policy for every new case at once "
+            f"({len(results)} tests pass).",
+        ),
+        summary_text(ran.summary, label=f"d{draft_id}", days=ran.days),
+        proof_summary(*proved) if proved is not None else None,
+        "Then a second lead confirms it." if second else None,
+        text("To go ahead: ", Code(f"/refund-policy publish d{draft_id} confirm"), "."),
+    )
 
 
 def publish_draft(session: Session, audit: AuditLog, *, draft_id: int, actor: Actor) -> Change:

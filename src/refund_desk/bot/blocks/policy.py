@@ -35,7 +35,7 @@ its leads may change anything.
 *Change (leads)*
 • `draft` new draft (modal: upload the YAML) · `draft dN` replace its text · `draft from vN`
 • `test DRAFT` embedded tests · `backtest DRAFT [--days N]` replay stored cases
-• `shadow start DRAFT` / `shadow stop` · `publish DRAFT` · `rollback vN`
+• `shadow start DRAFT` / `shadow stop` · `publish DRAFT` (then `… confirm`) · `rollback vN`
 • `mode shadow|approve-all|supervised` · `pause` / `resume` (the kill switch)
 • `review-rate 5%|policy` · `second-lead on|off` (a publish needs a second lead)
 Publishing needs: valid, embedded tests pass, and a backtest over the last 30 days on exactly

@@ -310,8 +310,14 @@ class PolicyCommands:
         return self._change(user, lambda s, a: shadow.stop(s, self.desk.audit, actor=a))
 
     def publish(self, user: str, channel: str | None, rest: list[str]) -> Reply:
-        ref = _one_draft(rest, "publish DRAFT")
+        """`publish DRAFT` shows what the gate found and asks for `publish DRAFT confirm`."""
+        confirmed = len(rest) == 2 and rest[1].lower() == "confirm"
+        ref = _one_draft(rest[:1] if confirmed else rest, "publish DRAFT [confirm]")
         self._prove_ahead(ref)
+        if not confirmed:
+            with self.desk.db.read() as session:
+                drafts.require_lead(session, user, self.desk.directory)
+                return Reply(policy_admin.preview_publish(session, draft_id=ref))
         return self._change(
             user,
             lambda s, a: policy_admin.publish_draft(s, self.desk.audit, draft_id=ref, actor=a),
