@@ -23,7 +23,6 @@ from refund_desk.cli.common import settings as _settings
 app = typer.Typer(
     help="Refund Desk: refunds decided by policy, approved in Slack, paid once.",
     no_args_is_help=True,
-    add_completion=False,
 )
 db_app = typer.Typer(help="Database schema.", no_args_is_help=True)
 key_app = typer.Typer(help="API keys for integrators.", no_args_is_help=True)
@@ -53,6 +52,14 @@ app.add_typer(customer_app, name="customer")
 class ExportFormat(StrEnum):
     csv = "csv"
     jsonl = "jsonl"
+
+
+class FaultMode(StrEnum):
+    down = "down"
+    timeout_after_success = "timeout-after-success"
+    decline = "decline"
+    crash_after_success = "crash-after-success"
+    none = "none"
 
 
 @app.callback()
@@ -490,13 +497,19 @@ def audit_verify(
             "must contain it, proving nothing up to it was cut or changed.",
         ),
     ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object.")] = False,
 ) -> None:
     """Recompute the audit chain; name the first record that does not fit."""
+    from dataclasses import asdict
+
     from refund_desk.storage.audit import verify_chain
 
     runtime = _runtime()
     with runtime.db.read() as session:
         result = verify_chain(runtime.settings.secret_value(), session, anchor=anchor)
+    if as_json:
+        typer.echo(json.dumps(asdict(result)))
+        raise typer.Exit(0 if result.ok else 1)
     if result.ok:
         typer.echo(f"ok: {result.count} records, head {result.head_hash}")
         return
@@ -530,6 +543,7 @@ def reconcile(
     csv_file: Annotated[
         Path | None, typer.Option("--csv", help="Also write the findings to this CSV file.")
     ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object.")] = False,
 ) -> None:
     """Compare every refund the processor holds since --since with our executions."""
     from refund_desk.cases.ports import ProcessorError
@@ -544,13 +558,30 @@ def reconcile(
         report = run(runtime.desk, since=start, actor=_cli_actor())
     except ProcessorError as exc:
         _fail(f"the processor could not be listed: {exc.message} ({exc.code})")
-    for f in report.findings:
+    if as_json:
+        from dataclasses import asdict
+
+        findings = [{**asdict(f), "new": f.key in report.new_keys} for f in report.findings]
+        typer.echo(
+            json.dumps(
+                {
+                    "since": start.isoformat(),
+                    "refunds_seen": report.refunds_seen,
+                    "executions_seen": report.executions_seen,
+                    "findings": findings,
+                },
+                indent=2,
+            )
+        )
+    for f in [] if as_json else report.findings:
         mark = "new " if f.key in report.new_keys else "seen"
         typer.echo(f"{mark}  {f.kind:<20}  {f.refund_id or f.execution_id or '-':<28}  {f.detail}")
-    typer.echo(
-        f"{report.refunds_seen} refunds at the processor, {report.executions_seen} executions; "
-        f"{len(report.findings)} findings ({len(report.new_keys)} new) since {start.isoformat()}"
-    )
+    if not as_json:
+        typer.echo(
+            f"{report.refunds_seen} refunds at the processor, {report.executions_seen} executions; "
+            f"{len(report.findings)} findings ({len(report.new_keys)} new) "
+            f"since {start.isoformat()}"
+        )
     if csv_file is not None:
         with csv_file.open("w", newline="") as out:
             report.write_csv(out)
@@ -619,18 +650,15 @@ def sandbox_payment_show(payment_id: str) -> None:
 
 @sandbox_app.command("fault")
 def sandbox_fault(
-    mode: Annotated[
-        str,
-        typer.Argument(help="down | timeout-after-success | decline | crash-after-success | none"),
-    ],
+    mode: Annotated[FaultMode, typer.Argument(help="The fault the sandbox plays next.")],
     times: Annotated[int | None, typer.Option(help="Only for the next N calls")] = None,
 ) -> None:
     """Make the sandbox processor misbehave (reaches a running server through the database)."""
     try:
-        _sandbox().set_fault(mode, times)
+        _sandbox().set_fault(mode.value, times)
     except ValueError as exc:
         _fail(str(exc), 2)
-    typer.echo(f"sandbox fault: {mode}" + (f" for {times} call(s)" if times else ""))
+    typer.echo(f"sandbox fault: {mode.value}" + (f" for {times} call(s)" if times else ""))
 
 
 @advisor_app.command("eval")
@@ -660,13 +688,21 @@ def advisor_eval(
 
 
 @advisor_app.command("stats")
-def advisor_stats() -> None:
+def advisor_stats(
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON array.")] = False,
+) -> None:
     """Advisor calls per day: format adherence (answers that parsed) and tokens spent."""
+    from dataclasses import asdict
+
     from refund_desk.cases.advisory import format_by_day
 
     runtime = _runtime()
     with runtime.db.read() as session:
         days = format_by_day(session)
+    if as_json:
+        rows = [{**asdict(d), "format_adherence": d.format_adherence} for d in days]
+        typer.echo(json.dumps(rows, indent=2))
+        return
     if not days:
         typer.echo("no advisor calls yet")
     for d in days:

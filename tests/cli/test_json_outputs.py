@@ -1,0 +1,38 @@
+"""Every command that lists or reports answers --json; closed choices are enums (completion)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.cli_helpers import run
+from tests.helpers import ACME
+
+
+def test_listing_and_reporting_commands_answer_json(cli_db: Path) -> None:
+    run("policy", "publish", str(ACME))
+    verified = json.loads(run("audit", "verify", "--json"))
+    assert verified["ok"] is True and verified["count"] == 1
+    [version] = json.loads(run("policy", "history", "--json"))
+    assert (version["version"], version["active"], version["policy"]) == (1, True, "acme-refunds")
+    run("policy", "draft", str(ACME))
+    [draft] = json.loads(run("policy", "drafts", "--json"))
+    assert draft["valid"] is True and draft["published_version"] is None
+    backtest = json.loads(run("policy", "backtest", "v1", "--days", "7", "--json"))
+    assert backtest["label"] == "v1" and backtest["cases"] == 0
+    assert json.loads(run("advisor", "stats", "--json")) == []
+    reconciled = json.loads(run("reconcile", "--json"))
+    assert reconciled["findings"] == [] and reconciled["refunds_seen"] == 0
+    assert json.loads(run("api-key", "list", "--json")) == []
+
+
+def test_closed_choices_are_checked_and_listed(cli_db: Path) -> None:
+    assert "approve-all" in run("policy", "mode", "--help")
+    assert "Invalid value" in run("policy", "mode", "sometimes", code=2)
+    run("policy", "publish", str(ACME))
+    run("policy", "mode", "approve-all")
+    assert "timeout-after-success" in run("sandbox", "fault", "--help")
+    assert "sandbox fault: decline for 2 call(s)" in run(
+        "sandbox", "fault", "decline", "--times", "2"
+    )
+    assert "--install-completion" in run("--help")
