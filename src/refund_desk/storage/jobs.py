@@ -19,7 +19,7 @@ from typing import Any
 from sqlalchemy import and_, case, func, or_, select, update
 from sqlmodel import Session, col
 
-from refund_desk import clock, logs
+from refund_desk import clock, logs, tracing
 from refund_desk.storage.db import Database
 from refund_desk.storage.models import Job
 
@@ -236,7 +236,11 @@ class JobQueue:
     # ------------------------------------------------------------ running
 
     def run(self, job: ClaimedJob) -> None:
-        with logs.about(job.payload.get("case_id")):  # its lines name the case it is about
+        case_id = job.payload.get("case_id")
+        with (
+            logs.about(case_id),  # its lines (and its span) name the case it is about
+            tracing.span(f"job {job.kind}", case_id=case_id, job_id=job.id, attempt=job.attempt),
+        ):
             self._run(job)
 
     def _run(self, job: ClaimedJob) -> None:
