@@ -178,7 +178,7 @@ def test_cli_lists_findings_and_writes_csv(tmp_path: Path, monkeypatch: pytest.M
         from refund_desk.cli.main import _runtime
 
         _runtime().desk.processor.create_refund(
-            payment_id=made.output.strip(),
+            payment_id=made.stdout.strip(),
             amount=1000,
             currency="usd",
             idempotency_key="dash",
