@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import io
 import json
+import sys
 from pathlib import Path
 
+import pytest
+
+from refund_desk.cli.common import progress
 from tests.cli_helpers import run
 from tests.helpers import ACME
 
@@ -36,3 +41,20 @@ def test_closed_choices_are_checked_and_listed(cli_db: Path) -> None:
         "sandbox", "fault", "decline", "--times", "2"
     )
     assert "--install-completion" in run("--help")
+
+
+def test_progress_bars_draw_only_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    terminal = Tty()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    with progress("exporting cases") as advance:
+        advance(5, 10)
+    assert "exporting cases" in terminal.getvalue() and "5/10" in terminal.getvalue()
+    piped = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", piped)
+    with progress("exporting cases") as advance:
+        advance(5, 10)
+    assert piped.getvalue() == ""

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable, Iterator, Sequence
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -47,6 +48,20 @@ cases_app = typer.Typer(help="Cases: exports for finance.", no_args_is_help=True
 app.add_typer(cases_app, name="cases")
 customer_app = typer.Typer(help="Customers' personal data.", no_args_is_help=True)
 app.add_typer(customer_app, name="customer")
+
+
+class _Counted(list[Any]):
+    """A list that reports how far an iteration over it went (a progress bar's feed)."""
+
+    def __init__(self, items: Sequence[Any], advance: Callable[[int, int], None]) -> None:
+        super().__init__(items)
+        self._advance = advance
+
+    def __iter__(self) -> Iterator[Any]:
+        total = len(self)
+        for done, item in enumerate(super().__iter__(), start=1):
+            yield item
+            self._advance(done, total)
 
 
 class ExportFormat(StrEnum):
@@ -681,7 +696,8 @@ def advisor_eval(
     except EvalError as exc:
         _fail(str(exc), 2)
     advisor = OfflineAdvisor() if offline else make_advisor(Settings())
-    report = evaluate(advisor, items)
+    with _progress("advisor eval") as advance:
+        report = evaluate(advisor, _Counted(items, advance))
     typer.echo(render(report, model=advisor.name != "offline"))
     if misses:
         typer.echo("\n".join(["", "misses:", *report.failures]))

@@ -20,6 +20,7 @@ import typer
 from refund_desk.cli.common import cli_actor as _actor
 from refund_desk.cli.common import fail as _fail
 from refund_desk.cli.common import open_runtime as _runtime
+from refund_desk.cli.common import progress as _progress
 
 if TYPE_CHECKING:
     from sqlmodel import Session
@@ -77,13 +78,17 @@ def backtest_and_record(
     except PolicyInvalid as exc:
         _fail(f"{label} is not valid:\n{exc}")
         raise
-    with csv.open("w", newline="") if csv else nullcontext() as out:
+    with (
+        csv.open("w", newline="") if csv else nullcontext() as out,
+        _progress(f"backtest of {label}") as advance,
+    ):
         run = run_backtest(
             runtime.db,
             CompiledPolicy.compile(doc),
             label=label,
             days=days,
             csv_out=out,
+            progress=lambda done: advance(done, 0),
         )
     with runtime.db.write() as session:
         record_backtest(session, runtime.desk.audit, run, actor=_actor(), audited=audited)
