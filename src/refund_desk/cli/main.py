@@ -570,7 +570,8 @@ def reconcile(
     except ValueError as exc:
         _fail(str(exc), 2)
     try:
-        report = run(runtime.desk, since=start, actor=_cli_actor())
+        with _progress("reconciling") as advance:
+            report = run(runtime.desk, since=start, actor=_cli_actor(), progress=advance)
     except ProcessorError as exc:
         _fail(f"the processor could not be listed: {exc.message} ({exc.code})")
     if as_json:
