@@ -156,9 +156,11 @@ def demo(
 def status(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object.")] = False,
 ) -> None:
-    """Each dependency (database, schema, scheduler, Slack, processor, model) as ok, degraded
-    or down with its last error; every replica's last sweep; the job backlog by kind; the
-    oldest waiting case. Exit 1 when something is down."""
+    """Health: dependencies, replicas, job backlog and the oldest waiting case.
+
+    Each dependency (database, schema, scheduler, Slack, processor, model) as ok, degraded or
+    down with its last error; every replica's last sweep; the job backlog by kind; the oldest
+    waiting case. Exit 1 when something is down."""
     from refund_desk.web.health import status as read_status
 
     report = read_status(_runtime(migrate=False))
@@ -202,7 +204,8 @@ def backup(
     file: Annotated[Path, typer.Argument(help="The backup file to write (never overwritten).")],
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object.")] = False,
 ) -> None:
-    """Back up the database while it runs: SQLite's online backup, or pg_dump on PostgreSQL.
+    """Back up the database while it runs (SQLite online backup, or pg_dump).
+
     Prints the audit head it holds: after a restore, `audit verify --anchor HASH` proves the
     record is the same. The secret (REFUND_DESK_SECRET or the .secret file) is not in it:
     keep it apart."""
@@ -246,9 +249,11 @@ def cases_export(
         Path | None, typer.Option("--output", "-o", help="File (default stdout).")
     ] = None,
 ) -> None:
-    """One line per case for finance: ids, amounts in major units with the currency, status,
-    rule, tier, policy version, approvers, execution and processor refund ids, times and the
-    time to decision. No personal data."""
+    """One line per case for finance, as CSV or JSON Lines.
+
+    Ids, amounts in major units with the currency, status, rule, tier, policy version,
+    approvers, execution and processor refund ids, times and the time to decision. No
+    personal data."""
     from refund_desk.cases.listing import ExportWriter, Filters, count, iter_export
 
     runtime = _runtime()
@@ -282,9 +287,11 @@ def customer_erase(
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object.")] = False,
 ) -> None:
-    """Erase one customer's personal data: their data key, email, name, messages and
-    evidence files. Amounts, decisions, approvals and the audit chain stay (audit verify
-    still passes); the erasure is an audit record without the personal data."""
+    """Erase one customer's personal data; the record stays verifiable.
+
+    Their data key, email, name, messages and evidence files go. Amounts, decisions,
+    approvals and the audit chain stay (audit verify still passes); the erasure is an audit
+    record without the personal data."""
     from refund_desk.cases.errors import CaseError
     from refund_desk.customers.erasure import erase_customer
     from refund_desk.customers.evidence import EvidenceStore
@@ -347,8 +354,9 @@ def api_key_create(name: Annotated[str, typer.Option(help="Who the key is for.")
 def api_key_list(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON array.")] = False,
 ) -> None:
-    """Every API key: name, the start of the key, when it was made and last used, and its
-    state (active, rotating until a time, expired, revoked)."""
+    """Every API key: name, start of the key, made, last used, state.
+
+    States: active, rotating (until a time), expired, revoked."""
     from refund_desk import clock
     from refund_desk.api_keys import list_api_keys
 
@@ -392,8 +400,9 @@ def api_key_rotate(
         typer.Option(help="How long the old key keeps working: 24h, 30m, 7d, or 0 (stop now)."),
     ] = "24h",
 ) -> None:
-    """Make a new key with this name and print it once; the old one keeps working for the
-    grace period, then stops. On the audit record."""
+    """Make a new key with this name and print it once.
+
+    The old one keeps working for the grace period, then stops. On the audit record."""
     from datetime import timedelta
 
     from refund_desk.api_keys import rotate_api_key
