@@ -95,6 +95,7 @@ class CaseContext(logging.Filter):
     """Adds `case_id` and `correlation_id` (unless the call passed its own) and masks emails."""
 
     def filter(self, record: logging.LogRecord) -> bool:
+        record.__dict__.pop("color_message", None)  # uvicorn's ANSI copy of the message
         if getattr(record, "case_id", None) is None:
             record.case_id = _case_id.get()
         if getattr(record, "correlation_id", None) is None:
