@@ -14,7 +14,7 @@ from tests.cli_helpers import run
 from tests.helpers import ACME
 
 
-def test_listing_and_reporting_commands_answer_json(cli_db: Path) -> None:
+def test_listing_and_reporting_commands_answer_json(cli_db: Path, tmp_path: Path) -> None:
     run("policy", "publish", str(ACME))
     verified = json.loads(run("audit", "verify", "--json"))
     assert verified["ok"] is True and verified["count"] == 1
@@ -29,6 +29,33 @@ def test_listing_and_reporting_commands_answer_json(cli_db: Path) -> None:
     reconciled = json.loads(run("reconcile", "--json"))
     assert reconciled["findings"] == [] and reconciled["refunds_seen"] == 0
     assert json.loads(run("api-key", "list", "--json")) == []
+    [change] = json.loads(run("policy", "diff", "v1", str(_loosened(tmp_path)), "--json"))
+    assert change["kind"] == "changed" and change["name"] == "damaged-small"
+
+
+def test_advisor_eval_answers_json(tmp_path: Path) -> None:
+    labelled = tmp_path / "set.jsonl"
+    labelled.write_text(
+        json.dumps(
+            {
+                "text": "The vase arrived broken",
+                "reason": "damaged",
+                "payment": None,
+                "amount": None,
+                "currency": None,
+            }
+        )
+        + "\n"
+    )
+    report = json.loads(run("advisor", "eval", str(labelled), "--offline", "--json"))
+    assert report["requests"] == 1 and set(report["shares"]) >= {"reason", "amount"}
+    assert report["confusion"][0]["labelled"] == "damaged"
+
+
+def _loosened(tmp_path: Path) -> Path:
+    new = tmp_path / "v2.yaml"
+    new.write_text(ACME.read_text().replace("request.amount <= 50", "request.amount <= 60"))
+    return new
 
 
 def test_closed_choices_are_checked_and_listed(cli_db: Path) -> None:

@@ -694,6 +694,7 @@ def advisor_eval(
     ] = None,
     offline: Annotated[bool, typer.Option(help="Use the offline advisor even with a key.")] = False,
     misses: Annotated[bool, typer.Option(help="List every line it got wrong.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object.")] = False,
 ) -> None:
     """Score the advisor on labelled requests: one line per field, then a confusion table."""
     from refund_desk.advisor.eval import BUNDLED, EvalError, evaluate, load, render
@@ -708,6 +709,28 @@ def advisor_eval(
     advisor = OfflineAdvisor() if offline else make_advisor(Settings())
     with _progress("advisor eval") as advance:
         report = evaluate(advisor, _Counted(items, advance))
+    if as_json:
+        from refund_desk.advisor.eval import FIELDS
+
+        fields = [*FIELDS, *(["intent"] if report.intents else [])]
+        typer.echo(
+            json.dumps(
+                {
+                    "requests": report.total,
+                    "shares": {name: report.share(name) for name in fields},
+                    "answers": report.answers,
+                    "parsed": report.parsed,
+                    "tokens": report.tokens,
+                    "confusion": [
+                        {"labelled": row, "advised": col, "count": n}
+                        for (row, col), n in sorted(report.confusion.items())
+                    ],
+                    "misses": report.failures if misses else None,
+                },
+                indent=2,
+            )
+        )
+        return
     typer.echo(render(report, model=advisor.name != "offline"))
     if misses:
         typer.echo("\n".join(["", "misses:", *report.failures]))

@@ -163,6 +163,7 @@ def register(policy_app: typer.Typer) -> None:
     def policy_diff(
         old: Annotated[str, typer.Argument(help="FILE or vN")],
         new: Annotated[str, typer.Argument(help="FILE or vN")],
+        as_json: Annotated[bool, typer.Option("--json", help="One JSON array.")] = False,
     ) -> None:
         """Rule-level changes between two policies."""
         from refund_desk.policy import PolicyInvalid, parse_policy
@@ -175,6 +176,11 @@ def register(policy_app: typer.Typer) -> None:
         except PolicyInvalid as exc:
             _fail(str(exc))
             raise
+        if as_json:
+            from dataclasses import asdict
+
+            typer.echo(json.dumps([asdict(c) for c in changes], indent=2))
+            return
         typer.echo(diff_text(changes, old=a_label, new=b_label).replace("`", ""))
 
     @policy_app.command("prove")
