@@ -24,6 +24,8 @@ from typing import IO, Any
 
 from pythonjsonlogger.json import JsonFormatter
 
+from refund_desk import tracing
+
 _case_id: contextvars.ContextVar[str | None] = contextvars.ContextVar("case_id", default=None)
 _correlation_id: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "correlation_id", default=None
@@ -46,6 +48,7 @@ def bind(case_id: str | None, correlation_id: str | None = None) -> None:
     """Say which case the lines that follow are about (within this context: a job, a request)."""
     _case_id.set(case_id)
     _correlation_id.set(correlation_id)
+    tracing.annotate(case_id=case_id, correlation_id=correlation_id)
     scope = _scope.get()
     if scope is not None:
         scope.update(case_id=case_id, correlation_id=correlation_id)
@@ -92,6 +95,7 @@ class CaseContext(logging.Filter):
     """Adds `case_id` and `correlation_id` (unless the call passed its own) and masks emails."""
 
     def filter(self, record: logging.LogRecord) -> bool:
+        record.__dict__.pop("color_message", None)  # uvicorn's ANSI copy of the message
         if getattr(record, "case_id", None) is None:
             record.case_id = _case_id.get()
         if getattr(record, "correlation_id", None) is None:

@@ -50,7 +50,7 @@ def test_backtest_diff_rollback_and_the_switches(cli_db: Path) -> None:
     assert "paused execution" in run("policy", "pause")
     assert "resumed execution (0 waiting refunds)" in run("policy", "resume")
     assert "set the mode to approve-all" in run("policy", "mode", "approve-all")
-    assert "Mode must be one of" in run("policy", "mode", "yolo", code=1)
+    assert "is not one of 'shadow'" in run("policy", "mode", "yolo", code=2)  # a closed choice
     assert "audit chain" not in run("audit", "verify")  # ok: every change on the record
 
 

@@ -63,7 +63,7 @@ def test_every_witness_is_confirmed_by_policy_test(pair: str, tmp_path: Path) ->
     old, new = PAIRS / pair / "old.yaml", PAIRS / pair / "new.yaml"
     result = runner.invoke(app, ["policy", "prove", str(old), str(new), "--json"])
     assert result.exit_code in (0, 3), result.output
-    report = json.loads(result.output)
+    report = json.loads(result.stdout)
     assert report["regions"] or not report["more_permissive"]
     rules = {
         rule["id"]

@@ -65,7 +65,7 @@ def read_text(file: Path) -> str:
 def progress(label: str) -> Iterator[Callable[[int, int], None]]:
     """A progress bar on stderr when it is a terminal; otherwise nothing is drawn.
 
-    Yields `advance(done, total)`; long work calls it as it goes."""
+    Yields `advance(done, total)`; long work calls it as it goes (total 0: not known)."""
     if not sys.stderr.isatty():
         yield lambda done, total: None
         return
@@ -83,6 +83,6 @@ def progress(label: str) -> Iterator[Callable[[int, int], None]]:
         task = bar.add_task(label, total=None)
 
         def advance(done: int, total: int) -> None:
-            bar.update(task, completed=done, total=total)
+            bar.update(task, completed=done, total=total if total > 0 else None)
 
         yield advance

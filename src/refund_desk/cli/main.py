@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable, Iterator, Sequence
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -23,7 +24,6 @@ from refund_desk.cli.common import settings as _settings
 app = typer.Typer(
     help="Refund Desk: refunds decided by policy, approved in Slack, paid once.",
     no_args_is_help=True,
-    add_completion=False,
 )
 db_app = typer.Typer(help="Database schema.", no_args_is_help=True)
 key_app = typer.Typer(help="API keys for integrators.", no_args_is_help=True)
@@ -48,6 +48,20 @@ cases_app = typer.Typer(help="Cases: exports for finance.", no_args_is_help=True
 app.add_typer(cases_app, name="cases")
 customer_app = typer.Typer(help="Customers' personal data.", no_args_is_help=True)
 app.add_typer(customer_app, name="customer")
+
+
+class _Counted(list[Any]):
+    """A list that reports how far an iteration over it went (a progress bar's feed)."""
+
+    def __init__(self, items: Sequence[Any], advance: Callable[[int, int], None]) -> None:
+        super().__init__(items)
+        self._advance = advance
+
+    def __iter__(self) -> Iterator[Any]:
+        total = len(self)
+        for done, item in enumerate(super().__iter__(), start=1):
+            yield item
+            self._advance(done, total)
 
 
 class ExportFormat(StrEnum):
@@ -81,6 +95,14 @@ def slack_doctor() -> None:
         typer.echo(f"{len(failed)} of {len(checks)} checks failed", err=True)
         raise typer.Exit(1)
     typer.echo(f"all {len(checks)} checks passed")
+
+
+class FaultMode(StrEnum):
+    down = "down"
+    timeout_after_success = "timeout-after-success"
+    decline = "decline"
+    crash_after_success = "crash-after-success"
+    none = "none"
 
 
 @app.callback()
@@ -162,9 +184,11 @@ def demo(
 def status(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object.")] = False,
 ) -> None:
-    """Each dependency (database, schema, scheduler, Slack, processor, model) as ok, degraded
-    or down with its last error; every replica's last sweep; the job backlog by kind; the
-    oldest waiting case. Exit 1 when something is down."""
+    """Health: dependencies, replicas, job backlog and the oldest waiting case.
+
+    Each dependency (database, schema, scheduler, Slack, processor, model) as ok, degraded or
+    down with its last error; every replica's last sweep; the job backlog by kind; the oldest
+    waiting case. Exit 1 when something is down."""
     from refund_desk.web.health import status as read_status
 
     report = read_status(_runtime(migrate=False))
@@ -208,7 +232,8 @@ def backup(
     file: Annotated[Path, typer.Argument(help="The backup file to write (never overwritten).")],
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object.")] = False,
 ) -> None:
-    """Back up the database while it runs: SQLite's online backup, or pg_dump on PostgreSQL.
+    """Back up the database while it runs (SQLite online backup, or pg_dump).
+
     Prints the audit head it holds: after a restore, `audit verify --anchor HASH` proves the
     record is the same. The secret (REFUND_DESK_SECRET or the .secret file) is not in it:
     keep it apart."""
@@ -252,9 +277,11 @@ def cases_export(
         Path | None, typer.Option("--output", "-o", help="File (default stdout).")
     ] = None,
 ) -> None:
-    """One line per case for finance: ids, amounts in major units with the currency, status,
-    rule, tier, policy version, approvers, execution and processor refund ids, times and the
-    time to decision. No personal data."""
+    """One line per case for finance, as CSV or JSON Lines.
+
+    Ids, amounts in major units with the currency, status, rule, tier, policy version,
+    approvers, execution and processor refund ids, times and the time to decision. No
+    personal data."""
     from refund_desk.cases.listing import ExportWriter, Filters, count, iter_export
 
     runtime = _runtime()
@@ -288,9 +315,11 @@ def customer_erase(
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object.")] = False,
 ) -> None:
-    """Erase one customer's personal data: their data key, email, name, messages and
-    evidence files. Amounts, decisions, approvals and the audit chain stay (audit verify
-    still passes); the erasure is an audit record without the personal data."""
+    """Erase one customer's personal data; the record stays verifiable.
+
+    Their data key, email, name, messages and evidence files go. Amounts, decisions,
+    approvals and the audit chain stay (audit verify still passes); the erasure is an audit
+    record without the personal data."""
     from refund_desk.cases.errors import CaseError
     from refund_desk.customers.erasure import erase_customer
     from refund_desk.customers.evidence import EvidenceStore
@@ -353,8 +382,9 @@ def api_key_create(name: Annotated[str, typer.Option(help="Who the key is for.")
 def api_key_list(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON array.")] = False,
 ) -> None:
-    """Every API key: name, the start of the key, when it was made and last used, and its
-    state (active, rotating until a time, expired, revoked)."""
+    """Every API key: name, start of the key, made, last used, state.
+
+    States: active, rotating (until a time), expired, revoked."""
     from refund_desk import clock
     from refund_desk.api_keys import list_api_keys
 
@@ -398,8 +428,9 @@ def api_key_rotate(
         typer.Option(help="How long the old key keeps working: 24h, 30m, 7d, or 0 (stop now)."),
     ] = "24h",
 ) -> None:
-    """Make a new key with this name and print it once; the old one keeps working for the
-    grace period, then stops. On the audit record."""
+    """Make a new key with this name and print it once.
+
+    The old one keeps working for the grace period, then stops. On the audit record."""
     from datetime import timedelta
 
     from refund_desk.api_keys import rotate_api_key
@@ -518,13 +549,19 @@ def audit_verify(
             "must contain it, proving nothing up to it was cut or changed.",
         ),
     ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object.")] = False,
 ) -> None:
     """Recompute the audit chain; name the first record that does not fit."""
+    from dataclasses import asdict
+
     from refund_desk.storage.audit import verify_chain
 
     runtime = _runtime()
     with runtime.db.read() as session:
         result = verify_chain(runtime.settings.secret_value(), session, anchor=anchor)
+    if as_json:
+        typer.echo(json.dumps(asdict(result)))
+        raise typer.Exit(0 if result.ok else 1)
     if result.ok:
         typer.echo(f"ok: {result.count} records, head {result.head_hash}")
         return
@@ -558,6 +595,7 @@ def reconcile(
     csv_file: Annotated[
         Path | None, typer.Option("--csv", help="Also write the findings to this CSV file.")
     ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object.")] = False,
 ) -> None:
     """Compare every refund the processor holds since --since with our executions."""
     from refund_desk.cases.ports import ProcessorError
@@ -569,16 +607,34 @@ def reconcile(
     except ValueError as exc:
         _fail(str(exc), 2)
     try:
-        report = run(runtime.desk, since=start, actor=_cli_actor())
+        with _progress("reconciling") as advance:
+            report = run(runtime.desk, since=start, actor=_cli_actor(), progress=advance)
     except ProcessorError as exc:
         _fail(f"the processor could not be listed: {exc.message} ({exc.code})")
-    for f in report.findings:
+    if as_json:
+        from dataclasses import asdict
+
+        findings = [{**asdict(f), "new": f.key in report.new_keys} for f in report.findings]
+        typer.echo(
+            json.dumps(
+                {
+                    "since": start.isoformat(),
+                    "refunds_seen": report.refunds_seen,
+                    "executions_seen": report.executions_seen,
+                    "findings": findings,
+                },
+                indent=2,
+            )
+        )
+    for f in [] if as_json else report.findings:
         mark = "new " if f.key in report.new_keys else "seen"
         typer.echo(f"{mark}  {f.kind:<20}  {f.refund_id or f.execution_id or '-':<28}  {f.detail}")
-    typer.echo(
-        f"{report.refunds_seen} refunds at the processor, {report.executions_seen} executions; "
-        f"{len(report.findings)} findings ({len(report.new_keys)} new) since {start.isoformat()}"
-    )
+    if not as_json:
+        typer.echo(
+            f"{report.refunds_seen} refunds at the processor, {report.executions_seen} executions; "
+            f"{len(report.findings)} findings ({len(report.new_keys)} new) "
+            f"since {start.isoformat()}"
+        )
     if csv_file is not None:
         with csv_file.open("w", newline="") as out:
             report.write_csv(out)
@@ -653,18 +709,15 @@ def sandbox_payment_show(payment_id: str) -> None:
 
 @sandbox_app.command("fault")
 def sandbox_fault(
-    mode: Annotated[
-        str,
-        typer.Argument(help="down | timeout-after-success | decline | crash-after-success | none"),
-    ],
+    mode: Annotated[FaultMode, typer.Argument(help="The fault the sandbox plays next.")],
     times: Annotated[int | None, typer.Option(help="Only for the next N calls")] = None,
 ) -> None:
     """Make the sandbox processor misbehave (reaches a running server through the database)."""
     try:
-        _sandbox().set_fault(mode, times)
+        _sandbox().set_fault(mode.value, times)
     except ValueError as exc:
         _fail(str(exc), 2)
-    typer.echo(f"sandbox fault: {mode}" + (f" for {times} call(s)" if times else ""))
+    typer.echo(f"sandbox fault: {mode.value}" + (f" for {times} call(s)" if times else ""))
 
 
 @advisor_app.command("eval")
@@ -691,7 +744,8 @@ def advisor_eval(
     except EvalError as exc:
         _fail(str(exc), 2)
     advisor = OfflineAdvisor() if offline else make_advisor(Settings())
-    report = evaluate(advisor, items)
+    with _progress("advisor eval") as advance:
+        report = evaluate(advisor, _Counted(items, advance))
     if as_json:
         typer.echo(render_json(report, model=advisor.name != "offline"))
         return
@@ -739,13 +793,21 @@ def advisor_compare(
 
 
 @advisor_app.command("stats")
-def advisor_stats() -> None:
+def advisor_stats(
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON array.")] = False,
+) -> None:
     """Advisor calls per day: format adherence (answers that parsed) and tokens spent."""
+    from dataclasses import asdict
+
     from refund_desk.cases.advisory import format_by_day
 
     runtime = _runtime()
     with runtime.db.read() as session:
         days = format_by_day(session)
+    if as_json:
+        rows = [{**asdict(d), "format_adherence": d.format_adherence} for d in days]
+        typer.echo(json.dumps(rows, indent=2))
+        return
     if not days:
         typer.echo("no advisor calls yet")
     for d in days:

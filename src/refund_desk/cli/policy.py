@@ -8,8 +8,10 @@ server's sweeps deliver).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from contextlib import nullcontext
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -18,6 +20,7 @@ import typer
 from refund_desk.cli.common import cli_actor as _actor
 from refund_desk.cli.common import fail as _fail
 from refund_desk.cli.common import open_runtime as _runtime
+from refund_desk.cli.common import progress as _progress
 
 if TYPE_CHECKING:
     from sqlmodel import Session
@@ -76,17 +79,63 @@ def backtest_and_record(
     except PolicyInvalid as exc:
         _fail(f"{label} is not valid:\n{exc}")
         raise
-    with csv.open("w", newline="") if csv else nullcontext() as out:
+    with (
+        csv.open("w", newline="") if csv else nullcontext() as out,
+        _progress(f"backtest of {label}") as advance,
+    ):
         run = run_backtest(
             runtime.db,
             CompiledPolicy.compile(doc),
             label=label,
             days=days,
             csv_out=out,
+            progress=lambda done: advance(done, 0),
         )
     with runtime.db.write() as session:
         record_backtest(session, runtime.desk.audit, run, actor=_actor(), audited=audited)
     return run
+
+
+class Mode(StrEnum):
+    shadow = "shadow"
+    approve_all = "approve-all"
+    supervised = "supervised"
+
+
+def _versions(session: Session) -> list[dict[str, Any]]:
+    from sqlalchemy import select
+    from sqlmodel import col
+
+    from refund_desk.governance.versions import control
+    from refund_desk.storage.models import PolicyVersion
+
+    active = control(session).active_version
+    rows = session.scalars(select(PolicyVersion).order_by(col(PolicyVersion.version).desc())).all()
+    return [
+        {
+            "version": r.version,
+            "policy": r.policy_name,
+            "content_hash": r.content_hash,
+            "published_by": r.published_by,
+            "published_at": r.published_at.isoformat(),
+            "note": r.note,
+            "active": r.version == active,
+        }
+        for r in rows
+    ]
+
+
+def _draft_json(d: Any) -> dict[str, Any]:
+    return {
+        "id": d.id,
+        "author": d.author,
+        "updated_at": d.updated_at.isoformat(),
+        "valid": d.content_hash is not None,
+        "content_hash": d.content_hash,
+        "tests_pass": d.last_test_ok,
+        "backtested": d.content_hash is not None and d.last_backtest_hash == d.content_hash,
+        "published_version": d.published_version,
+    }
 
 
 def register(policy_app: typer.Typer) -> None:
@@ -99,11 +148,15 @@ def register(policy_app: typer.Typer) -> None:
         csv: Annotated[
             Path | None, typer.Option("--csv", help="Write every changed case to this CSV file.")
         ] = None,
+        as_json: Annotated[bool, typer.Option("--json", help="The summary as JSON.")] = False,
     ) -> None:
         """Replay the stored cases' frozen facts against a policy; report what would change."""
         runtime = _runtime()
         label, source = _source(runtime, target)
         run = backtest_and_record(runtime, label, source, days, csv)
+        if as_json:
+            typer.echo(json.dumps({"label": label, **run.summary}, indent=2, default=str))
+            return
         typer.echo(_plain(run.text))
         typer.echo(f"({run.summary['seconds']}s; recorded for hash {run.content_hash[:12]})")
 
@@ -111,6 +164,7 @@ def register(policy_app: typer.Typer) -> None:
     def policy_diff(
         old: Annotated[str, typer.Argument(help="FILE or vN")],
         new: Annotated[str, typer.Argument(help="FILE or vN")],
+        as_json: Annotated[bool, typer.Option("--json", help="One JSON array.")] = False,
     ) -> None:
         """Rule-level changes between two policies."""
         from refund_desk.policy import PolicyInvalid, parse_policy
@@ -123,6 +177,11 @@ def register(policy_app: typer.Typer) -> None:
         except PolicyInvalid as exc:
             _fail(str(exc))
             raise
+        if as_json:
+            from dataclasses import asdict
+
+            typer.echo(json.dumps([asdict(c) for c in changes], indent=2))
+            return
         typer.echo(_plain(diff_text(changes, old=a_label, new=b_label)))
 
     @policy_app.command("prove")
@@ -149,12 +208,17 @@ def register(policy_app: typer.Typer) -> None:
         raise typer.Exit(code)
 
     @policy_app.command("history")
-    def policy_history() -> None:
+    def policy_history(
+        as_json: Annotated[bool, typer.Option("--json", help="One JSON array.")] = False,
+    ) -> None:
         """Published versions, newest first (* active)."""
         from refund_desk.governance.versions import history
 
         runtime = _runtime()
         with runtime.db.read() as session:
+            if as_json:
+                typer.echo(json.dumps(_versions(session), indent=2))
+                return
             typer.echo(_plain(history(session)))
 
     @policy_app.command("rollback")
@@ -176,13 +240,13 @@ def register(policy_app: typer.Typer) -> None:
 
     @policy_app.command("mode")
     def policy_mode(
-        mode: Annotated[str, typer.Argument(help="shadow|approve-all|supervised")],
+        mode: Annotated[Mode, typer.Argument(help="The autonomy mode.")],
     ) -> None:
         """Set the autonomy mode."""
         from refund_desk.governance.admin import set_mode
 
         runtime = _runtime()
-        _change(runtime, lambda s, a: set_mode(s, runtime.desk.audit, mode=mode, actor=a))
+        _change(runtime, lambda s, a: set_mode(s, runtime.desk.audit, mode=mode.value, actor=a))
 
     @policy_app.command("pause")
     def policy_pause() -> None:
@@ -220,12 +284,17 @@ def register(policy_app: typer.Typer) -> None:
         )
 
     @policy_app.command("drafts")
-    def policy_drafts() -> None:
+    def policy_drafts(
+        as_json: Annotated[bool, typer.Option("--json", help="One JSON array.")] = False,
+    ) -> None:
         """List the latest drafts with their test and backtest state."""
         from refund_desk.governance.drafts import list_drafts
 
         with _runtime().db.read() as session:
             rows = list_drafts(session)
+            if as_json:
+                typer.echo(json.dumps([_draft_json(d) for d in rows], indent=2))
+                return
             if not rows:
                 typer.echo("No drafts yet.")
             for d in rows:

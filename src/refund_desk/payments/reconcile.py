@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import logging
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TextIO
@@ -96,19 +97,31 @@ class Report:
 
 
 def reconcile(
-    desk: Desk, *, since: datetime, until: datetime | None = None, actor: Actor = SYSTEM
+    desk: Desk,
+    *,
+    since: datetime,
+    until: datetime | None = None,
+    actor: Actor = SYSTEM,
+    progress: Callable[[int, int], None] | None = None,
 ) -> Report:
+    """`progress(step, 5)` after each stage: list, compare, look up, record, resolve."""
+    step = progress or (lambda done, total: None)
     until = until or desk.now()
     refunds = desk.processor.list_refunds_since(since, until)
+    step(1, 5)
     with desk.db.read() as session:
         executions = _executions(session, since, until, refunds)
     report = Report(since=since, until=until, refunds_seen=len(refunds))
     report.executions_seen = len(executions)
     findings = _compare(refunds, executions)
+    step(2, 5)
     findings += _missing(desk, refunds, executions, since, until)
+    step(3, 5)
     report.findings = findings
     report.new_keys = _record(desk, findings, actor)
+    step(4, 5)
     _resolve_stale(desk, until)
+    step(5, 5)
     return report
 
 

@@ -19,7 +19,7 @@ from typing import Any
 from sqlalchemy import and_, case, event, func, or_, select, update
 from sqlmodel import Session, col
 
-from refund_desk import clock, logs
+from refund_desk import clock, logs, tracing
 from refund_desk.storage.db import Database
 from refund_desk.storage.models import Job
 
@@ -294,8 +294,14 @@ class JobQueue:
     # ------------------------------------------------------------ running
 
     def run(self, job: ClaimedJob) -> None:
+        case_id = job.payload.get("case_id")
         try:
-            with logs.about(job.payload.get("case_id")):  # its lines name the case it is about
+            with (
+                logs.about(case_id),  # its lines (and its span) name the case it is about
+                tracing.span(
+                    f"job {job.kind}", case_id=case_id, job_id=job.id, attempt=job.attempt
+                ),
+            ):
                 self._run(job)
         finally:
             for listener in self.listeners:

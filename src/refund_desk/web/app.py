@@ -25,7 +25,7 @@ from sqlalchemy import text
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from refund_desk import logs
+from refund_desk import logs, tracing
 from refund_desk.bot.app import build_surface, pending_router, start_socket_mode
 from refund_desk.bot.doctor import queue_doctor
 from refund_desk.cases.errors import CaseError
@@ -247,6 +247,7 @@ def create_app(
                 runtime.desk.wake = None
                 runtime.desk.worker = None
                 sweeper.stop(timeout=runtime.desk.jobs.lease.total_seconds())
+            tracing.flush()
 
     app = FastAPI(title="Refund Desk", version="0.1.0", lifespan=lifespan)
     app.state.runtime = runtime
@@ -254,6 +255,8 @@ def create_app(
     runtime.desk.jobs.listeners.append(waiters.job_finished)
 
     app.add_middleware(RequestLog)
+    # Traces only with OTEL_EXPORTER_OTLP_ENDPOINT; otherwise nothing is loaded or exported.
+    tracing.setup(runtime.settings.otlp_endpoint, app=app, engine=runtime.db.engine)
     app.include_router(api.router)
     app.include_router(stripe_routes.router)
     app.state.socket_mode = None

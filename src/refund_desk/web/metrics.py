@@ -21,7 +21,7 @@ from prometheus_client.registry import Collector
 from sqlalchemy import func, select
 from sqlmodel import Session, col
 
-from refund_desk import clock
+from refund_desk import clock, tracing
 from refund_desk.cases.ports import PaymentFacts, Processor, ProcessorRefund
 from refund_desk.storage.db import Database
 from refund_desk.storage.models import AdvisorCall, Approval, AuditHead, Case, Execution, Job
@@ -218,7 +218,8 @@ class TimedProcessor:
     def _timed(self, call: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
         start, result, code = time.perf_counter(), "error", "interrupted"
         try:
-            value = fn(*args, **kwargs)
+            with tracing.span(f"processor {call}", processor=self.name):
+                value = fn(*args, **kwargs)
             result = "ok"
             return value
         except Exception as exc:
