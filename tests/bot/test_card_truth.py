@@ -233,3 +233,15 @@ def test_refund_modal_keeps_what_was_typed_and_says_what_is_wrong_there(
     assert "It never came" in shown
     assert not [m for m in desk.slack.ephemeral if "not filed" in m.text], "not in the channel"
     assert desk.counts()[0] == 0
+
+
+def test_the_card_carries_the_ids_an_operator_searches_with(desk: SlackHarness) -> None:
+    case_id = review_case(desk, "600.00", "900.00")
+    with desk.runtime.db.read() as session:
+        from refund_desk.storage.models import Case
+
+        case = session.get(Case, case_id)
+        assert case is not None
+        correlation = case.correlation_id
+    ids = next(b for b in desk.card().blocks if b.get("block_id") == "ids")
+    assert case_id in json.dumps(ids) and correlation in json.dumps(ids)

@@ -349,6 +349,9 @@ def case_blocks(ctx: CardContext, *, secret: str) -> list[Block]:
         told = told_line(ctx.told)
         if told:
             blocks.append(ContextBlock(elements=[MarkdownTextObject(text=_clip(told, 1900))]))
+    # The ids an operator searches the logs, the API and the processor's metadata with.
+    ids = f"case `{escape(case.id)}` · correlation `{escape(case.correlation_id)}`"
+    blocks.append(ContextBlock(block_id="ids", elements=[MarkdownTextObject(text=ids)]))
     return blocks
 
 
