@@ -71,8 +71,8 @@ def policy_question(case: Case, policy: LoadedPolicy | None) -> Question | None:
         return None
     if case.requested_amount is not None or case.reason_source == Provenance.customer_input:
         return None
-    if policy is None:
-        return Question((), None)
+    if policy is None or advice.get("injection_suspected"):
+        return Question((), None)  # unanswered: a person reads it (a flagged message always)
     floor = policy.doc.advisor.min_confidence
     if floor is not None and float(advice.get("confidence") or 0) < floor:
         return Question((), None)

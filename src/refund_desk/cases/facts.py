@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, or_, select
+from sqlalchemy import func, select
 from sqlmodel import Session, col
 
 from refund_desk.cases.lifecycle import FINAL, Status
@@ -50,9 +50,9 @@ def refundable(session: Session, payment: PaymentFacts) -> Refundable:
 def left_on_record(session: Session, payment_id: str) -> int | None:
     """What is still refundable by our own record, without asking the processor.
 
-    The payment as last seen (captured, refunded then), less our reservations and our refunds
-    made since. It never overstates what the processor would say, bar refunds made elsewhere
-    since that sighting; the executor re-checks against the processor before paying.
+    Captured, less what was refunded elsewhere when the payment was last seen, less our own
+    refunds and open reservations. It overstates only by refunds made elsewhere since that
+    sighting; the executor re-checks against the processor before paying.
     """
     row = session.get(Payment, payment_id)
     if row is None:
@@ -60,10 +60,7 @@ def left_on_record(session: Session, payment_id: str) -> int | None:
     ours = session.scalar(
         select(func.coalesce(func.sum(col(Execution.amount)), 0)).where(
             col(Execution.payment_id) == payment_id,
-            or_(
-                col(Execution.status) == OPEN_EXECUTION,
-                (col(Execution.status) == "succeeded") & (col(Execution.created_at) >= row.seen_at),
-            ),
+            col(Execution.status).in_([OPEN_EXECUTION, "succeeded"]),
         )
     )
     return max(0, row.amount - row.refunded - int(ours or 0))

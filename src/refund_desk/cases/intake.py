@@ -324,6 +324,10 @@ def _capture(
 def _upsert_payment(desk: Desk, session: Session, payment: PaymentFacts) -> Payment:
     """Record what the processor said about the payment, and lock its row."""
     row = lock_payment(session, payment.id)
+    ours = frozenset(  # our own refunds are counted from our executions, never twice
+        session.scalars(select(col(Execution.id)).where(col(Execution.payment_id) == payment.id))
+    )
+    elsewhere = payment.refunded_amount(excluding=ours)
     if row is None:
         session.add(
             Payment(
@@ -331,7 +335,7 @@ def _upsert_payment(desk: Desk, session: Session, payment: PaymentFacts) -> Paym
                 processor=desk.processor.name,
                 currency=payment.currency.upper(),
                 amount=payment.amount,
-                refunded=payment.refunded_amount(),
+                refunded=elsewhere,
                 created_at=payment.created_at,
                 seen_at=desk.now(),
             )
@@ -340,11 +344,7 @@ def _upsert_payment(desk: Desk, session: Session, payment: PaymentFacts) -> Paym
         row = lock_payment(session, payment.id)
         assert row is not None
     else:
-        row.amount, row.refunded, row.seen_at = (
-            payment.amount,
-            payment.refunded_amount(),
-            desk.now(),
-        )
+        row.amount, row.refunded, row.seen_at = payment.amount, elsewhere, desk.now()
         session.add(row)
     return row
 

@@ -86,6 +86,7 @@ class Payment(SQLModel, table=True):
     processor: str = Field(max_length=20)
     currency: str = Field(max_length=3)
     amount: int = Field(sa_column=Column(BigInteger, nullable=False))
+    # refunded at the processor by others than us, when last seen (ours are our executions)
     refunded: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))
     email_hash: str | None = Field(default=None, max_length=64, index=True)
     created_at: datetime = Field(sa_column=Column(UTCDateTime(), nullable=False))
