@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import select
@@ -16,15 +17,17 @@ from typer.testing import CliRunner
 from refund_desk import clock
 from refund_desk.cases.listing import Filters, iter_export
 from refund_desk.cli.main import app
+from refund_desk.customers import erasure
 from refund_desk.customers.erasure import retention
 from refund_desk.customers.evidence import EvidenceStore
+from refund_desk.runtime import Runtime
 from refund_desk.settings import load_settings
-from refund_desk.storage.audit import iter_records, verify_chain
+from refund_desk.storage.audit import Actor, iter_records, verify_chain
 from refund_desk.storage.models import Approval, Case
 from tests.conftest import TEST_SECRET
 from tests.customers.conftest import PNG, Channels, raw_email
 from tests.customers.test_customer_tell import _act
-from tests.helpers import CUSTOMER
+from tests.helpers import CUSTOMER, Harness
 
 SECRETS = (CUSTOMER.encode(), b"Lovelace", b"zanzibar")
 
@@ -177,3 +180,29 @@ def test_erasing_an_unknown_customer_is_a_clear_error(channels: Channels) -> Non
     )
     assert response.status_code == 404
     assert response.json()["error"]["code"] == "customer_not_found"
+
+
+class _ErasingAdvisor:
+    """The customer's erasure commits while the advisor (a model: seconds) is being asked."""
+
+    def __init__(self, inner: Any, desk: Any) -> None:
+        self.inner, self.desk, self.name = inner, desk, inner.name
+        self.model = getattr(inner, "model", None)
+
+    def advise(self, request: Any) -> Any:
+        advice = self.inner.advise(request)
+        erasure.erase_customer(self.desk, CUSTOMER, actor=Actor("cli", "t"), evidence=None)
+        return advice
+
+
+def test_an_erasure_during_the_advisor_call_keeps_no_quote(any_runtime: Runtime) -> None:
+    desk = Harness(any_runtime)
+    desk.publish()
+    any_runtime.desk.advisor = _ErasingAdvisor(any_runtime.desk.advisor, any_runtime.desk)
+    payment = desk.payment("30.00")
+    body = desk.post(desk.request(payment, "20.00", message="The blue vase arrived shattered"))
+    with any_runtime.db.read() as session:
+        case = session.get(Case, body.json()["id"])
+        assert case is not None and case.erased_at is not None
+        assert (case.advice or {}).get("summary") == erasure.ERASED
+        assert "shattered" not in json.dumps(case.advice)

@@ -23,6 +23,7 @@ from refund_desk.storage.models import AdvisorCall, Case
 
 ANSWER_RULE = "policy-question"
 ADVISORY = "Advisory (AI-generated, not a decision)"
+ERASED = "[erased]"  # what stands where an erased customer's words were
 
 # ---------------------------------------------------------------- provenance
 

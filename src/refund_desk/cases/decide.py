@@ -129,6 +129,8 @@ def _record_advice(desk: Desk, session: Session, case_id: str, asked: _Asked) ->
             payload={"error": failure, "tokens_used": error.tokens_used if error else 0},
         )
         return
+    if locked.erased_at is not None:  # erased while the advisor read it: keep no quote of it
+        advice = {**advice, "summary": advisory.ERASED}
     locked.advice = advice
     if locked.reason is None:
         locked.reason, locked.reason_source = advice["reason"], Provenance.model_inference

@@ -29,6 +29,7 @@ from sqlalchemy import Text, cast, select
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col
 
+from refund_desk.cases import advisory
 from refund_desk.cases.errors import NotFound
 from refund_desk.cases.lifecycle import FINAL
 from refund_desk.cases.notify import notify
@@ -43,7 +44,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-ERASED = "[erased]"
+ERASED = advisory.ERASED
 RETENTION_JOB = "customer.retention"
 EVERY = timedelta(days=1)
 BATCH = 200
