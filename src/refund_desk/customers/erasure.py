@@ -35,7 +35,7 @@ from refund_desk.cases.lifecycle import FINAL
 from refund_desk.cases.notify import notify
 from refund_desk.customers.evidence import EvidenceStore
 from refund_desk.storage.audit import SYSTEM, Actor
-from refund_desk.storage.crypto import destroy_customer_key
+from refund_desk.storage.crypto import destroy_customer_key, lock_customer_key
 from refund_desk.storage.jobs import ClaimedJob, RetryLater, enqueue
 from refund_desk.storage.models import Case, CustomerMessage, SlackMessage
 
@@ -208,6 +208,8 @@ def retention(desk: Desk, *, days: int, evidence: EvidenceStore | None) -> int:
             session.flush()
             keys = 0
             for email_hash in sorted({c.email_hash for c in cases}):
+                # The key's lock first: a case an intake is committing under it is then seen.
+                lock_customer_key(session, email_hash)
                 live = session.scalar(
                     select(col(Case.id))
                     .where(col(Case.email_hash) == email_hash, col(Case.erased_at).is_(None))

@@ -144,6 +144,12 @@ def destroy_customer_key(session: Session, email_hash: str, now: datetime) -> bo
     return True
 
 
+def lock_customer_key(session: Session, email_hash: str) -> CustomerKey | None:
+    """The customer's key row, locked (PostgreSQL) until the caller's transaction ends: an
+    intake that is using the key commits first, or waits."""
+    return _lock_key(session, email_hash)
+
+
 def _lock_key(session: Session, email_hash: str) -> CustomerKey | None:
     stmt = select(CustomerKey).where(col(CustomerKey.email_hash) == email_hash)
     if session.get_bind().dialect.name == "postgresql":

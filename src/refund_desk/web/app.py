@@ -134,9 +134,12 @@ class Sweeper:
         with self.idle:
             self.busy += 1
         try:
-            self.pool.submit(self._run_one, job_id)
+            future = self.pool.submit(self._run_one, job_id)
         except RuntimeError:  # shut down meanwhile
             self._done()
+            return
+        # A hand-off cancelled by `stop` never runs `_run_one`: it is done all the same.
+        future.add_done_callback(lambda f: self._done() if f.cancelled() else None)
 
     def _run_one(self, job_id: int) -> None:
         try:
