@@ -157,3 +157,5 @@ def job_table(runtime: Runtime, *, slack: Surface | None = None) -> dict[str, Ha
 
 def install_jobs(runtime: Runtime, *, slack: Surface | None = None) -> None:
     runtime.desk.jobs.install(job_table(runtime, slack=slack))
+    if slack is not None:
+        runtime.desk.jobs.forget_when_done.update(slack.private_job_kinds())

@@ -245,3 +245,24 @@ def test_the_card_carries_the_ids_an_operator_searches_with(desk: SlackHarness) 
         correlation = case.correlation_id
     ids = next(b for b in desk.card().blocks if b.get("block_id") == "ids")
     assert case_id in json.dumps(ids) and correlation in json.dumps(ids)
+
+
+def test_delivered_slack_jobs_keep_none_of_the_customers_words(desk: SlackHarness) -> None:
+    """A card quotes the customer; once Slack has it, the job that carried it keeps nothing,
+    so an erasure leaves no copy in the jobs table (or in a backup of it)."""
+    from sqlalchemy import select
+
+    from refund_desk.customers import erasure
+    from refund_desk.storage.audit import Actor
+    from refund_desk.storage.models import Job
+    from tests.helpers import CUSTOMER
+
+    words = "marmalade jar from Zanzibar arrived shattered"
+    review_case(desk, "600.00", "900.00", message=f"The {words}, please refund")
+    desk.click("U0FIN2", "approve", desk.buttons()["approve"])
+    desk.settle()
+    erasure.erase_customer(desk.runtime.desk, CUSTOMER, actor=Actor("cli", "t"), evidence=None)
+    desk.settle()
+    with desk.runtime.db.read() as session:
+        jobs = session.scalars(select(Job)).all()
+        assert [(j.id, j.kind) for j in jobs if "Zanzibar" in json.dumps(j.payload)] == []

@@ -55,6 +55,13 @@ class Surface:
     http: bool = False
     _background: set[Future[None]] = field(default_factory=set)
 
+    def private_job_kinds(self) -> set[str]:
+        """Jobs whose payload holds a rendered message or what someone typed: emptied once
+        delivered (a card quotes the customer; an erasure must not find it in the jobs)."""
+        from refund_desk.bot.listeners.refund_command import FILE_CASE
+
+        return {SLACK_CALL, SLACK_TELL, FILE_CASE}
+
     def job_handlers(self) -> dict[str, Handler]:
         """The job kinds only Slack runs; `runtime.job_table` puts them in the one table."""
         from refund_desk.bot.doctor import DOCTOR_JOB, doctor_job

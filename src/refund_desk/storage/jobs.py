@@ -91,6 +91,9 @@ class JobQueue:
         # Called after each run here (done or to be retried): a waiting request looks again.
         self.listeners: list[Callable[[ClaimedJob], None]] = []
         self._finished: set[tuple[int, int]] = set()  # (id, attempt) done in a handler's commit
+        # Kinds whose payload carries what people wrote (a rendered Slack message, a typed
+        # modal): emptied when the job is done, so nothing of it outlives the delivery.
+        self.forget_when_done: set[str] = set()
         self._finished_lock = threading.Lock()
 
     def install(self, table: dict[str, Handler]) -> None:
@@ -233,11 +236,7 @@ class JobQueue:
         """Mark the job done inside the handler's last transaction, so the outcome and the
         job's completion commit together (one transaction fewer); `run` then leaves it.
         False if the lease was lost: the handler's work still commits, as it would have."""
-        done = session.execute(
-            update(Job)
-            .where(self._fenced(job))
-            .values(status="done", finished_at=clock.now(), lease_expires_at=None)
-        )
+        done = session.execute(update(Job).where(self._fenced(job)).values(**self._done(job)))
         if not done.rowcount:  # type: ignore[attr-defined]
             return False
         key = (job.id, job.attempt)
@@ -256,13 +255,19 @@ class JobQueue:
                 return True
         return False
 
+    def _done(self, job: ClaimedJob) -> dict[str, Any]:
+        values: dict[str, Any] = {
+            "status": "done",
+            "finished_at": clock.now(),
+            "lease_expires_at": None,
+        }
+        if job.kind in self.forget_when_done:
+            values["payload"] = {}
+        return values
+
     def complete(self, job: ClaimedJob) -> bool:
         with self.db.write() as session:
-            done = session.execute(
-                update(Job)
-                .where(self._fenced(job))
-                .values(status="done", finished_at=clock.now(), lease_expires_at=None)
-            )
+            done = session.execute(update(Job).where(self._fenced(job)).values(**self._done(job)))
         if done.rowcount == 0:  # type: ignore[attr-defined]
             log.warning("job %s attempt %s finished after its lease was lost", job.id, job.attempt)
         return bool(done.rowcount)  # type: ignore[attr-defined]
