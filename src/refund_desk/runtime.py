@@ -144,6 +144,9 @@ def job_table(runtime: Runtime, *, slack: Surface | None = None) -> dict[str, Ha
             days=runtime.settings.retention_days,
             evidence=EvidenceStore(runtime.settings.evidence_path()),
         ),
+        erasure.DELETE_FILES_JOB: partial(  # an erased customer's evidence files
+            erasure.run_delete_files, evidence=EvidenceStore(runtime.settings.evidence_path())
+        ),
         NOTIFY: _record_only,
     }
     if slack is not None:

@@ -206,3 +206,17 @@ def test_an_erasure_during_the_advisor_call_keeps_no_quote(any_runtime: Runtime)
         assert case is not None and case.erased_at is not None
         assert (case.advice or {}).get("summary") == erasure.ERASED
         assert "shattered" not in json.dumps(case.advice)
+
+
+def test_evidence_files_go_even_if_the_process_dies_after_the_erasure_commits(
+    channels: Channels,
+) -> None:
+    """The deletion is a job committed with the erasure; here the process 'dies' before it
+    unlinks anything (no store given), and a sweep later removes the files."""
+    _history(channels)
+    evidence = channels.runtime.settings.evidence_path()
+    [photo] = [p for p in evidence.iterdir() if not p.name.startswith(".")]
+    erasure.erase_customer(channels.runtime.desk, CUSTOMER, actor=Actor("cli", "t"), evidence=None)
+    assert photo.exists()
+    channels.sweep()
+    assert not photo.exists()

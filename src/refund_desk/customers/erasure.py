@@ -46,6 +46,7 @@ log = logging.getLogger(__name__)
 
 ERASED = advisory.ERASED
 RETENTION_JOB = "customer.retention"
+DELETE_FILES_JOB = "evidence.delete"  # files to unlink, queued with the erasure's commit
 EVERY = timedelta(days=1)
 BATCH = 200
 
@@ -125,9 +126,20 @@ def _delete_files(store: EvidenceStore | None, shas: list[str]) -> int:
             break
         path = store.path(sha)
         if path.exists():
-            path.unlink()
+            path.unlink(missing_ok=True)
             removed += 1
     return removed
+
+
+def _queue_deletion(session: Session, shas: list[str]) -> None:
+    """The files go after the commit; this job, committed with the erasure, makes sure they
+    do even if the process dies in between (it finds nothing left when they are gone)."""
+    if shas:
+        enqueue(session, kind=DELETE_FILES_JOB, payload={"files": shas})
+
+
+def run_delete_files(job: ClaimedJob, *, evidence: EvidenceStore | None) -> None:
+    _delete_files(evidence, [str(s) for s in job.payload.get("files", [])])
 
 
 def erase_customer(
@@ -162,6 +174,7 @@ def erase_customer(
             shas |= scrub(session, case, now)
         session.flush()
         free = _unused(session, shas)
+        _queue_deletion(session, free)
         _rerender(session, [c.id for c in pending])
         desk.audit.append(
             session,
@@ -218,6 +231,7 @@ def retention(desk: Desk, *, days: int, evidence: EvidenceStore | None) -> int:
                 if live is None and destroy_customer_key(session, email_hash, now):
                     keys += 1
             free = _unused(session, shas)
+            _queue_deletion(session, free)
             _rerender(session, [c.id for c in cases])
             desk.audit.append(
                 session,
