@@ -188,6 +188,27 @@ def bare(database_url: str, requests: int, concurrency: int) -> Load:
             stop(proc)
 
 
+def prepare(env: dict[str, str], cwd: Path, count: int) -> tuple[str, list[str]]:
+    """Migrate, publish the bench policy, create an API key and `count` sandbox payments."""
+    cli(env, cwd, "db", "upgrade")
+    # The reference policy without its circuit breaker (the bench refunds hundreds an hour)
+    # and without the repeat-refunds signal (every bench payment has the same customer).
+    raw = yaml.safe_load(POLICY.read_text())
+    raw.pop("breaker", None)
+    for rule in raw["rules"]:
+        if rule["id"] == "risk-signal":
+            rule["when"] = "customer.chargebacks_365d > 0"
+    policy = cwd / "policy.yaml"
+    policy.write_text(yaml.safe_dump(raw, sort_keys=False))
+    cli(env, cwd, "policy", "publish", str(policy))
+    key = cli(env, cwd, "api-key", "create", "--name", "bench")
+    payments = cli(
+        env, cwd, "sandbox", "payment", "create", "--amount", "30.00", "--currency", "usd",
+        "--email", "ada@example.com", "--age-days", "3", "--count", str(count),
+    ).split()  # fmt: skip
+    return key, payments
+
+
 def refund_desk(
     database_url: str,
     requests: int,
@@ -206,22 +227,7 @@ def refund_desk(
             "DATABASE_URL": database_url,
             "REFUND_DESK_SECRET": SECRET,
         }
-        cli(env, cwd, "db", "upgrade")
-        # The reference policy without its circuit breaker (the bench refunds hundreds an hour)
-        # and without the repeat-refunds signal (every bench payment has the same customer).
-        raw = yaml.safe_load(POLICY.read_text())
-        raw.pop("breaker", None)
-        for rule in raw["rules"]:
-            if rule["id"] == "risk-signal":
-                rule["when"] = "customer.chargebacks_365d > 0"
-        policy = cwd / "policy.yaml"
-        policy.write_text(yaml.safe_dump(raw, sort_keys=False))
-        cli(env, cwd, "policy", "publish", str(policy))
-        key = cli(env, cwd, "api-key", "create", "--name", "bench")
-        payments = cli(
-            env, cwd, "sandbox", "payment", "create", "--amount", "30.00", "--currency", "usd",
-            "--email", "ada@example.com", "--age-days", "3", "--count", str(requests + 1),
-        ).split()  # fmt: skip
+        key, payments = prepare(env, cwd, requests + 1)
         port = free_port()
         url = f"http://127.0.0.1:{port}"
         proc = start(
