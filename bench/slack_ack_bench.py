@@ -17,6 +17,7 @@ import argparse
 import asyncio
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -99,11 +100,24 @@ def pct(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))] * 1000
 
 
+def fake_slack(cwd: Path) -> tuple[subprocess.Popen[bytes], str]:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    proc = start(
+        [sys.executable, "-m", "uvicorn", "fake_slack:app", "--app-dir", str(ROOT / "bench"),
+         "--port", str(port), "--log-level", "warning"],
+        dict(os.environ), cwd, url,
+    )  # fmt: skip
+    return proc, f"{url}/api/"
+
+
 def bare(database_url: str, args: argparse.Namespace, clicks: list[str]) -> list[float]:
     with tempfile.TemporaryDirectory() as tmp:
+        fake, api = fake_slack(Path(tmp))
         port = free_port()
         url = f"http://127.0.0.1:{port}"
-        env = {**os.environ, "DATABASE_URL": database_url, "SLACK_SIGNING_SECRET": SIGNING_SECRET}
+        env = {**os.environ, "DATABASE_URL": database_url, "SLACK_SIGNING_SECRET": SIGNING_SECRET,
+               "SLACK_API_URL": api}  # fmt: skip
         proc = start(
             [sys.executable, "-m", "uvicorn", "bare_slack_app:app", "--app-dir",
              str(ROOT / "bench"), "--port", str(port), "--log-level", "info"],
@@ -114,25 +128,20 @@ def bare(database_url: str, args: argparse.Namespace, clicks: list[str]) -> list
             return asyncio.run(clicks_under_load(url, bodies, {}, args.concurrency, clicks))
         finally:
             stop(proc)
+            stop(fake)
 
 
 def refund_desk(database_url: str, args: argparse.Namespace) -> tuple[list[float], int, list[str]]:
     with tempfile.TemporaryDirectory() as tmp:
         cwd = Path(tmp)
-        slack_port = free_port()
-        slack_url = f"http://127.0.0.1:{slack_port}"
-        fake = start(
-            [sys.executable, "-m", "uvicorn", "fake_slack:app", "--app-dir", str(ROOT / "bench"),
-             "--port", str(slack_port), "--log-level", "warning"],
-            dict(os.environ), cwd, slack_url,
-        )  # fmt: skip
+        fake, api = fake_slack(cwd)
         env = {
             **os.environ,
             "DATABASE_URL": database_url,
             "REFUND_DESK_SECRET": SECRET,
             "SLACK_BOT_TOKEN": "xoxb-bench",
             "SLACK_SIGNING_SECRET": SIGNING_SECRET,
-            "SLACK_API_URL": f"{slack_url}/api/",
+            "SLACK_API_URL": api,
         }
         try:
             key, payments = prepare(env, cwd, args.requests + 1)
