@@ -104,8 +104,8 @@ def fake_slack(cwd: Path) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     proc = start(
-        [sys.executable, "-m", "uvicorn", "fake_slack:app", "--app-dir", str(ROOT / "bench"),
-         "--port", str(port), "--log-level", "warning"],
+        [sys.executable, "-m", "uvicorn", "fake_slack:app", "--app-dir",
+         str(ROOT / "bench" / "parts"), "--port", str(port), "--log-level", "warning"],
         dict(os.environ), cwd, url,
     )  # fmt: skip
     return proc, f"{url}/api/"
@@ -120,7 +120,7 @@ def bare(database_url: str, args: argparse.Namespace, clicks: list[str]) -> list
                "SLACK_API_URL": api}  # fmt: skip
         proc = start(
             [sys.executable, "-m", "uvicorn", "bare_slack_app:app", "--app-dir",
-             str(ROOT / "bench"), "--port", str(port), "--log-level", "info"],
+             str(ROOT / "bench" / "parts"), "--port", str(port), "--log-level", "info"],
             env, Path(tmp), url,
         )  # fmt: skip
         try:

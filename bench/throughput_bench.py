@@ -14,7 +14,7 @@ endpoint's req/s in the same run; at the end `audit verify` must pass.
 `--workers 1,2` runs Refund Desk on PostgreSQL once per worker count (`serve --workers N`);
 `--wait` adds a run where every client sends `Prefer: wait=10` and gets the outcome in the
 answer; `--profile DIR` samples the Refund Desk server with py-spy during each run (collapsed
-stacks, one file per run; `bench/profile_summary.py` reads them).
+stacks, one file per run; `bench/parts/profile_summary.py` reads them).
 """
 
 from __future__ import annotations
@@ -171,7 +171,7 @@ def bare(database_url: str, requests: int, concurrency: int) -> Load:
                 "uvicorn",
                 "bare_app:app",
                 "--app-dir",
-                str(ROOT / "bench"),
+                str(ROOT / "bench" / "parts"),
                 "--port",
                 str(port),
                 "--log-level",

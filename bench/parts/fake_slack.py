@@ -1,6 +1,6 @@
 """A minimal Slack Web API for `slack_ack_bench.py`: every method answers `ok` at once.
 
-python -m uvicorn fake_slack:app --app-dir bench
+python -m uvicorn fake_slack:app --app-dir bench/parts
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 FastAPI that verifies the same signed requests and acknowledges every button at once.
 
     DATABASE_URL=... SLACK_SIGNING_SECRET=... SLACK_API_URL=... \
-        python -m uvicorn bare_slack_app:app --app-dir bench
+        python -m uvicorn bare_slack_app:app --app-dir bench/parts
 """
 
 from __future__ import annotations
