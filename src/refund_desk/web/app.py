@@ -56,7 +56,7 @@ class Sweeper:
         self.running = threading.Lock()
         self.again = threading.Event()
         # SQLite has one writer: one thread. PostgreSQL: several, each a job at a time.
-        threads = runtime.settings.worker_threads or (1 if runtime.db.is_sqlite else 4)
+        threads = runtime.settings.worker_threads or (1 if runtime.db.is_sqlite else 2)
         self.pool = ThreadPoolExecutor(threads, thread_name_prefix="worker")
         self.busy = 0
         self.idle = threading.Condition()
