@@ -87,6 +87,9 @@ class AuditLog:
         not from the append on: transactions queue on the head for the length of a commit
         instead of the length of their work, and the head is always the last lock taken.
         """
+        if session.in_nested_transaction():
+            # A savepoint's rollback would not take back a record kept for the commit.
+            raise RuntimeError("audit records are appended outside savepoints")
         # Round-trip the payload through JSON so the hash covers exactly what is stored.
         stored_payload = json.loads(canonical(payload or {}))
         record = AuditRecord(
