@@ -2,8 +2,9 @@
 
 Starts `refund-desk serve` in its own process, publishes the reference policy, creates one
 sandbox payment per request, and fires small damaged-item requests from a thread pool. Every
-request is decided by the policy, refunded on the sandbox processor, and audited (six audit
-records each). Prints requests per second and latency percentiles, then checks the audit chain.
+request sends `Prefer: wait=10`, so its answer comes once it is decided by the policy,
+refunded on the sandbox processor, and audited (six audit records each). Prints requests per
+second and latency percentiles, then checks the audit chain.
 
     python bench/intake_bench.py [--requests 400] [--concurrency 16] [--only sqlite|postgres]
 """
@@ -98,7 +99,8 @@ def run(label: str, database_url: str, requests: int, concurrency: int) -> None:
         key = cli(env, cwd, "api-key", "create", "--name", "bench")
         payments = make_payments(env, requests)
         proc, url = start_server(env, cwd)
-        headers = {"Authorization": f"Bearer {key}"}
+        # The answer waits for the outcome: each request is decided, refunded and audited.
+        headers = {"Authorization": f"Bearer {key}", "Prefer": "wait=10"}
         latencies: list[float] = []
         statuses: dict[str, int] = {}
         try:

@@ -14,7 +14,7 @@ endpoint's req/s in the same run; at the end `audit verify` must pass.
 `--workers 1,2` runs Refund Desk on PostgreSQL once per worker count (`serve --workers N`);
 `--wait` adds a run where every client sends `Prefer: wait=10` and gets the outcome in the
 answer; `--profile DIR` samples the Refund Desk server with py-spy during each run (collapsed
-stacks, one file per run; `bench/profile_summary.py` reads them).
+stacks, one file per run; `bench/parts/profile_summary.py` reads them).
 """
 
 from __future__ import annotations
@@ -171,7 +171,7 @@ def bare(database_url: str, requests: int, concurrency: int) -> Load:
                 "uvicorn",
                 "bare_app:app",
                 "--app-dir",
-                str(ROOT / "bench"),
+                str(ROOT / "bench" / "parts"),
                 "--port",
                 str(port),
                 "--log-level",
@@ -186,6 +186,27 @@ def bare(database_url: str, requests: int, concurrency: int) -> Load:
             return asyncio.run(drive(url, bodies_for(payments), {}, concurrency))
         finally:
             stop(proc)
+
+
+def prepare(env: dict[str, str], cwd: Path, count: int) -> tuple[str, list[str]]:
+    """Migrate, publish the bench policy, create an API key and `count` sandbox payments."""
+    cli(env, cwd, "db", "upgrade")
+    # The reference policy without its circuit breaker (the bench refunds hundreds an hour)
+    # and without the repeat-refunds signal (every bench payment has the same customer).
+    raw = yaml.safe_load(POLICY.read_text())
+    raw.pop("breaker", None)
+    for rule in raw["rules"]:
+        if rule["id"] == "risk-signal":
+            rule["when"] = "customer.chargebacks_365d > 0"
+    policy = cwd / "policy.yaml"
+    policy.write_text(yaml.safe_dump(raw, sort_keys=False))
+    cli(env, cwd, "policy", "publish", str(policy))
+    key = cli(env, cwd, "api-key", "create", "--name", "bench")
+    payments = cli(
+        env, cwd, "sandbox", "payment", "create", "--amount", "30.00", "--currency", "usd",
+        "--email", "ada@example.com", "--age-days", "3", "--count", str(count),
+    ).split()  # fmt: skip
+    return key, payments
 
 
 def refund_desk(
@@ -206,22 +227,7 @@ def refund_desk(
             "DATABASE_URL": database_url,
             "REFUND_DESK_SECRET": SECRET,
         }
-        cli(env, cwd, "db", "upgrade")
-        # The reference policy without its circuit breaker (the bench refunds hundreds an hour)
-        # and without the repeat-refunds signal (every bench payment has the same customer).
-        raw = yaml.safe_load(POLICY.read_text())
-        raw.pop("breaker", None)
-        for rule in raw["rules"]:
-            if rule["id"] == "risk-signal":
-                rule["when"] = "customer.chargebacks_365d > 0"
-        policy = cwd / "policy.yaml"
-        policy.write_text(yaml.safe_dump(raw, sort_keys=False))
-        cli(env, cwd, "policy", "publish", str(policy))
-        key = cli(env, cwd, "api-key", "create", "--name", "bench")
-        payments = cli(
-            env, cwd, "sandbox", "payment", "create", "--amount", "30.00", "--currency", "usd",
-            "--email", "ada@example.com", "--age-days", "3", "--count", str(requests + 1),
-        ).split()  # fmt: skip
+        key, payments = prepare(env, cwd, requests + 1)
         port = free_port()
         url = f"http://127.0.0.1:{port}"
         proc = start(

@@ -37,7 +37,7 @@ class Settings(BaseSettings):
     slack_api_url: str = Field("https://slack.com/api/", validation_alias="SLACK_API_URL")
     channel: str | None = Field(None, validation_alias="REFUND_DESK_CHANNEL")
     sweep_seconds: float = Field(30.0, gt=0, validation_alias="REFUND_DESK_SWEEP_SECONDS")
-    # Threads per replica running the jobs its requests create (default: 1 on SQLite, 4 else).
+    # Threads per replica running the jobs its requests create (default: 1 on SQLite, 2 else).
     worker_threads: int | None = Field(
         None, ge=1, le=64, validation_alias="REFUND_DESK_WORKER_THREADS"
     )

@@ -306,3 +306,25 @@ def test_record_time_is_stored_as_utc(db: Database, audit: AuditLog) -> None:
     [row] = records(db)
     assert row.at == at
     assert verify(db).ok
+
+
+def test_records_are_linked_at_commit_in_the_order_they_were_appended(
+    db: Database, audit: AuditLog
+) -> None:
+    with db.write() as session:
+        first = audit.append(session, action="first", actor=ACTOR)
+        second = audit.append(session, action="second", actor=ACTOR)
+        assert (first.hash, second.hash) == ("", "")  # not linked before the commit
+    assert [(r.seq, r.action) for r in records(db)] == [(1, "first"), (2, "second")]
+    assert (first.seq, second.prev_hash) == (1, first.hash)
+    assert verify(db).ok
+
+
+def test_an_append_inside_a_savepoint_is_refused(db: Database, audit: AuditLog) -> None:
+    with (
+        pytest.raises(RuntimeError, match="savepoints"),
+        db.write() as session,
+        session.begin_nested(),
+    ):
+        audit.append(session, action="nested", actor=ACTOR)
+    assert records(db) == []

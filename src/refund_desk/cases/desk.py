@@ -46,15 +46,17 @@ class Desk:
         if self.wake is not None:
             self.wake()  # what that job queued (messages, the refund) runs without waiting
 
-    def hand_off(self, job_id: int | None) -> None:
+    def hand_off(self, job_id: int | None) -> bool:
         """Work created by a request: the worker of this process takes it at once and the
         request answers without waiting for it. Without a worker (a CLI, tests that drive the
         sweeps themselves) it runs here, as `kick` does. The job is committed either way, so
-        a crash loses nothing: a sweep takes it over after its grace."""
+        a crash loses nothing: a sweep takes it over after its grace. True if the worker
+        took it, False if it ran here (or nothing was to run)."""
         if job_id is not None and self.worker is not None and self.run_inline:
             self.worker(job_id)
-            return
+            return True
         self.kick(job_id)
+        return False
 
     def run_claimed(self, job: ClaimedJob | None) -> None:
         """Run a job claimed in the transaction that created it (see `JobQueue.claim_in`)."""

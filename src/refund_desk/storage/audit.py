@@ -1,7 +1,8 @@
 """The audit chain: append-only records linked by HMAC hashes over canonical JSON.
 
-Appends lock the head row, so concurrent transactions queue instead of forking the chain; the
-record commits with the state change it describes. The HMAC key comes from the deployment
+Records are linked into the chain as their transaction commits: the head row is locked then,
+for the length of the commit, so concurrent transactions queue briefly instead of forking the
+chain; the record commits with the state change it describes. The HMAC key comes from the deployment
 secret: someone with database access but not the secret cannot rewrite the chain consistently.
 """
 
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import IO, Any
 
-from sqlalchemy import select
+from sqlalchemy import event, select
 from sqlmodel import Session, col
 
 from refund_desk import clock
@@ -66,6 +67,9 @@ def record_hash(secret: str, record: AuditRecord) -> str:
     return keyed_hash(secret, "audit-chain", canonical(_body(record)))
 
 
+PENDING = "audit.pending"  # session.info key: records appended, sealed at commit
+
+
 class AuditLog:
     def __init__(self, secret: str) -> None:
         self._secret = secret
@@ -82,15 +86,20 @@ class AuditLog:
         payload: dict[str, Any] | None = None,
         at: datetime | None = None,
     ) -> AuditRecord:
-        """Append inside the caller's transaction; it commits or rolls back with the change."""
-        stmt = select(AuditHead).where(col(AuditHead.id) == 1)
-        if session.get_bind().dialect.name == "postgresql":
-            stmt = stmt.with_for_update()
-        head = session.scalars(stmt).one()
+        """Append inside the caller's transaction; it commits or rolls back with the change.
+
+        The record is linked into the chain (its number, the previous hash, its own hash) as
+        the transaction commits, with the head row locked only from then until the commit,
+        not from the append on: transactions queue on the head for the length of a commit
+        instead of the length of their work, and the head is always the last lock taken.
+        """
+        if session.in_nested_transaction():
+            # A savepoint's rollback would not take back a record kept for the commit.
+            raise RuntimeError("audit records are appended outside savepoints")
         # Round-trip the payload through JSON so the hash covers exactly what is stored.
         stored_payload = json.loads(canonical(payload or {}))
         record = AuditRecord(
-            seq=head.seq + 1,
+            seq=0,  # numbered, linked and hashed at commit (`_seal`)
             at=(at or clock.now()).astimezone(UTC),  # hashed as stored: in UTC
             case_id=case_id,
             correlation_id=correlation_id,
@@ -99,15 +108,39 @@ class AuditLog:
             action=action,
             policy_version=policy_version,
             payload=stored_payload,
-            prev_hash=head.hash,
+            prev_hash="",
             hash="",
         )
-        record.hash = record_hash(self._secret, record)
-        head.seq, head.hash = record.seq, record.hash
-        session.add(record)
+        pending = session.info.get(PENDING)
+        if pending is None:
+            pending = session.info[PENDING] = []
+            if not session.info.get("audit.listening"):
+                session.info["audit.listening"] = True
+                event.listen(session, "before_commit", self._seal)
+                event.listen(session, "after_rollback", _forget)
+        pending.append(record)
+        return record
+
+    def _seal(self, session: Session) -> None:
+        """Link this transaction's records into the chain, in the order they were appended."""
+        pending: list[AuditRecord] = session.info.pop(PENDING, None) or []
+        if not pending:
+            return
+        stmt = select(AuditHead).where(col(AuditHead.id) == 1)
+        if session.get_bind().dialect.name == "postgresql":
+            stmt = stmt.with_for_update()
+        head = session.scalars(stmt).one()
+        for record in pending:
+            record.seq, record.prev_hash = head.seq + 1, head.hash
+            record.hash = record_hash(self._secret, record)
+            head.seq, head.hash = record.seq, record.hash
+            session.add(record)
         session.add(head)
         session.flush()
-        return record
+
+
+def _forget(session: Session, *_: Any) -> None:
+    session.info.pop(PENDING, None)
 
 
 @dataclass(frozen=True)

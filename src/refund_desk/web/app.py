@@ -66,7 +66,7 @@ class Sweeper:
         self.started_at = datetime.now(UTC)
         self._beat_at = 0.0
         # SQLite has one writer: one thread. PostgreSQL: several, each a job at a time.
-        threads = runtime.settings.worker_threads or (1 if runtime.db.is_sqlite else 4)
+        threads = runtime.settings.worker_threads or (1 if runtime.db.is_sqlite else 2)
         self.pool = ThreadPoolExecutor(threads, thread_name_prefix="worker")
         self.busy = 0
         self.idle = threading.Condition()

@@ -3,7 +3,7 @@
 It validates the same JSON body as the intake API with pydantic and does one SQLAlchemy
 `INSERT` per request, on the same database settings (SQLite in WAL mode, or PostgreSQL).
 
-    DATABASE_URL=... python -m uvicorn bare_app:app --app-dir bench
+    DATABASE_URL=... python -m uvicorn bare_app:app --app-dir bench/parts
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Where a py-spy profile (collapsed stacks, `--format raw`) spends its samples.
 
-    python bench/profile_summary.py PROFILE.txt [--top 25]
+    python bench/parts/profile_summary.py PROFILE.txt [--top 25]
 
 Prints, for the functions of refund_desk and the main libraries, the share of all samples
 spent in them or in what they call (inclusive), highest first.
