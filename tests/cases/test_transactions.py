@@ -30,6 +30,8 @@ def test_an_automatic_refund_costs_four_write_transactions(
     desk = Harness(runtime)
     desk.publish()
     payment = desk.payment()
+    # A key's use is recorded at most once a minute: record it now, outside the count.
+    desk.client.get("/api/v1/cases?limit=1", headers={"Authorization": f"Bearer {desk.key}"})
     counted: Counter[str] = Counter()
 
     @event.listens_for(db.engine, "begin")

@@ -41,16 +41,14 @@ def advance(desk: Desk, job: ClaimedJob) -> None:
     queues the execution). If the processor cannot be asked, the advice is recorded alone, so
     a retry never asks the advisor again."""
     case_id = job.payload["case_id"]
+    request: AdviceRequest | None = None
     with desk.db.read() as session:
         case = session.get(Case, case_id)
-        pinned = (  # the pinned policy's rule texts, for tier-1 questions
-            load_version(session, case.policy_version)
-            if case is not None and case.status == Status.received and case.policy_version
-            else None
-        )
+        if case is not None and case.status == Status.received:
+            request = _request(desk, session, case)  # decrypted here: one read, not four
     if case is None or case.status not in (Status.received, Status.advised):
         return
-    asked = _ask(desk, case, pinned) if case.status == Status.received else None
+    asked = _ask(desk, request) if request is not None else None
     try:
         payment = desk.processor.payment(case.payment_id)
     except ProcessorError as exc:
@@ -93,14 +91,24 @@ class _Asked:
     error: AdvisorError | None
 
 
-def _ask(desk: Desk, case: Case, pinned: LoadedPolicy | None) -> _Asked:
-    request = AdviceRequest(
-        message=desk.vault.decrypt(case.message_enc) or "",
+def _request(desk: Desk, session: Session, case: Case) -> AdviceRequest:
+    """What the advisor may see, with the pinned policy's rule texts for tier-1 questions."""
+    pinned = load_version(session, case.policy_version) if case.policy_version else None
+    vault = desk.vault
+    name, email = (
+        vault.decrypt(case.name_enc, session=session),
+        vault.decrypt(case.email_enc, session=session),
+    )
+    return AdviceRequest(
+        message=vault.decrypt(case.message_enc, session=session) or "",
         currency=case.currency,
-        known_names=tuple(n for n in [desk.vault.decrypt(case.name_enc)] if n),
-        known_emails=tuple(e for e in [desk.vault.decrypt(case.email_enc)] if e),
+        known_names=tuple(n for n in [name] if n),
+        known_emails=tuple(e for e in [email] if e),
         policy=advisory.policy_texts(pinned.doc if pinned else None),
     )
+
+
+def _ask(desk: Desk, request: AdviceRequest) -> _Asked:
     try:  # outside any transaction: the advisor may call a model over the network
         return _Asked(asdict(desk.advisor.advise(request)), None, None)
     except AdvisorError as exc:
