@@ -266,3 +266,17 @@ def test_delivered_slack_jobs_keep_none_of_the_customers_words(desk: SlackHarnes
     with desk.runtime.db.read() as session:
         jobs = session.scalars(select(Job)).all()
         assert [(j.id, j.kind) for j in jobs if "Zanzibar" in json.dumps(j.payload)] == []
+
+
+def test_a_card_is_redrawn_as_erased_when_its_customer_is_erased(desk: SlackHarness) -> None:
+    from refund_desk.customers import erasure
+    from refund_desk.storage.audit import Actor
+    from tests.helpers import CUSTOMER
+
+    review_case(desk, "600.00", "900.00", message="The blue vase arrived shattered")
+    before = _text(desk.card())
+    assert "a**@example.com" in before and "shattered" in before
+    erasure.erase_customer(desk.runtime.desk, CUSTOMER, actor=Actor("cli", "t"), evidence=None)
+    desk.settle()
+    after = _text(desk.card())
+    assert "erased" in after and "a**@example.com" not in after and "shattered" not in after

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -64,8 +65,11 @@ def test_drafts_shadow_and_settings_from_the_command_line(cli_db: Path) -> None:
     assert "d1" in run("policy", "drafts") and "valid" in run("policy", "drafts")
     assert "started a shadow run of d1" in run("policy", "shadow", "start", "d1")
     assert "d1" in run("policy", "shadow", "report")
+    shown = json.loads(run("policy", "shadow", "report", "--json"))
+    assert (shown["draft"], shown["cases"], shown["disagreements"]) == ("d1", 0, [])
     run("policy", "shadow", "stop")
     assert "No shadow run" in run("policy", "shadow", "report")
+    assert json.loads(run("policy", "shadow", "report", "--json")) is None
     assert "shadow start DRAFT" in run("policy", "shadow", "start", code=1)
     assert "review sample to 5%" in run("policy", "review-rate", "5%")
     assert "not a share" in run("policy", "review-rate", "lots", code=1)

@@ -311,6 +311,9 @@ def register(policy_app: typer.Typer) -> None:
     def policy_shadow(
         action: Annotated[str, typer.Argument(help="start | stop | report")],
         draft: Annotated[str | None, typer.Argument(help="The draft for `start`, e.g. d3.")] = None,
+        as_json: Annotated[
+            bool, typer.Option("--json", help="`report` as one JSON object (null: no run).")
+        ] = False,
     ) -> None:
         """Run a draft silently beside the live version, and report how often they agree."""
         from refund_desk.cases.errors import CaseError
@@ -320,6 +323,10 @@ def register(policy_app: typer.Typer) -> None:
         runtime = _runtime()
         if action == "report":
             with runtime.db.read() as session:
+                if as_json:
+                    run = shadow.tally(session)
+                    typer.echo(json.dumps(run.to_json() if run else None, indent=2))
+                    return
                 typer.echo(_plain(shadow.report(session)))
             return
         if action == "stop":

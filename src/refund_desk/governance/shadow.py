@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import func, select
@@ -99,19 +100,41 @@ def record(session: Session, case: Case, context: Mapping[str, Any], live: Decis
     )
 
 
-def report(session: Session, draft_id: int | None = None) -> Text:
-    """Agreement rate of the (current or given) shadow draft and the disagreeing cases."""
+@dataclass(frozen=True)
+class Tally:
+    """A shadow run so far: how many cases agree, and the latest that do not."""
+
+    draft_id: int
+    total: int
+    agree: int
+    disagreements: list[ShadowDecision]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "draft": f"d{self.draft_id}",
+            "cases": self.total,
+            "agree": self.agree,
+            "disagree": self.total - self.agree,
+            "disagreements": [
+                {
+                    "case_id": r.case_id,
+                    "amount": str(money.to_major(r.amount, r.currency)),
+                    "currency": r.currency,
+                    "live": {"outcome": r.live_outcome, "rule": r.live_rule},
+                    "shadow": {"outcome": r.outcome, "rule": r.rule},
+                }
+                for r in self.disagreements
+            ],
+        }
+
+
+def tally(session: Session, draft_id: int | None = None) -> Tally | None:
+    """The (current or given) shadow draft's agreement; None when no run is going on."""
     draft_id = draft_id if draft_id is not None else control(session).shadow_draft
     if draft_id is None:
-        return text(
-            "No shadow run is going on; start one with ",
-            Code("/refund-policy shadow start DRAFT"),
-            ".",
-        )
+        return None
     mine = col(ShadowDecision.draft_id) == draft_id
     total = session.scalar(select(func.count()).select_from(ShadowDecision).where(mine)) or 0
-    if total == 0:
-        return text(f"Shadow run of d{draft_id}: no new cases yet.")
     agree = (
         session.scalar(
             select(func.count()).select_from(ShadowDecision).where(mine, col(ShadowDecision.agree))
@@ -124,9 +147,23 @@ def report(session: Session, draft_id: int | None = None) -> Text:
         .order_by(col(ShadowDecision.created_at).desc())
         .limit(SHOWN_DISAGREEMENTS)
     ).all()
+    return Tally(draft_id, total, agree, list(rows))
+
+
+def report(session: Session, draft_id: int | None = None) -> Text:
+    """Agreement rate of the (current or given) shadow draft and the disagreeing cases."""
+    run = tally(session, draft_id)
+    if run is None:
+        return text(
+            "No shadow run is going on; start one with ",
+            Code("/refund-policy shadow start DRAFT"),
+            ".",
+        )
+    if run.total == 0:
+        return text(f"Shadow run of d{run.draft_id}: no new cases yet.")
     head = (
-        f"Shadow run of d{draft_id}: {agree} of {total} cases agree ({agree / total:.0%}); "
-        f"{total - agree} disagree."
+        f"Shadow run of d{run.draft_id}: {run.agree} of {run.total} cases agree "
+        f"({run.agree / run.total:.0%}); {run.total - run.agree} disagree."
     )
     return lines(
         text(head),
@@ -140,6 +177,6 @@ def report(session: Session, draft_id: int | None = None) -> Text:
                 Code(r.rule),
                 ")",
             )
-            for r in rows
+            for r in run.disagreements
         ],
     )
