@@ -123,3 +123,11 @@ def format_money(minor: int, currency: str) -> str:
     """Human and audit form: ``"25.00 USD"``, ``"5000 JPY"``, ``"1.250 KWD"``."""
     exp = exponent(currency)
     return f"{to_major(minor, currency):.{exp}f} {currency.strip().upper()}"
+
+
+def format_share(part: int, whole: int | None, currency: str) -> str:
+    """``"200.00 of 320.00 USD (partial)"`` when ``part`` is less than ``whole``, else the
+    plain amount: a partial refund always reads as one."""
+    if whole is None or part >= whole:
+        return format_money(part, currency)
+    return f"{to_major(part, currency)} of {format_money(whole, currency)} (partial)"

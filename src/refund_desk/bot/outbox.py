@@ -408,11 +408,7 @@ class Outbox:
                 f"Approved by <@{data.get('user')}>; another approver is needed (fresh card above)."
             )
         if event == "case.approved":
-            wanted = case.asked()
-            if wanted is not None and case.amount < wanted:
-                amount = f"{money.to_major(case.amount, case.currency)} of " + money.format_money(
-                    wanted, case.currency
-                )
+            amount = money.format_share(case.amount, case.asked(), case.currency)
             return f"Approved by {who} for {amount}; the refund is queued."
         if event == "case.refunded":
             refund = session.scalars(
@@ -421,10 +417,7 @@ class Outbox:
                 )
             ).first()
             ref = f" (refund `{refund.processor_refund_id}`)" if refund else ""
-            wanted = case.asked()
-            if wanted is not None and case.amount < wanted:
-                whole = money.format_money(wanted, case.currency)
-                amount = f"{money.to_major(case.amount, case.currency)} of {whole} (partial)"
+            amount = money.format_share(case.amount, case.asked(), case.currency)
             return f":white_check_mark: Refunded {amount}{ref}."
         if event == "case.denied":
             return f"Denied by {who if last and last.decision == 'deny' else 'the policy'}."

@@ -7,7 +7,9 @@ returns a ``Change`` (reply + announcement). Who may call them is checked by the
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from sqlalchemy import func, or_, select, update
 from sqlmodel import Session, col
@@ -24,46 +26,32 @@ from refund_desk.governance.versions import (
     control,
     publish,
 )
-from refund_desk.policy import parse_policy
+from refund_desk.policy import PolicyDocument, parse_policy
 from refund_desk.policy.backtest import summary_text
+from refund_desk.policy.prove import ProofReport
 from refund_desk.storage.audit import Actor, AuditLog
-from refund_desk.storage.models import AuditRecord, Job, PolicyVersion
+from refund_desk.storage.models import AuditRecord, Job, PolicyDraft, PolicyVersion
 from refund_desk.text import Code, Mark, Strong, Text, lines, text
 
 
-def preview_publish(session: Session, *, draft_id: int) -> Text:
-    """What publishing ``draft_id`` would do, from the same gate, without changing anything:
-    the tests, the backtest, the proof against the active version, and who must confirm."""
-    draft = get_draft(session, draft_id)
-    if draft.published_version is not None:
-        raise InvalidRequest(
-            "draft_published", f"d{draft_id} is already published as v{draft.published_version}."
-        )
-    _, results = check_publishable(draft.source, session)
-    assert draft.content_hash is not None  # it parsed
-    ran = require_backtest(session, draft.content_hash)
-    proved = proof_against_active(session, draft.source)
-    looser = proved is not None and proved[1].more_permissive
-    second = control(session).publish_needs_second_lead or looser
-    return lines(
-        text(
-            Mark("warning"),
-            f" Publishing d{draft_id} makes it the live policy for every new case at once "
-            f"({len(results)} tests pass).",
-        ),
-        summary_text(ran.summary, label=f"d{draft_id}", days=ran.days),
-        proof_summary(*proved) if proved is not None else None,
-        "Then a second lead confirms it." if second else None,
-        text("To go ahead: ", Code(f"/refund-policy publish d{draft_id} confirm"), "."),
-    )
+@dataclass(frozen=True)
+class Gate:
+    """What the publishing gate found for a draft: it is valid, its tests pass, a backtest ran
+    on this exact content; plus the proof against the active version."""
+
+    draft: PolicyDraft
+    doc: PolicyDocument
+    results: list[Any]  # the embedded tests' results
+    backtest: Text  # the backtest's summary and the proof's, for people
+    proved: tuple[int, ProofReport] | None
+
+    @property
+    def looser(self) -> bool:
+        return self.proved is not None and self.proved[1].more_permissive
 
 
-def publish_draft(session: Session, audit: AuditLog, *, draft_id: int, actor: Actor) -> Change:
-    """The gate (valid, tests pass, backtested on this exact content), then the next version.
-
-    With ``publish_needs_second_lead`` on, the first lead's publish is a request and a
-    different lead's publish of the same content confirms it.
-    """
+def gate(session: Session, draft_id: int) -> Gate:
+    """Raise what stops ``draft_id`` from being published; otherwise what the gate found."""
     draft = get_draft(session, draft_id)
     if draft.published_version is not None:
         raise InvalidRequest(
@@ -77,7 +65,34 @@ def publish_draft(session: Session, audit: AuditLog, *, draft_id: int, actor: Ac
         summary_text(ran.summary, label=f"d{draft_id}", days=ran.days),
         proof_summary(*proved) if proved is not None else None,
     )
-    looser = proved is not None and proved[1].more_permissive
+    return Gate(draft, doc, results, backtest, proved)
+
+
+def preview_publish(session: Session, *, draft_id: int) -> Text:
+    """What publishing ``draft_id`` would do, from the same gate, without changing anything:
+    the tests, the backtest, the proof against the active version, and who must confirm."""
+    found = gate(session, draft_id)
+    second = control(session).publish_needs_second_lead or found.looser
+    return lines(
+        text(
+            Mark("warning"),
+            f" Publishing d{draft_id} makes it the live policy for every new case at once "
+            f"({len(found.results)} tests pass).",
+        ),
+        found.backtest,
+        "Then a second lead confirms it." if second else None,
+        text("To go ahead: ", Code(f"/refund-policy publish d{draft_id} confirm"), "."),
+    )
+
+
+def publish_draft(session: Session, audit: AuditLog, *, draft_id: int, actor: Actor) -> Change:
+    """The gate (valid, tests pass, backtested on this exact content), then the next version.
+
+    With ``publish_needs_second_lead`` on, the first lead's publish is a request and a
+    different lead's publish of the same content confirms it.
+    """
+    found = gate(session, draft_id)
+    draft, proved, backtest, looser = found.draft, found.proved, found.backtest, found.looser
     # A version that pays more somewhere always needs a second lead, whatever the setting.
     if control(session).publish_needs_second_lead or looser:
         requested = draft.publish_requested_hash == draft.content_hash
@@ -91,7 +106,7 @@ def publish_draft(session: Session, audit: AuditLog, *, draft_id: int, actor: Ac
                 actor=actor,
                 payload={"draft": draft_id, "content_hash": draft.content_hash},
             )
-            confirm = Code(f"/refund-policy publish d{draft_id}")
+            confirm = Code(f"/refund-policy publish d{draft_id} confirm")
             return Change(
                 reply=lines(
                     text(
@@ -105,7 +120,7 @@ def publish_draft(session: Session, audit: AuditLog, *, draft_id: int, actor: Ac
                     text(
                         actor.who,
                         f" asks to publish d{draft_id} (",
-                        Code(doc.policy),
+                        Code(found.doc.policy),
                         "). Another lead confirms with ",
                         confirm,
                         ".",
@@ -136,7 +151,7 @@ def publish_draft(session: Session, audit: AuditLog, *, draft_id: int, actor: Ac
         Strong(f"{row.policy_name} v{row.version}"),
         " (hash ",
         Code(row.content_hash[:12]),
-        f", {len(results)} tests passed).",
+        f", {len(found.results)} tests passed).",
     )
     return Change(reply=head, announce=lines(head, backtest))
 

@@ -138,10 +138,7 @@ def _paid_line(ctx: CardContext) -> str:
     """ "Refunded 200.00 of 320.00 USD (partial)" or "Refunded 45.00 USD"."""
     case = ctx.case
     paid = ctx.refunded or case.amount
-    if ctx.asked is not None and paid < ctx.asked:
-        whole = money.format_money(ctx.asked, case.currency)
-        return f"Refunded {money.to_major(paid, case.currency)} of {whole} (partial)"
-    return f"Refunded {money.format_money(paid, case.currency)}"
+    return f"Refunded {money.format_share(paid, ctx.asked, case.currency)}"
 
 
 def header_line(ctx: CardContext) -> str:
@@ -420,40 +417,39 @@ def fallback_text(case: Case) -> str:
 # ---------------------------------------------------------------- modals
 
 
-def deny_modal(token: str, channel: str) -> View:
+def _reason_modal(
+    callback_id: str, token: str, channel: str, *, title: str, submit: str, label: str, limit: int
+) -> View:
+    """A decision that needs only a reason: the button's token rides in the metadata."""
     return View(
         type="modal",
-        callback_id="deny_modal",
+        callback_id=callback_id,
         private_metadata=f"{channel}|{token}",
-        title="Deny refund",
-        submit="Deny",
+        title=title,
+        submit=submit,
         close="Cancel",
         blocks=[
             InputBlock(
                 block_id="reason",
-                label="Reason (the customer will read this)",
-                element=PlainTextInputElement(action_id="value", multiline=True, max_length=2000),
+                label=label,
+                element=PlainTextInputElement(action_id="value", multiline=True, max_length=limit),
             )
         ],
     )
+
+
+def deny_modal(token: str, channel: str) -> View:
+    return _reason_modal(
+        "deny_modal", token, channel, title="Deny refund", submit="Deny",
+        label="Reason (the customer will read this)", limit=2000,
+    )  # fmt: skip
 
 
 def escalate_modal(token: str, channel: str) -> View:
-    return View(
-        type="modal",
-        callback_id="escalate_modal",
-        private_metadata=f"{channel}|{token}",
-        title="Escalate to managers",
-        submit="Escalate",
-        close="Cancel",
-        blocks=[
-            InputBlock(
-                block_id="reason",
-                label="Why the managers should decide",
-                element=PlainTextInputElement(action_id="value", multiline=True, max_length=500),
-            )
-        ],
-    )
+    return _reason_modal(
+        "escalate_modal", token, channel, title="Escalate to managers", submit="Escalate",
+        label="Why the managers should decide", limit=500,
+    )  # fmt: skip
 
 
 def partial_modal(token: str, channel: str, ceiling: str) -> View:

@@ -71,11 +71,8 @@ def _refused(message: str, status: int = 400) -> JSONResponse:
 
 def _amount_line(case: Case) -> str:
     """ "200.00 of 320.00 USD (partial)" when a person refunded less than was asked."""
-    asked = case.asked()
-    if case.status == "refunded" and asked is not None and case.amount < asked:
-        whole = money.format_money(asked, case.currency)
-        return f"{money.to_major(case.amount, case.currency)} of {whole} (partial)"
-    return money.format_money(case.amount, case.currency)
+    asked = case.asked() if case.status == "refunded" else None
+    return money.format_share(case.amount, asked, case.currency)
 
 
 def _cases(runtime: Runtime) -> tuple[list[dict[str, Any]], dict[str, str]]:
