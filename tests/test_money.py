@@ -6,6 +6,7 @@ import pytest
 
 from refund_desk.money import (
     CURRENCIES,
+    MAX_MINOR,
     InvalidAmount,
     UnknownCurrency,
     exponent,
@@ -90,6 +91,9 @@ def test_to_minor(amount: str | Decimal | int, currency: str, minor: int) -> Non
         (Decimal("Infinity"), "USD", "finite"),
         (1.5, "USD", "not float"),
         (True, "USD", "not bool"),
+        ("10000000000000.00", "USD", "too large"),
+        ("9223372036854775807", "JPY", "too large"),
+        (10**15, "JPY", "too large"),
     ],
 )
 def test_to_minor_rejects(amount: object, currency: str, fragment: str) -> None:
@@ -114,3 +118,8 @@ def test_round_trip(currency: str) -> None:
     for minor in (0, 1, 99, 100, 12345, 10**12 + 7):
         assert to_minor(to_major(minor, currency), currency) == minor
         assert to_minor(format_money(minor, currency).split()[0], currency) == minor
+
+
+def test_the_largest_amount_is_just_below_the_bound() -> None:
+    assert to_minor("9999999999999.99", "USD") == MAX_MINOR - 1
+    assert to_minor(MAX_MINOR - 1, "JPY") == MAX_MINOR - 1

@@ -12,6 +12,7 @@ from decimal import Decimal, InvalidOperation
 
 __all__ = [
     "CURRENCIES",
+    "MAX_MINOR",
     "InvalidAmount",
     "UnknownCurrency",
     "exponent",
@@ -51,6 +52,12 @@ CURRENCIES: dict[str, int] = {
     **dict.fromkeys(_FOUR.split(), 4),
 }
 """ISO 4217 code -> number of minor-unit digits."""
+
+MAX_MINOR = 10**15
+"""Every stored amount is below this many minor units (ten trillion dollars, a trillion
+dinars): far above any refund, inside a 64-bit database integer, and small enough that its
+major-unit value has at most 15 significant digits, which the policy engine compares exactly
+(``policy.context.minor_to_zen``). ``to_minor`` refuses anything larger at the edges."""
 
 _PLAIN_DECIMAL = re.compile(r"\d+(?:\.\d+)?")
 
@@ -109,6 +116,9 @@ def to_minor(amount: str | Decimal | int, currency: str) -> int:
         raise InvalidAmount(
             f"amount {amount!r} has more decimals than {currency.upper()} allows ({exp})"
         )
+    if scaled >= MAX_MINOR:
+        limit = format_money(MAX_MINOR - 1, currency)
+        raise InvalidAmount(f"amount {amount!r} is too large (at most {limit})")
     return int(scaled)
 
 

@@ -82,6 +82,47 @@ def test_omitted_amount_means_what_is_left_to_refund(desk: Harness) -> None:
     assert body["status"] == "refunded"
 
 
+def test_words_asking_for_less_than_is_left_make_a_case_for_that_a_person_confirms(
+    desk: Harness,
+) -> None:
+    """No amount in the fields means what is left, unless the message asks for less: then the
+    case is for the amount asked, as the model read it, and nothing is paid until a person
+    confirms it (never the whole payment when the customer asked for part of it)."""
+    from refund_desk.cases import approvals
+    from refund_desk.storage.models import Case
+    from tests.helpers import button_token
+
+    payment = desk.payment("30.00")
+    message = "The lid arrived cracked. Keep the rest, just refund 5.00 for the lid please."
+    body = desk.post(desk.request(payment, amount=None, message=message)).json()
+    assert (body["amount"], body["amount_source"]) == ("5.00", "model_inference")
+    assert body["status"] == "awaiting_approval"
+    assert body["decision"]["rule"] == "guardrail:model-amount"
+    assert desk.refunds_at_processor(payment) == []
+
+    rt = desk.runtime.desk
+    with desk.runtime.db.read() as session:
+        case = session.get(Case, body["id"])
+        assert case is not None
+        token = button_token(rt, case, "approve")
+        group = (case.decision or {})["approvers"]
+    user = {"finance": "U0FIN1", "support-leads": "U0LEAD2"}[group]
+    for job in approvals.act(rt, token_value=token, user=user).jobs:
+        rt.jobs.run_now(job)
+    after = desk.get(body["id"])
+    assert (after["status"], after["amount_source"]) == ("refunded", "human_entry")
+    assert [r["amount"] for r in desk.refunds_at_processor(payment)] == [500]
+    assert "case.amount_confirmed" in [r["action"] for r in after["audit"]]
+
+
+def test_words_naming_the_price_paid_leave_the_case_for_what_is_left(desk: Harness) -> None:
+    payment = desk.payment("25.00")
+    message = "It arrived broken. I paid 25.00 for it, please refund."
+    body = desk.post(desk.request(payment, amount=None, message=message)).json()
+    assert (body["amount"], body["amount_source"]) == ("25.00", "system_of_record")
+    assert body["status"] == "refunded"
+
+
 def test_unverified_email_never_refunds_automatically(desk: Harness) -> None:
     payment = desk.payment("30.00", email="someone-else@example.com")
     body = desk.post(desk.request(payment, "20.00")).json()
@@ -142,6 +183,25 @@ def test_unknown_fact_routes_to_a_person_with_the_error(desk: Harness) -> None:
         ),
         (
             {"payment": "py_1", "email": "ada@example.com", "currency": "JPY", "amount": "10.5"},
+            "amount",
+        ),
+        # beyond what a database integer holds, and beyond what the policy compares exactly
+        (
+            {
+                "payment": "py_1",
+                "email": "ada@example.com",
+                "currency": "USD",
+                "amount": "9223372036854775807",
+            },
+            "amount",
+        ),
+        (
+            {
+                "payment": "py_1",
+                "email": "ada@example.com",
+                "currency": "USD",
+                "amount": "92233720368547758.07",
+            },
             "amount",
         ),
         (

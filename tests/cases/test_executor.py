@@ -76,6 +76,7 @@ def test_intake_refuses_while_the_processor_is_down(desk: Harness) -> None:
     desk.sandbox.set_fault("down", times=1)
     response = desk.post(desk.request(payment, "20.00"))
     assert response.status_code == 503  # intake could not see the payment: nothing written
+    assert response.headers["Retry-After"] == "30"  # the client knows to send it again
     assert response.json()["error"]["code"] == "processor_unavailable"
     assert desk.counts() == before
     assert desk.post(desk.request(payment, "20.00")).json()["status"] == "refunded"

@@ -180,3 +180,44 @@ def test_sandbox_payment_create_count_prints_one_id_a_line() -> None:
         "0",
         code=2,
     )
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"\x00\xff",
+        "\x00\xff".encode(),
+        ACME.read_bytes().replace(b"limit: 500", b"limit: 1e400"),
+    ],
+    ids=["not-utf8", "control-characters", "limit-beyond-any-amount"],
+)
+def test_policy_validate_refuses_a_bad_document_in_one_line(tmp_path: Path, content: bytes) -> None:
+    assert b"limit: 500" in ACME.read_bytes()
+    bad = tmp_path / "bad.yaml"
+    bad.write_bytes(content)
+    out = run("policy", "validate", str(bad), code=1)
+    assert "Traceback" not in out and out.strip()
+
+
+def test_rotate_refuses_a_grace_beyond_ten_years_and_changes_nothing() -> None:
+    run("api-key", "create", "--name", "shop")
+    out = run("api-key", "rotate", "shop", "--grace", "99999999999d", code=2)
+    assert "ten years" in out
+    [key] = json.loads(run("api-key", "list", "--json"))
+    assert (key["state"], key["expires_at"]) == ("active", None)
+
+
+def test_sandbox_refuses_an_amount_beyond_what_is_stored() -> None:
+    out = run(
+        "sandbox",
+        "payment",
+        "create",
+        "--amount",
+        "99999999999999999999999",
+        "--currency",
+        "usd",
+        "--email",
+        "ada@example.com",
+        code=2,
+    )
+    assert "too large" in out

@@ -311,3 +311,19 @@ def test_decision_is_frozen(compiled: CompiledPolicy) -> None:
     d: Decision = compiled.evaluate(case())
     with pytest.raises(AttributeError):
         d.outcome = "deny"  # type: ignore[misc]
+
+
+def test_facts_the_engine_cannot_read_send_the_case_to_a_person(
+    acme: PolicyDocument, compiled: CompiledPolicy
+) -> None:
+    """An amount beyond exact comparison is an evaluation error of the case (a person looks),
+    not an exception that would make its job retry until it gives up."""
+    from refund_desk.governance.versions import LoadedPolicy, evaluate
+    from refund_desk.money import MAX_MINOR
+
+    decision = evaluate(
+        LoadedPolicy(1, acme, compiled), case(amount=MAX_MINOR, refundable=MAX_MINOR)
+    )
+    assert decision.outcome == "review" and not decision.automatic
+    assert decision.tier == 3
+    assert decision.error and "too large" in decision.error

@@ -83,3 +83,10 @@ def test_every_witness_is_confirmed_by_policy_test(pair: str, tmp_path: Path) ->
             on_old = tmp_path / f"old-{i}.yaml"
             on_old.write_text(_with_test(old.read_text(), region["given"], expect))
             run("policy", "test", str(on_old), code=1)
+
+
+@pytest.mark.usefixtures("cli_db")
+def test_an_unknown_version_exits_2_with_one_line() -> None:
+    pair = PAIRS / "tightening-only"
+    out = run("policy", "prove", "v99", str(pair / "new.yaml"), code=2)
+    assert "v99" in out and "Traceback" not in out

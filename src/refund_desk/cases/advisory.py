@@ -61,6 +61,24 @@ class Question:
     answer: str | None
 
 
+def amount_asked_in_words(case: Case, advice: dict[str, Any]) -> int | None:
+    """The smaller amount the message asks for when the request's fields named none.
+
+    Only an amount in the case's currency (a bare number is read in it) and below what the
+    case stands for: a message naming the price paid, or more than is left, changes nothing.
+    """
+    if case.requested_amount is not None or case.amount_source != Provenance.system_of_record:
+        return None
+    minor, currency = advice.get("amount_minor"), advice.get("currency")
+    if not isinstance(minor, int) or isinstance(minor, bool) or not 0 < minor < case.amount:
+        return None
+    if currency is None and money.exponent(case.currency) != 2:
+        return None  # an amount with no currency is in hundredths
+    if currency is not None and str(currency).upper() != case.currency.upper():
+        return None
+    return minor
+
+
 def policy_question(case: Case, policy: LoadedPolicy | None) -> Question | None:
     """The case is a tier-1 question, not a request for money.
 

@@ -340,6 +340,19 @@ def _approve(
         )
         case.amount, case.amount_source = amount, Provenance.human_entry
         case.provenance = {**(case.provenance or {}), "amount": Provenance.human_entry}
+    elif case.amount_source == Provenance.model_inference:
+        # The approver saw the amount marked as the model's reading and approved it.
+        desk.audit.append(
+            session,
+            action="case.amount_confirmed",
+            actor=actor,
+            case_id=case.id,
+            correlation_id=case.correlation_id,
+            policy_version=case.policy_version,
+            payload={"amount": amount, "source": Provenance.human_entry},
+        )
+        case.amount_source = Provenance.human_entry
+        case.provenance = {**(case.provenance or {}), "amount": Provenance.human_entry}
     needed = approvals_needed(case)
     if len(approvers) + 1 < needed:
         case.revision += 1  # the old card's tokens are now stale; a fresh card is posted

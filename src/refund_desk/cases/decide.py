@@ -142,6 +142,12 @@ def _record_advice(desk: Desk, session: Session, case_id: str, asked: _Asked) ->
     locked.advice = advice
     if locked.reason is None:
         locked.reason, locked.reason_source = advice["reason"], Provenance.model_inference
+    in_words = advisory.amount_asked_in_words(locked, advice)
+    if in_words is not None:
+        # The request's fields named no amount, so the case was for all that is left, but its
+        # words ask for less: the case is for what was asked, as the model read it, and only
+        # a person can confirm an amount the model produced (invariant 1).
+        locked.amount, locked.amount_source = in_words, Provenance.model_inference
     locked.provenance = advisory.provenance(locked)
     move(
         session,

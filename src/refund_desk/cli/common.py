@@ -56,9 +56,11 @@ def sandbox() -> SandboxProcessor:
 
 def read_text(file: Path) -> str:
     try:
-        return file.read_text()
+        return file.read_text(encoding="utf-8")
     except OSError as exc:
         fail(f"cannot read {file}: {exc.strerror}")
+    except UnicodeDecodeError:
+        fail(f"cannot read {file}: it is not UTF-8 text")
 
 
 @contextmanager

@@ -11,7 +11,7 @@ from typing import Annotated, Any
 
 import typer
 
-from refund_desk import logs
+from refund_desk import logs, money
 from refund_desk.cli import policy as _policy_cli
 from refund_desk.cli.common import cli_actor as _cli_actor
 from refund_desk.cli.common import fail as _fail
@@ -674,7 +674,7 @@ def sandbox_payment_create(
     """Create a sandbox payment and print its id (with --count N: N payments, one id a line)."""
     from datetime import timedelta
 
-    from refund_desk import clock, money
+    from refund_desk import clock
 
     sandbox = _sandbox()
     try:
@@ -822,4 +822,12 @@ _policy_cli.register(policy_app)  # backtest, diff, history, rollback, mode, pau
 
 
 def main() -> None:
-    app()
+    """The console script: a refusal the core explains (no such case, version or key, an
+    amount out of range) is one line on stderr and exit 2, never a traceback."""
+    from refund_desk.cases.errors import CaseError
+
+    try:
+        app()
+    except (CaseError, money.InvalidAmount, money.UnknownCurrency) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise SystemExit(2) from None

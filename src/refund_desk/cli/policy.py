@@ -21,6 +21,7 @@ from refund_desk.cli.common import cli_actor as _actor
 from refund_desk.cli.common import fail as _fail
 from refund_desk.cli.common import open_runtime as _runtime
 from refund_desk.cli.common import progress as _progress
+from refund_desk.cli.common import read_text
 
 if TYPE_CHECKING:
     from sqlmodel import Session
@@ -31,16 +32,17 @@ if TYPE_CHECKING:
 
 def _source(runtime: Any, target: str) -> tuple[str, str]:
     """(label, YAML) for a file path or a published version ``vN``."""
+    from refund_desk.cases.errors import CaseError
     from refund_desk.governance.drafts import parse_ref, source_of
 
     if target.lower().startswith("v") and target[1:].isdigit():
-        with runtime.db.read() as session:
-            return target, source_of(session, parse_ref(target, allow=("version",)))
-    try:
-        return Path(target).name, Path(target).read_text()
-    except OSError as exc:
-        _fail(f"cannot read {target}: {exc.strerror}")
-        raise
+        try:
+            with runtime.db.read() as session:
+                return target, source_of(session, parse_ref(target, allow=("version",)))
+        except CaseError as exc:  # no such version
+            _fail(exc.message)
+            raise
+    return Path(target).name, read_text(Path(target))
 
 
 def _change(runtime: Any, act: Callable[[Session, Actor], Any]) -> None:

@@ -17,6 +17,7 @@ from refund_desk.cases.errors import CaseError, InvalidRequest
 from refund_desk.governance.backtest import ensure_backtest, require_backtest
 from refund_desk.policy import (
     CompiledPolicy,
+    ContextInvalid,
     Decision,
     PolicyDocument,
     PolicyInvalid,
@@ -166,4 +167,18 @@ def evaluate(policy: LoadedPolicy | None, context: dict[str, Any]) -> Decision:
             trace=(),
             policy_rule="no-policy",
         )
-    return policy.compiled.evaluate(context)
+    try:
+        return policy.compiled.evaluate(context)
+    except ContextInvalid as exc:
+        # Facts the engine cannot read (an amount beyond exact comparison, say) are an
+        # evaluation error of this case: a person looks, the job does not retry for ever.
+        return Decision(
+            outcome="review",
+            rule="policy-error",
+            tier=3,
+            approvers=None,
+            say=None,
+            error=str(exc),
+            trace=(),
+            policy_rule="policy-error",
+        )

@@ -273,10 +273,11 @@ def referenced_names(expression: str) -> list[str]:
     return names
 
 
-MAX_EXACT_MINOR = 10**15
+MAX_EXACT_MINOR = money.MAX_MINOR
 """Below this every ``minor / 10**exp`` float has a shortest repr equal to the exact decimal
 (at most 15 significant digits, IEEE 754 ``DBL_DIG``), which is what zen reads into its
-decimal type. Ten million major units with three decimals is 10**10: far inside."""
+decimal type. Ten million major units with three decimals is 10**10: far inside; intake
+refuses any amount at or above it (``money.to_minor``)."""
 
 
 def minor_to_zen(minor: int, currency: str) -> float:

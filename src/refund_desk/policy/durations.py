@@ -14,6 +14,10 @@ _WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 
 _DURATION = re.compile(r"(\d+)\s*([smhd])")
 _UNIT = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
+_TEN_YEARS = 3650 * 24 * 3600
+_MAX_COUNT = {"s": _TEN_YEARS, "m": _TEN_YEARS // 60, "h": _TEN_YEARS // 3600, "d": 3650}
+"""Nothing here waits longer than ten years; a longer duration is a typo, and would
+overflow a date once added to now."""
 
 
 def parse_duration(text: str) -> timedelta:
@@ -29,6 +33,8 @@ def parse_duration(text: str) -> timedelta:
     count = int(match.group(1))
     if count <= 0:
         raise ValueError(f"duration {text!r} must be positive")
+    if count > _MAX_COUNT[match.group(2)]:
+        raise ValueError(f"duration {text!r} is longer than ten years")
     return timedelta(**{_UNIT[match.group(2)]: count})
 
 

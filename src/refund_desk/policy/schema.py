@@ -73,6 +73,8 @@ def _major_amount(value: Any) -> Any:
             raise ValueError(f"must be an amount in major units, got {value!r}") from None
         if not dec.is_finite() or dec < 0:
             raise ValueError(f"must be a non-negative amount, got {value!r}")
+        if dec >= money.MAX_MINOR:  # in any currency, more than can be stored or compared
+            raise ValueError(f"is too large, got {value!r}")
         # one spelling per value, so 500, 500.0 and "500.00" hash alike
         return dec.quantize(Decimal(1)) if dec == dec.to_integral_value() else dec.normalize()
     raise ValueError(f"must be an amount in major units, got {value!r}")
@@ -341,7 +343,10 @@ _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _constru
 
 
 def _load_yaml(text: str) -> tuple[Any, list[Problem]]:
-    loader = _Loader(text)
+    try:
+        loader = _Loader(text)  # its reader refuses control characters at once
+    except yaml.YAMLError as exc:
+        return None, [Problem(None, "", f"not valid YAML: {exc}")]
     loader.duplicates = []
     try:
         data = loader.get_single_data()

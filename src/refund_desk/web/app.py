@@ -276,7 +276,11 @@ def create_app(
 
     @app.exception_handler(CaseError)
     async def _case_error(request: Request, exc: CaseError) -> JSONResponse:
-        return JSONResponse(error_body(exc.code, exc.message, exc.fields), status_code=exc.status)
+        # 503: nothing was written; the client sends the same request again (same key) later
+        retry = {"Retry-After": "30"} if exc.status == 503 else None
+        return JSONResponse(
+            error_body(exc.code, exc.message, exc.fields), status_code=exc.status, headers=retry
+        )
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
