@@ -5,12 +5,16 @@ closed long ago."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
+import shutil
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography.fernet import Fernet, InvalidToken
 from sqlalchemy import select
 from typer.testing import CliRunner
 
@@ -23,7 +27,8 @@ from refund_desk.customers.evidence import EvidenceStore
 from refund_desk.runtime import Runtime
 from refund_desk.settings import load_settings
 from refund_desk.storage.audit import Actor, iter_records, verify_chain
-from refund_desk.storage.models import Approval, Case
+from refund_desk.storage.crypto import derive_key
+from refund_desk.storage.models import Approval, Case, CustomerKey
 from tests.conftest import TEST_SECRET
 from tests.customers.conftest import PNG, Channels, raw_email
 from tests.customers.test_customer_tell import _act
@@ -220,3 +225,85 @@ def test_evidence_files_go_even_if_the_process_dies_after_the_erasure_commits(
     assert photo.exists()
     channels.sweep()
     assert not photo.exists()
+
+
+PHOTO = b"\x89PNG\r\n\x1a\n" + b"zanzibar teapot, cracked lid " * 8
+
+
+def _mail_photo(channels: Channels) -> str:
+    payment = channels.payment("30.00")
+    response = channels.post_email(
+        raw_email(
+            subject=f"Refund for order {payment}",
+            text="Amount: 20.00\nThe teapot arrived broken, see the photo.",
+            attachments=[("teapot.png", "image/png", PHOTO)],
+        )
+    )
+    assert response.status_code == 201, response.text
+    return str(response.json()["case"])
+
+
+def _live_keys(runtime: Runtime) -> list[bytes]:
+    """Every data key still in the database, unwrapped with the deployment secret."""
+    wrap = Fernet(base64.urlsafe_b64encode(derive_key(TEST_SECRET, "customer-keys")))
+    with runtime.db.read() as session:
+        rows = session.scalars(select(CustomerKey)).all()
+        return [wrap.decrypt(r.key_enc.encode()) for r in rows if r.key_enc is not None]
+
+
+def test_a_copy_of_the_evidence_folder_is_unreadable_after_the_erasure(
+    channels: Channels, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    case_id = _mail_photo(channels)
+    runtime = channels.runtime
+    assert channels.evidence_file(case_id) == PHOTO  # served to whoever holds the card's link
+    folder = runtime.settings.evidence_path()
+    backup = tmp_path / "evidence-backup"
+    shutil.copytree(folder, backup)
+    copies = [p for p in backup.iterdir() if not p.name.startswith(".")]
+    assert len(copies) == 1 and copies[0].name != hashlib.sha256(PHOTO).hexdigest()
+    with runtime.db.read() as session:
+        [key] = session.scalars(select(CustomerKey)).all()
+        wrapped = key.key_enc
+    assert wrapped is not None
+    sealed = copies[0].read_bytes()
+    assert b"zanzibar" not in sealed and b"PNG" not in sealed  # sealed even before
+
+    _erase(channels, CUSTOMER, tmp_path, monkeypatch)
+
+    assert [p for p in folder.iterdir() if not p.name.startswith(".")] == []
+    assert channels.evidence_file(case_id) is None
+    # The copy outlived the erasure, but nothing opens it: not the desk ...
+    assert runtime.desk.vault.open(sealed) is None
+    # ... nor any key left in the database, nor the deployment's own field key.
+    body = sealed.split(b".", 3)[3]
+    field_key = base64.urlsafe_b64encode(derive_key(TEST_SECRET, "field-encryption"))
+    remaining = [*_live_keys(runtime), field_key]
+    for candidate in remaining:
+        with pytest.raises(InvalidToken):
+            Fernet(candidate).decrypt(body)
+    if runtime.settings.is_sqlite:  # the destroyed key is not left in the file's free pages
+        assert wrapped.encode() not in _file_bytes(channels)
+
+
+def test_evidence_stored_plaintext_by_an_earlier_version_is_served_and_erased(
+    channels: Channels, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Earlier versions stored the file as it came, named by its SHA-256, and the item had no
+    stored name: the read path knows both layouts, and an erasure deletes both."""
+    case_id = _mail_photo(channels)
+    runtime = channels.runtime
+    folder = runtime.settings.evidence_path()
+    sha = hashlib.sha256(PHOTO).hexdigest()
+    with runtime.db.write() as session:
+        case = session.get(Case, case_id)
+        assert case is not None
+        items = [dict(i) for i in case.evidence or []]
+        (folder / items[0].pop("file")).unlink()
+        case.evidence = items
+        session.add(case)
+    (folder / sha).write_bytes(PHOTO)
+    assert channels.evidence_file(case_id) == PHOTO
+
+    assert _erase(channels, CUSTOMER, tmp_path, monkeypatch)["evidence_files"] == 1
+    assert not (folder / sha).exists() and channels.evidence_file(case_id) is None

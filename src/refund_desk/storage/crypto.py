@@ -58,16 +58,25 @@ CUSTOMER_TOKEN = "c1"  # c1.<email hash>.<key generation>.<Fernet token>
 
 
 class CustomerCipher:
-    """Encrypts one customer's fields under their own data key."""
+    """Encrypts one customer's fields and files under their own data key."""
 
     def __init__(self, email_hash: str, generation: int, key: bytes) -> None:
+        self.generation = generation
         self._prefix = f"{CUSTOMER_TOKEN}.{email_hash}.{generation}."
+        self._key = key
         self._fernet = Fernet(key)
 
     def encrypt(self, value: str | None) -> str | None:
-        return (
-            None if value is None else self._prefix + self._fernet.encrypt(value.encode()).decode()
-        )
+        return None if value is None else self.seal(value.encode()).decode()
+
+    def seal(self, data: bytes) -> bytes:
+        """Bytes (a file) as a customer token: readable only while the key lives."""
+        return self._prefix.encode() + self._fernet.encrypt(data)
+
+    def name(self, purpose: str, value: str) -> str:
+        """A hex name for `value` that only this key makes (a file's name in a folder): it
+        matches within the customer, never across customers or after an erasure."""
+        return mac(self._key, f"{purpose}/{value}".encode()).hex()
 
 
 class Vault:
@@ -94,7 +103,8 @@ class Vault:
         if token is None or token == "":
             return None
         if token.startswith(CUSTOMER_TOKEN + "."):
-            return self._decrypt_customer(token, session)
+            plain = self._decrypt_customer(token.encode(), session)
+            return None if plain is None else plain.decode()
         try:
             return self._fernet.decrypt(token.encode()).decode()
         except InvalidToken as exc:  # a different secret, or a tampered column
@@ -116,17 +126,21 @@ class Vault:
             session.flush()
         return CustomerCipher(email_hash, row.generation, self._wrap.decrypt(row.key_enc.encode()))
 
-    def _decrypt_customer(self, token: str, session: Session | None) -> str | None:
+    def open(self, sealed: bytes, *, session: Session | None = None) -> bytes | None:
+        """What `CustomerCipher.seal` sealed; None once the customer's key is destroyed."""
+        return self._decrypt_customer(sealed, session)
+
+    def _decrypt_customer(self, token: bytes, session: Session | None) -> bytes | None:
         try:
-            _, email_hash, generation, body = token.split(".", 3)
+            _, email_hash, generation, body = token.split(b".", 3)
         except ValueError as exc:
             raise ValueError("cannot decrypt a stored field: a malformed customer token") from exc
-        row = _read_key(session, self._db, email_hash)
-        if row is None or row.key_enc is None or str(row.generation) != generation:
+        row = _read_key(session, self._db, email_hash.decode())
+        if row is None or row.key_enc is None or str(row.generation) != generation.decode():
             return None  # the customer's key was destroyed: erased
         try:
             key = self._wrap.decrypt(row.key_enc.encode())
-            return Fernet(key).decrypt(body.encode()).decode()
+            return Fernet(key).decrypt(body)
         except InvalidToken as exc:
             raise ValueError("cannot decrypt a stored field: wrong REFUND_DESK_SECRET?") from exc
 

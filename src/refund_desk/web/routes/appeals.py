@@ -160,10 +160,11 @@ def evidence_file(request: Request, case_id: str, sha256: str, sig: str = "") ->
             if case
             else None
         )
-    try:
-        data = evidence.EvidenceStore(runtime.settings.evidence_path()).read(sha256)
-    except ValueError:
-        data = None
+        try:
+            store = evidence.EvidenceStore(runtime.settings.evidence_path())
+            data = store.read(item, desk.vault, session) if item is not None else None
+        except ValueError:
+            data = None
     if item is None or data is None:
         return pages.json_error("not_found", "No such evidence.", {}, 404)
     return Response(
