@@ -147,6 +147,7 @@ def job_table(runtime: Runtime, *, slack: Surface | None = None) -> dict[str, Ha
         erasure.DELETE_FILES_JOB: partial(  # an erased customer's evidence files
             erasure.run_delete_files, evidence=EvidenceStore(runtime.settings.evidence_path())
         ),
+        erasure.PURGE_KEYS_JOB: partial(erasure.run_purge_keys, desk),  # destroyed keys' rows
         NOTIFY: _record_only,
     }
     if slack is not None:

@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 from cryptography.fernet import Fernet, InvalidToken
-from sqlalchemy import select
+from sqlalchemy import select, text
+from sqlmodel import col
 from typer.testing import CliRunner
 
 from refund_desk import clock
@@ -27,9 +28,14 @@ from refund_desk.customers.evidence import EvidenceStore
 from refund_desk.runtime import Runtime
 from refund_desk.settings import load_settings
 from refund_desk.storage.audit import Actor, iter_records, verify_chain
-from refund_desk.storage.crypto import derive_key
-from refund_desk.storage.models import Approval, Case, CustomerKey
-from tests.conftest import TEST_SECRET
+from refund_desk.storage.crypto import (
+    PurgeBusy,
+    derive_key,
+    destroy_customer_key,
+    purge_destroyed_keys,
+)
+from refund_desk.storage.models import Approval, Case, CustomerKey, Job
+from tests.conftest import TEST_SECRET, make_runtime
 from tests.customers.conftest import PNG, Channels, raw_email
 from tests.customers.test_customer_tell import _act
 from tests.helpers import CUSTOMER, Harness
@@ -307,3 +313,79 @@ def test_evidence_stored_plaintext_by_an_earlier_version_is_served_and_erased(
 
     assert _erase(channels, CUSTOMER, tmp_path, monkeypatch)["evidence_files"] == 1
     assert not (folder / sha).exists() and channels.evidence_file(case_id) is None
+
+
+def _key_table_bytes(runtime: Runtime) -> tuple[str, bytes]:
+    """PostgreSQL: the key table's heap file as on disk (after a checkpoint), and its path."""
+    with runtime.db.engine.connect() as conn:
+        conn.execute(text("CHECKPOINT"))
+        path = conn.scalar(text("SELECT pg_relation_filepath('customer_keys')"))
+        data = conn.scalar(text("SELECT pg_read_binary_file(:p)"), {"p": path})
+    return str(path), bytes(data)
+
+
+def test_a_destroyed_key_leaves_no_old_row_version_behind(
+    channels: Channels, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The wrapped key is decryptable with the deployment secret, so its old row version
+    must go too: PostgreSQL keeps it as a dead tuple (plain VACUUM leaves its bytes in the
+    page), SQLite in its write-ahead log. The erasure queues a job that removes it."""
+    _mail_photo(channels)
+    runtime = channels.runtime
+    with runtime.db.read() as session:
+        [key] = session.scalars(select(CustomerKey)).all()
+        wrapped = (key.key_enc or "").encode()
+    assert wrapped
+    if not runtime.settings.is_sqlite:
+        with runtime.db.engine.connect() as conn:
+            if not conn.scalar(text("SELECT rolsuper FROM pg_roles WHERE rolname = current_user")):
+                pytest.skip("reading the heap file needs a superuser")
+        old_path, heap = _key_table_bytes(runtime)
+        assert wrapped in heap
+
+    _erase(channels, CUSTOMER, tmp_path, monkeypatch)
+    with runtime.db.read() as session:
+        [purge] = session.scalars(select(Job).where(col(Job.kind) == erasure.PURGE_KEYS_JOB)).all()
+        assert purge.status == "pending"
+    if not runtime.settings.is_sqlite:
+        assert wrapped in _key_table_bytes(runtime)[1]  # the dead tuple, until the job runs
+
+    for later in range(6):  # a transaction older than the erasure makes it wait and retry
+        with clock.travel(timedelta(hours=later)):
+            channels.sweep()
+        with runtime.db.read() as session:
+            if session.get(Job, purge.id).status == "done":  # type: ignore[union-attr]
+                break
+    else:
+        raise AssertionError("the purge never finished")
+    if runtime.settings.is_sqlite:
+        assert wrapped not in _file_bytes(channels)
+    else:
+        new_path, heap = _key_table_bytes(runtime)
+        assert wrapped not in heap
+        with runtime.db.engine.connect() as conn:  # the table's old file is emptied
+            old = conn.scalar(
+                text("SELECT pg_read_binary_file(CAST(:p AS text), 0, 1048576, true)"),
+                {"p": old_path},
+            )
+        assert new_path != old_path and wrapped not in bytes(old or b"")
+
+
+@pytest.mark.postgres
+def test_the_purge_waits_for_transactions_older_than_the_erasure(pg_url: str) -> None:
+    """VACUUM keeps a dead row version that an older transaction may still see: the purge
+    notices (VERBOSE's count) and asks to be retried instead of reporting success."""
+    runtime = make_runtime(pg_url)
+    try:
+        with runtime.db.write() as session:
+            runtime.desk.vault.for_customer(session, "e" * 64)
+        with runtime.db.engine.connect() as older:
+            older.execute(text("SELECT txid_current()"))  # holds the horizon back
+            with runtime.db.write() as session:
+                assert destroy_customer_key(session, "e" * 64, clock.now())
+            with pytest.raises(PurgeBusy, match="still in use"):
+                purge_destroyed_keys(runtime.db)
+            older.rollback()
+        purge_destroyed_keys(runtime.db)
+    finally:
+        runtime.db.dispose()

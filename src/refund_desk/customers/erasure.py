@@ -36,9 +36,14 @@ from refund_desk.cases.lifecycle import FINAL
 from refund_desk.cases.notify import notify
 from refund_desk.customers.evidence import EvidenceStore, stored_name
 from refund_desk.storage.audit import SYSTEM, Actor
-from refund_desk.storage.crypto import destroy_customer_key, lock_customer_key
-from refund_desk.storage.jobs import ClaimedJob, RetryLater, enqueue
-from refund_desk.storage.models import Case, CustomerMessage, SlackMessage
+from refund_desk.storage.crypto import (
+    PurgeBusy,
+    destroy_customer_key,
+    lock_customer_key,
+    purge_destroyed_keys,
+)
+from refund_desk.storage.jobs import ClaimedJob, RetryLater, backoff, enqueue
+from refund_desk.storage.models import Case, CustomerMessage, Job, SlackMessage
 
 if TYPE_CHECKING:
     from refund_desk.cases.desk import Desk
@@ -48,6 +53,7 @@ log = logging.getLogger(__name__)
 ERASED = advisory.ERASED
 RETENTION_JOB = "customer.retention"
 DELETE_FILES_JOB = "evidence.delete"  # files to unlink, queued with the erasure's commit
+PURGE_KEYS_JOB = "customer_keys.purge"  # destroyed keys' old row versions, physically gone
 EVERY = timedelta(days=1)
 BATCH = 200
 
@@ -136,6 +142,25 @@ def _erase_cases(desk: Desk, session: Session, cases: Sequence[Case], now: datet
     return free
 
 
+def _queue_purge(session: Session) -> None:
+    """A destroyed key's old row version is removed by a job, committed with the erasure
+    (one waiting job serves every erasure before it runs)."""
+    waiting = session.scalar(
+        select(col(Job.id))
+        .where(col(Job.kind) == PURGE_KEYS_JOB, col(Job.status) == "pending")
+        .limit(1)
+    )
+    if waiting is None:
+        enqueue(session, kind=PURGE_KEYS_JOB, payload={})
+
+
+def run_purge_keys(desk: Desk, job: ClaimedJob) -> None:
+    try:
+        purge_destroyed_keys(desk.db)
+    except PurgeBusy as exc:
+        raise RetryLater(backoff(job.attempt, base=30, cap=3600), str(exc)) from exc
+
+
 def _delete_now(evidence: EvidenceStore | None, free: list[str]) -> int:
     """After the commit: the queued job then finds nothing left."""
     return evidence.delete(free) if evidence is not None else 0
@@ -174,6 +199,8 @@ def erase_customer(
             result.already = True
             return result
         free = _erase_cases(desk, session, pending, now)
+        if destroyed:
+            _queue_purge(session)
         desk.audit.append(
             session,
             action="customer.erased",
@@ -226,6 +253,8 @@ def retention(desk: Desk, *, days: int, evidence: EvidenceStore | None) -> int:
                 )
                 if live is None and destroy_customer_key(session, email_hash, now):
                     keys += 1
+            if keys:
+                _queue_purge(session)
             desk.audit.append(
                 session,
                 action="retention.erased",
