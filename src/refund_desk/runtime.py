@@ -163,3 +163,4 @@ def install_jobs(runtime: Runtime, *, slack: Surface | None = None) -> None:
     runtime.desk.jobs.install(job_table(runtime, slack=slack))
     if slack is not None:
         runtime.desk.jobs.forget_when_done.update(slack.private_job_kinds())
+        runtime.desk.jobs.on_erasure.append(slack.outbox.forget_cases)

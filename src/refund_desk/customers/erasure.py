@@ -51,6 +51,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 ERASED = advisory.ERASED
+WITHDRAWN = "withdrawn"  # an outcome message erased before it was delivered
 RETENTION_JOB = "customer.retention"
 DELETE_FILES_JOB = "evidence.delete"  # files to unlink, queued with the erasure's commit
 PURGE_KEYS_JOB = "customer_keys.purge"  # destroyed keys' old row versions, physically gone
@@ -138,8 +139,28 @@ def _erase_cases(desk: Desk, session: Session, cases: Sequence[Case], now: datet
     free = _unused(session, names)
     if free:  # committed with the erasure: the files go even if the process dies next
         enqueue(session, kind=DELETE_FILES_JOB, payload={"files": free})
-    _rerender(session, [c.id for c in cases])
+    ids = [c.id for c in cases]
+    _withdraw_messages(session, ids)
+    for forget in desk.jobs.on_erasure:  # Slack's waiting posts: redrawn when sent
+        forget(session, ids)
+    _rerender(session, ids)
     return free
+
+
+def _withdraw_messages(session: Session, case_ids: Sequence[str]) -> None:
+    """Outcome messages not yet delivered stay undelivered: their job finds them withdrawn
+    (the customer asked to be forgotten; the webhook or helpdesk would still reach them)."""
+    if not case_ids:
+        return
+    for message in session.scalars(
+        select(CustomerMessage).where(
+            col(CustomerMessage.case_id).in_(case_ids),
+            col(CustomerMessage.direction) == "out",
+            col(CustomerMessage.status) == "queued",
+        )
+    ).all():
+        message.status, message.body = WITHDRAWN, ""
+        session.add(message)
 
 
 def _queue_purge(session: Session) -> None:
