@@ -212,6 +212,22 @@ def test_app_home_lists_only_what_the_viewer_may_decide(desk: SlackHarness) -> N
     assert case_id not in _home(desk, "U0LEAD1"), "another group's case"
 
 
+def test_app_home_shows_the_record_only_to_those_who_may_read_cases(desk: SlackHarness) -> None:
+    """Recent decisions and the rules fired answer the same people as case details do."""
+    case_id = review_case(desk, "600.00", "900.00")
+    desk.click("U0FIN1", "approve", desk.buttons()["approve"])
+    desk.settle()
+    assert desk.get(case_id)["status"] == "refunded"
+    for reader in ("U0FIN2", "U0LEAD1", "U0MGR1"):
+        _home(desk, reader)
+        shown = str(desk.slack.home[reader]["blocks"])
+        assert "Recent decisions" in shown and case_id in shown and "Rules fired" in shown
+    _home(desk, "U0STRANGER")
+    shown = str(desk.slack.home["U0STRANGER"]["blocks"])
+    assert case_id not in shown and "Recent decisions" not in shown and "`" not in shown
+    assert "Rules fired" not in shown and "shown to the policy's leads" in shown
+
+
 def test_refund_modal_keeps_what_was_typed_and_says_what_is_wrong_there(
     desk: SlackHarness,
 ) -> None:
