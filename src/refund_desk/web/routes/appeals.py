@@ -157,7 +157,7 @@ def evidence_file(request: Request, case_id: str, sha256: str, sig: str = "") ->
         case = session.get(Case, case_id)
         item = (
             next((i for i in (case.evidence or []) if i.get("sha256") == sha256), None)
-            if case
+            if case and case.erased_at is None  # an erased customer's files are gone
             else None
         )
         try:
