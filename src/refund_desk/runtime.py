@@ -147,6 +147,7 @@ def job_table(runtime: Runtime, *, slack: Surface | None = None) -> dict[str, Ha
         erasure.DELETE_FILES_JOB: partial(  # an erased customer's evidence files
             erasure.run_delete_files, evidence=EvidenceStore(runtime.settings.evidence_path())
         ),
+        erasure.PURGE_KEYS_JOB: partial(erasure.run_purge_keys, desk),  # destroyed keys' rows
         NOTIFY: _record_only,
     }
     if slack is not None:
@@ -162,3 +163,4 @@ def install_jobs(runtime: Runtime, *, slack: Surface | None = None) -> None:
     runtime.desk.jobs.install(job_table(runtime, slack=slack))
     if slack is not None:
         runtime.desk.jobs.forget_when_done.update(slack.private_job_kinds())
+        runtime.desk.jobs.on_erasure.append(slack.outbox.forget_cases)

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from sqlalchemy import select
 
 from refund_desk.demo.slack import SlackEmulator
 from refund_desk.payments.sandbox import SandboxProcessor
@@ -211,6 +212,22 @@ def test_app_home_lists_only_what_the_viewer_may_decide(desk: SlackHarness) -> N
     assert case_id not in _home(desk, "U0LEAD1"), "another group's case"
 
 
+def test_app_home_shows_the_record_only_to_those_who_may_read_cases(desk: SlackHarness) -> None:
+    """Recent decisions and the rules fired answer the same people as case details do."""
+    case_id = review_case(desk, "600.00", "900.00")
+    desk.click("U0FIN1", "approve", desk.buttons()["approve"])
+    desk.settle()
+    assert desk.get(case_id)["status"] == "refunded"
+    for reader in ("U0FIN2", "U0LEAD1", "U0MGR1"):
+        _home(desk, reader)
+        shown = str(desk.slack.home[reader]["blocks"])
+        assert "Recent decisions" in shown and case_id in shown and "Rules fired" in shown
+    _home(desk, "U0STRANGER")
+    shown = str(desk.slack.home["U0STRANGER"]["blocks"])
+    assert case_id not in shown and "Recent decisions" not in shown and "`" not in shown
+    assert "Rules fired" not in shown and "shown to the policy's leads" in shown
+
+
 def test_refund_modal_keeps_what_was_typed_and_says_what_is_wrong_there(
     desk: SlackHarness,
 ) -> None:
@@ -280,3 +297,66 @@ def test_a_card_is_redrawn_as_erased_when_its_customer_is_erased(desk: SlackHarn
     desk.settle()
     after = _text(desk.card())
     assert "erased" in after and "a**@example.com" not in after and "shattered" not in after
+
+
+def test_an_erasure_rewrites_what_still_waits_to_be_sent(
+    desk: SlackHarness, receiver: tuple[Receiver, str]
+) -> None:
+    """Slack is slow and the integrator's webhook is down when the customer is erased: the
+    waiting card update and manager DM keep no rendered words and draw the erased card when
+    they go; the waiting outcome message is withdrawn and never goes out."""
+    from refund_desk.bot.blocks import cards
+    from refund_desk.bot.outbox import enqueue_once
+    from refund_desk.customers import erasure
+    from refund_desk.storage.audit import Actor
+    from refund_desk.storage.models import Case, CustomerMessage, Job
+    from tests.helpers import CUSTOMER
+
+    fake, url = receiver
+    fake.statuses = [503]
+    words = "marmalade jar from Zanzibar"
+    case_id = review_case(
+        desk, "700.00", "900.00", message=f"The {words} arrived shattered",
+        callback_url=f"{url}/outcome",
+    )  # fmt: skip
+    desk.click("U0FIN1", "approve", desk.buttons()["approve"])
+    desk.settle()
+    assert desk.get(case_id)["status"] == "refunded" and len(fake.requests) == 1  # the 503
+    card = desk.card()
+    runtime = desk.runtime
+    with runtime.db.read() as session:
+        case = session.get(Case, case_id)
+        assert case is not None
+        ctx, _ = desk.surface.outbox._context(session, case)
+        blocks = cards.blocks_json(cards.case_blocks(ctx, secret=runtime.desk.secret))
+    assert words in json.dumps(blocks)
+    with runtime.db.write() as session:
+        waiting = [
+            enqueue_once(session, "t:update", "chat.update", channel=card.channel, ts=card.ts,
+                         text="card", blocks=blocks),
+            enqueue_once(session, "t:dm", "chat.postMessage", channel="U0MGR1", text="card",
+                         remember={"case_id": case_id, "kind": "dm"}, blocks=blocks),
+        ]  # fmt: skip
+
+    erasure.erase_customer(runtime.desk, CUSTOMER, actor=Actor("cli", "t"), evidence=None)
+
+    with runtime.db.read() as session:
+        for job_id in waiting:
+            job = session.get(Job, job_id)
+            assert job is not None and job.status == "pending"
+            assert words not in json.dumps(job.payload) and "a**@" not in json.dumps(job.payload)
+        [told] = session.scalars(
+            select(CustomerMessage).where(
+                CustomerMessage.case_id == case_id,  # type: ignore[arg-type]
+                CustomerMessage.direction == "out",  # type: ignore[arg-type]
+            )
+        ).all()
+        assert told.status == "withdrawn" and told.body == ""
+    desk.sweep()
+    assert len(fake.requests) == 1, "the outcome went out after the erasure"
+    after = _text(desk.card())
+    assert "erased" in after and words not in after and "withdrawn" in after
+    [dm] = [m for m in desk.slack.messages if m.channel == "D0MGR1"]
+    assert "erased" in _text(dm) and words not in _text(dm)
+    with runtime.db.read() as session:
+        assert all(session.get(Job, j).status == "done" for j in waiting)  # type: ignore[union-attr]

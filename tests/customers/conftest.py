@@ -60,6 +60,18 @@ class Channels(Harness):
         ]
         return self.client.post("/request", data=data, files=upload or None, **kw)
 
+    def evidence_file(self, case_id: str, index: int = 0) -> bytes | None:
+        """A case's evidence file as its signed link serves it (None once it is gone)."""
+        with self.runtime.db.read() as session:
+            case = session.get(Case, case_id)
+            assert case is not None
+            item = [i for i in case.evidence or [] if i.get("kind") == "file"][index]
+        response = self.client.get("/evidence/" + str(item["view_url"]).split("/evidence/", 1)[1])
+        if response.status_code == 404:
+            return None
+        assert response.status_code == 200, response.text
+        return bytes(response.content)
+
     # ------------------------------------------------------------ email and platforms
 
     def post_email(self, raw: bytes, secret: str = EMAIL_SECRET) -> Any:

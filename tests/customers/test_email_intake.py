@@ -25,7 +25,7 @@ def test_raw_email_becomes_a_case_with_its_attachment_as_evidence(channels: Chan
     assert view["customer_verified"] is True
     [item] = view["evidence"]
     assert item["sha256"] == hashlib.sha256(PNG).hexdigest() and item["source"] == "email"
-    assert (channels.runtime.settings.evidence_path() / item["sha256"]).exists()
+    assert channels.evidence_file(body["case"]) == PNG
     # The same message delivered again (an inbound service retrying) is the same case.
     again = channels.post_email(raw)
     assert again.status_code == 200 and again.json()["case"] == body["case"]

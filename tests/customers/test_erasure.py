@@ -5,13 +5,19 @@ closed long ago."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
+import shutil
+import time
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import select
+from cryptography.fernet import Fernet, InvalidToken
+from sqlalchemy import select, text
+from sqlmodel import col
 from typer.testing import CliRunner
 
 from refund_desk import clock
@@ -23,8 +29,14 @@ from refund_desk.customers.evidence import EvidenceStore
 from refund_desk.runtime import Runtime
 from refund_desk.settings import load_settings
 from refund_desk.storage.audit import Actor, iter_records, verify_chain
-from refund_desk.storage.models import Approval, Case
-from tests.conftest import TEST_SECRET
+from refund_desk.storage.crypto import (
+    PurgeBusy,
+    derive_key,
+    destroy_customer_key,
+    purge_destroyed_keys,
+)
+from refund_desk.storage.models import Approval, Case, CustomerKey, Job
+from tests.conftest import TEST_SECRET, make_runtime
 from tests.customers.conftest import PNG, Channels, raw_email
 from tests.customers.test_customer_tell import _act
 from tests.helpers import CUSTOMER, Harness
@@ -220,3 +232,171 @@ def test_evidence_files_go_even_if_the_process_dies_after_the_erasure_commits(
     assert photo.exists()
     channels.sweep()
     assert not photo.exists()
+
+
+PHOTO = b"\x89PNG\r\n\x1a\n" + b"zanzibar teapot, cracked lid " * 8
+
+
+def _mail_photo(channels: Channels) -> str:
+    payment = channels.payment("30.00")
+    response = channels.post_email(
+        raw_email(
+            subject=f"Refund for order {payment}",
+            text="Amount: 20.00\nThe teapot arrived broken, see the photo.",
+            attachments=[("teapot.png", "image/png", PHOTO)],
+        )
+    )
+    assert response.status_code == 201, response.text
+    return str(response.json()["case"])
+
+
+def _live_keys(runtime: Runtime) -> list[bytes]:
+    """Every data key still in the database, unwrapped with the deployment secret."""
+    wrap = Fernet(base64.urlsafe_b64encode(derive_key(TEST_SECRET, "customer-keys")))
+    with runtime.db.read() as session:
+        rows = session.scalars(select(CustomerKey)).all()
+        return [wrap.decrypt(r.key_enc.encode()) for r in rows if r.key_enc is not None]
+
+
+def test_a_copy_of_the_evidence_folder_is_unreadable_after_the_erasure(
+    channels: Channels, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    case_id = _mail_photo(channels)
+    runtime = channels.runtime
+    assert channels.evidence_file(case_id) == PHOTO  # served to whoever holds the card's link
+    folder = runtime.settings.evidence_path()
+    backup = tmp_path / "evidence-backup"
+    shutil.copytree(folder, backup)
+    copies = [p for p in backup.iterdir() if not p.name.startswith(".")]
+    assert len(copies) == 1 and copies[0].name != hashlib.sha256(PHOTO).hexdigest()
+    with runtime.db.read() as session:
+        [key] = session.scalars(select(CustomerKey)).all()
+        wrapped = key.key_enc
+    assert wrapped is not None
+    sealed = copies[0].read_bytes()
+    assert b"zanzibar" not in sealed and b"PNG" not in sealed  # sealed even before
+
+    _erase(channels, CUSTOMER, tmp_path, monkeypatch)
+
+    assert [p for p in folder.iterdir() if not p.name.startswith(".")] == []
+    assert channels.evidence_file(case_id) is None
+    # The copy outlived the erasure, but nothing opens it: not the desk ...
+    assert runtime.desk.vault.open(sealed) is None
+    # ... nor any key left in the database, nor the deployment's own field key.
+    body = sealed.split(b".", 3)[3]
+    field_key = base64.urlsafe_b64encode(derive_key(TEST_SECRET, "field-encryption"))
+    remaining = [*_live_keys(runtime), field_key]
+    for candidate in remaining:
+        with pytest.raises(InvalidToken):
+            Fernet(candidate).decrypt(body)
+    if runtime.settings.is_sqlite:  # the destroyed key is not left in the file's free pages
+        assert wrapped.encode() not in _file_bytes(channels)
+
+
+def test_evidence_stored_plaintext_by_an_earlier_version_is_served_and_erased(
+    channels: Channels, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Earlier versions stored the file as it came, named by its SHA-256, and the item had no
+    stored name: the read path knows both layouts, and an erasure deletes both."""
+    case_id = _mail_photo(channels)
+    runtime = channels.runtime
+    folder = runtime.settings.evidence_path()
+    sha = hashlib.sha256(PHOTO).hexdigest()
+    with runtime.db.write() as session:
+        case = session.get(Case, case_id)
+        assert case is not None
+        items = [dict(i) for i in case.evidence or []]
+        (folder / items[0].pop("file")).unlink()
+        case.evidence = items
+        session.add(case)
+    (folder / sha).write_bytes(PHOTO)
+    assert channels.evidence_file(case_id) == PHOTO
+
+    assert _erase(channels, CUSTOMER, tmp_path, monkeypatch)["evidence_files"] == 1
+    assert not (folder / sha).exists() and channels.evidence_file(case_id) is None
+
+
+def _key_table_bytes(runtime: Runtime) -> tuple[str, bytes]:
+    """PostgreSQL: the key table's heap file as on disk (after a checkpoint), and its path."""
+    with runtime.db.engine.connect() as conn:
+        conn.execute(text("CHECKPOINT"))
+        path = conn.scalar(text("SELECT pg_relation_filepath('customer_keys')"))
+        data = conn.scalar(text("SELECT pg_read_binary_file(:p)"), {"p": path})
+    return str(path), bytes(data)
+
+
+def test_a_destroyed_key_leaves_no_old_row_version_behind(
+    channels: Channels, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The wrapped key is decryptable with the deployment secret, so its old row version
+    must go too: PostgreSQL keeps it as a dead tuple (plain VACUUM leaves its bytes in the
+    page), SQLite in its write-ahead log. The erasure queues a job that removes it."""
+    _mail_photo(channels)
+    runtime = channels.runtime
+    with runtime.db.read() as session:
+        [key] = session.scalars(select(CustomerKey)).all()
+        wrapped = (key.key_enc or "").encode()
+    assert wrapped
+    if not runtime.settings.is_sqlite:
+        with runtime.db.engine.connect() as conn:
+            if not conn.scalar(text("SELECT rolsuper FROM pg_roles WHERE rolname = current_user")):
+                pytest.skip("reading the heap file needs a superuser")
+        old_path, heap = _key_table_bytes(runtime)
+        assert wrapped in heap
+
+    _erase(channels, CUSTOMER, tmp_path, monkeypatch)
+    with runtime.db.read() as session:
+        [purge] = session.scalars(select(Job).where(col(Job.kind) == erasure.PURGE_KEYS_JOB)).all()
+        assert purge.status == "pending"
+    if not runtime.settings.is_sqlite:
+        assert wrapped in _key_table_bytes(runtime)[1]  # the dead tuple, until the job runs
+
+    # A transaction older than the erasure (on a shared server, another database's CREATE
+    # DATABASE counts too) makes the purge wait and retry; it ends within seconds here.
+    for later in range(60):
+        with clock.travel(timedelta(hours=later)):
+            channels.sweep()
+        with runtime.db.read() as session:
+            if session.get(Job, purge.id).status == "done":  # type: ignore[union-attr]
+                break
+        time.sleep(0.5)
+    else:
+        raise AssertionError("the purge never finished")
+    if runtime.settings.is_sqlite:
+        assert wrapped not in _file_bytes(channels)
+    else:
+        new_path, heap = _key_table_bytes(runtime)
+        assert wrapped not in heap
+        with runtime.db.engine.connect() as conn:  # the table's old file is emptied
+            old = conn.scalar(
+                text("SELECT pg_read_binary_file(CAST(:p AS text), 0, 1048576, true)"),
+                {"p": old_path},
+            )
+        assert new_path != old_path and wrapped not in bytes(old or b"")
+
+
+@pytest.mark.postgres
+def test_the_purge_waits_for_transactions_older_than_the_erasure(pg_url: str) -> None:
+    """VACUUM keeps a dead row version that an older transaction may still see: the purge
+    notices (VERBOSE's count) and asks to be retried instead of reporting success."""
+    runtime = make_runtime(pg_url)
+    try:
+        with runtime.db.write() as session:
+            runtime.desk.vault.for_customer(session, "e" * 64)
+        with runtime.db.engine.connect() as older:
+            older.execute(text("SELECT txid_current()"))  # holds the horizon back
+            with runtime.db.write() as session:
+                assert destroy_customer_key(session, "e" * 64, clock.now())
+            with pytest.raises(PurgeBusy, match="still in use"):
+                purge_destroyed_keys(runtime.db)
+            older.rollback()
+        for _ in range(60):  # others' transactions on a shared server hold it for seconds
+            try:
+                purge_destroyed_keys(runtime.db)
+                break
+            except PurgeBusy:
+                time.sleep(0.5)
+        else:
+            raise AssertionError("the purge still waits after its older transaction ended")
+    finally:
+        runtime.db.dispose()

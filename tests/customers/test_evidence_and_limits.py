@@ -5,10 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from cryptography.fernet import Fernet
 
 from refund_desk import clock
 from refund_desk.cases.errors import InvalidRequest
 from refund_desk.customers import evidence, ratelimit
+from refund_desk.storage.crypto import CustomerCipher
 from refund_desk.storage.db import Database
 from tests.conftest import make_settings
 
@@ -37,11 +39,19 @@ def test_size_and_emptiness_are_checked() -> None:
         evidence.check_upload(b"")
 
 
-def test_store_is_content_addressed_and_atomic(tmp_path: Path) -> None:
+def test_store_seals_each_file_under_its_customers_key(tmp_path: Path) -> None:
     store = evidence.EvidenceStore(tmp_path / "ev")
-    upload = evidence.check_upload(b"%PDF-1.4 receipt")
-    assert store.put(upload) == upload.sha256 and store.put(upload) == upload.sha256
-    assert [p.name for p in (tmp_path / "ev").iterdir()] == [upload.sha256]
+    upload = evidence.check_upload(b"%PDF-1.4 receipt for the zanzibar teapot")
+    alice = CustomerCipher("a" * 64, 1, Fernet.generate_key())
+    bob = CustomerCipher("b" * 64, 1, Fernet.generate_key())
+    name = store.put(upload, alice)
+    # Addressed by content within one customer: the same file twice is stored once ...
+    assert store.put(upload, alice) == name
+    # ... but the name is not the content's hash, and another customer's copy is another file.
+    assert name != upload.sha256 and store.put(upload, bob) != name
+    assert len([p for p in (tmp_path / "ev").iterdir()]) == 2
+    sealed = store.path(name).read_bytes()
+    assert b"zanzibar" not in sealed and b"%PDF" not in sealed
     with pytest.raises(ValueError):
         store.path("../../etc/passwd")
 

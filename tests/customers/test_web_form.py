@@ -49,7 +49,7 @@ def test_matching_request_becomes_a_case_decided_like_the_api(channels: Channels
     [item] = view["evidence"]
     assert item["sha256"] == sha and item["content_type"] == "image/png"
     assert item["provenance"] == "customer_input"
-    assert (channels.runtime.settings.evidence_path() / sha).read_bytes() == PNG
+    assert channels.evidence_file(case_id) == PNG
     assert view["facts"]["evidence"] == {"count": 1, "checked": 0}
     assert "evidence.attached" in [r["action"] for r in view["audit"]]
 

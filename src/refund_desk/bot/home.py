@@ -1,6 +1,7 @@
 """App Home: undelivered cases (for the leads and the people who decide them), the viewer's
 queue (oldest first, with SLA time left, and the card's Approve / Approve partially / Deny /
-Escalate buttons), recent decisions, and which rules fired this week."""
+Escalate buttons), recent decisions, and which rules fired this week (those two, like case
+details everywhere, only for the people `may_read` names; others see a short note)."""
 
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ from refund_desk.bot.outbox import fix_for
 from refund_desk.cases.approvals import may_decide
 from refund_desk.cases.desk import Desk
 from refund_desk.cases.facts import left_on_record
-from refund_desk.cases.people import Directory, is_lead
+from refund_desk.cases.people import Directory, is_lead, may_read
 from refund_desk.cases.quorum import approval_count, approvals_needed
 from refund_desk.governance.versions import control, load_version
 from refund_desk.storage.jobs import ClaimedJob, enqueue
@@ -104,20 +105,10 @@ def home_view(
         .limit(500)
     ).all()
     mine = [c for c in waiting if may_decide(session, c, user, directory)][:QUEUE_LIMIT]
-    recent = session.scalars(
-        select(Case)
-        .where(col(Case.status).in_(["refunded", "denied"]))
-        .order_by(col(Case.updated_at).desc())
-        .limit(10)
-    ).all()
-    week = session.scalars(
-        select(Case).where(col(Case.created_at) >= now - timedelta(days=7)).limit(5000)
-    ).all()
-    fired = Counter(str((c.decision or {}).get("rule")) for c in week if c.decision)
-
     blocks: list[Block] = []
     version = control(session).active_version
-    lead = version is not None and is_lead(load_version(session, version).doc, user, directory)
+    doc = load_version(session, version).doc if version is not None else None
+    lead = doc is not None and is_lead(doc, user, directory)
     stuck = [
         row
         for row in undelivered(session)
@@ -148,7 +139,36 @@ def home_view(
                     elements=_buttons(_button_context(session, case, now), secret),
                 )
             )
-    blocks += [DividerBlock(), HeaderBlock(text="Recent decisions")]
+    if doc is not None and may_read(doc, user, directory):
+        blocks += _record(session, now)
+    else:  # case details answer the same people on every surface
+        blocks += [
+            DividerBlock(),
+            SectionBlock(text=MarkdownTextObject(text=NOT_A_READER)),
+        ]
+    blocks.append(ContextBlock(elements=[MarkdownTextObject(text=f"Updated {local_time(now)}")]))
+    return View(type="home", blocks=blocks[:100])
+
+
+NOT_A_READER = (
+    "Decisions and the rules that fired are shown to the policy's leads, approvers, "
+    "managers and operators."
+)
+
+
+def _record(session: Session, now: datetime) -> list[Block]:
+    """Recent decisions, input drift and the rules fired this week: for `may_read` only."""
+    recent = session.scalars(
+        select(Case)
+        .where(col(Case.status).in_(["refunded", "denied"]))
+        .order_by(col(Case.updated_at).desc())
+        .limit(10)
+    ).all()
+    week = session.scalars(
+        select(Case).where(col(Case.created_at) >= now - timedelta(days=7)).limit(5000)
+    ).all()
+    fired = Counter(str((c.decision or {}).get("rule")) for c in week if c.decision)
+    blocks: list[Block] = [DividerBlock(), HeaderBlock(text="Recent decisions")]
     lines = [
         f"{'✅' if c.status == 'refunded' else '✖️'} {money.format_money(c.amount, c.currency)} "
         f"`{c.id}` {c.status}"
@@ -173,8 +193,7 @@ def home_view(
     blocks += [DividerBlock(), HeaderBlock(text="Rules fired this week")]
     rules = "\n".join(f"`{rule}`: {n}" for rule, n in fired.most_common(15))
     blocks.append(SectionBlock(text=MarkdownTextObject(text=_clip(rules or "No decisions yet."))))
-    blocks.append(ContextBlock(elements=[MarkdownTextObject(text=f"Updated {local_time(now)}")]))
-    return View(type="home", blocks=blocks[:100])
+    return blocks
 
 
 def publish_home(surface: Surface, job: ClaimedJob) -> None:

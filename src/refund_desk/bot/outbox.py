@@ -19,14 +19,16 @@ else an ephemeral where they acted, else a DM.
 
 from __future__ import annotations
 
+import json
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 from slack_sdk.webhook import WebhookClient
-from sqlalchemy import select
+from sqlalchemy import String, cast, or_, select
 from sqlmodel import Session, col
 
 from refund_desk import clock, money
@@ -43,6 +45,8 @@ from refund_desk.storage.models import Approval, Case, Execution, Job, SlackMess
 from refund_desk.text import Text
 
 log = logging.getLogger(__name__)
+
+_ROUTING = ("channel", "ts", "thread_ts", "user")  # where a call goes, never what it says
 SLACK_CALL = "slack.call"
 SLACK_TELL = "slack.tell"
 READ_METHODS = frozenset(
@@ -124,6 +128,14 @@ class Outbox:
         """One Slack call; `remember` keeps a posted card or DM with its case."""
         p = job.payload
         params = dict(p["params"])
+        if p.get("redraw"):  # its case was erased while it waited: the card as it is now
+            with self.desk.db.read() as session:
+                case = session.get(Case, str(p["redraw"]))
+                if case is None:
+                    return
+                ctx, _ = self._context(session, case)
+            params["text"] = cards.fallback_text(case)
+            params["blocks"] = cards.blocks_json(cards.case_blocks(ctx, secret=self.desk.secret))
         if p.get("link"):  # a link to the case thread (a read: repeating it posts nothing)
             params["text"] = f"{params.get('text', '')}{self._permalink(**p['link'])}"
         try:
@@ -150,6 +162,29 @@ class Outbox:
         if remember and response.get("ts"):
             channel = str(response.get("channel") or p["params"].get("channel"))
             self._remember(remember["case_id"], remember["kind"], channel, str(response["ts"]))
+
+    def forget_cases(self, session: Session, case_ids: Sequence[str]) -> None:
+        """In an erasure's transaction: waiting calls that carry a rendered card of these
+        cases (a card's update, a manager's DM) keep only where they go, and draw the card
+        when they are sent; a thread line or an answer to a person names the case, not the
+        customer, and is left as it is."""
+        if not case_ids:
+            return
+        mentions = or_(*(cast(col(Job.payload), String).like(f"%{c}%") for c in case_ids))
+        waiting = session.scalars(
+            select(Job).where(col(Job.kind) == SLACK_CALL, col(Job.status) == "pending", mentions)
+        ).all()
+        for job in waiting:
+            payload = dict(job.payload)
+            params = dict(payload.get("params") or {})
+            if "blocks" not in params:
+                continue
+            said = json.dumps(payload)
+            case_id = next(c for c in case_ids if c in said)
+            payload["params"] = {k: params[k] for k in _ROUTING if k in params}
+            payload["redraw"] = case_id
+            job.payload = payload
+            session.add(job)
 
     def _permalink(self, channel: str, ts: str) -> str:
         try:

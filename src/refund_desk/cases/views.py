@@ -50,7 +50,8 @@ def case_view(session: Session, case_id: str, *, with_audit: bool) -> dict[str, 
         "duplicate_of": case.duplicate_of,
         "appeal_of": case.appeal_of,
         "evidence": [
-            {k: v for k, v in item.items() if k != "view_url"} for item in case.evidence or []
+            {k: v for k, v in item.items() if k not in ("view_url", "file")}
+            for item in case.evidence or []
         ],
         "decision": {
             "outcome": decision.get("outcome"),

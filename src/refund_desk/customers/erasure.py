@@ -8,7 +8,8 @@ any (its payloads carry ids, amounts, rules and counts). So erasing a customer:
   in every backup, becomes unreadable;
 * blanks those fields on their cases and their replies, and the advisor's quote of their
   words (`advice.summary`, in the explanation), and the links they sent;
-* deletes their evidence files (unless another live case holds the same file);
+* deletes their evidence files (sealed under that key: a copy of the folder is unreadable),
+  unless another of their cases that keeps its personal data holds the same file;
 * records `customer.erased` (the case ids and how many files; never the email) in the audit
   chain, and re-renders their Slack cards, which then say "erased".
 
@@ -33,11 +34,16 @@ from refund_desk.cases import advisory
 from refund_desk.cases.errors import NotFound
 from refund_desk.cases.lifecycle import FINAL
 from refund_desk.cases.notify import notify
-from refund_desk.customers.evidence import EvidenceStore
+from refund_desk.customers.evidence import EvidenceStore, stored_name
 from refund_desk.storage.audit import SYSTEM, Actor
-from refund_desk.storage.crypto import destroy_customer_key, lock_customer_key
-from refund_desk.storage.jobs import ClaimedJob, RetryLater, enqueue
-from refund_desk.storage.models import Case, CustomerMessage, SlackMessage
+from refund_desk.storage.crypto import (
+    PurgeBusy,
+    destroy_customer_key,
+    lock_customer_key,
+    purge_destroyed_keys,
+)
+from refund_desk.storage.jobs import ClaimedJob, RetryLater, backoff, enqueue
+from refund_desk.storage.models import Case, CustomerMessage, Job, SlackMessage
 
 if TYPE_CHECKING:
     from refund_desk.cases.desk import Desk
@@ -45,8 +51,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 ERASED = advisory.ERASED
+WITHDRAWN = "withdrawn"  # an outcome message erased before it was delivered
 RETENTION_JOB = "customer.retention"
 DELETE_FILES_JOB = "evidence.delete"  # files to unlink, queued with the erasure's commit
+PURGE_KEYS_JOB = "customer_keys.purge"  # destroyed keys' old row versions, physically gone
 EVERY = timedelta(days=1)
 BATCH = 200
 
@@ -60,7 +68,7 @@ class Erasure:
 
 
 def scrub(session: Session, case: Case, now: datetime) -> set[str]:
-    """Blank one case's personal fields; returns the evidence files it referenced."""
+    """Blank one case's personal fields; returns the stored names of its evidence files."""
     advice = dict(case.advice or {})
     summary = advice.get("summary")
     if summary:
@@ -71,8 +79,10 @@ def scrub(session: Session, case: Case, now: datetime) -> set[str]:
     evidence = []
     for item in case.evidence or []:
         kept = dict(item)
-        if kept.get("kind") == "file" and kept.get("sha256"):
-            files.add(str(kept["sha256"]))
+        name = stored_name(kept)
+        if name:
+            files.add(name)
+        kept.pop("file", None)
         for key in ("url", "filename", "name"):
             if key in kept:
                 kept[key] = ERASED
@@ -105,41 +115,81 @@ def _rerender(session: Session, case_ids: Sequence[str]) -> None:
         notify(session, event="case.erased", case_id=case_id)
 
 
-def _unused(session: Session, shas: set[str]) -> list[str]:
-    """Files no case with personal data still refers to (files are shared by content)."""
+def _unused(session: Session, names: set[str]) -> list[str]:
+    """Files no case with personal data still refers to (one customer's cases may share one)."""
     free = []
-    for sha in sorted(shas):
-        held = session.scalar(
-            select(col(Case.id))
-            .where(col(Case.erased_at).is_(None), cast(col(Case.evidence), Text).like(f"%{sha}%"))
-            .limit(1)
-        )
-        if held is None:
-            free.append(sha)
+    for name in sorted(names):
+        holders = session.scalars(
+            select(col(Case.evidence)).where(
+                col(Case.erased_at).is_(None), cast(col(Case.evidence), Text).like(f"%{name}%")
+            )
+        ).all()
+        if not any(stored_name(item) == name for items in holders for item in items or []):
+            free.append(name)
     return free
 
 
-def _delete_files(store: EvidenceStore | None, shas: list[str]) -> int:
-    removed = 0
-    for sha in shas:
-        if store is None:
-            break
-        path = store.path(sha)
-        if path.exists():
-            path.unlink(missing_ok=True)
-            removed += 1
-    return removed
+def _erase_cases(desk: Desk, session: Session, cases: Sequence[Case], now: datetime) -> list[str]:
+    """The one path of every erasure, in the caller's transaction: blank the cases, queue
+    the deletion of the files no one else holds (returned) and redraw the Slack cards."""
+    names: set[str] = set()
+    for case in cases:
+        names |= scrub(session, case, now)
+    session.flush()
+    free = _unused(session, names)
+    if free:  # committed with the erasure: the files go even if the process dies next
+        enqueue(session, kind=DELETE_FILES_JOB, payload={"files": free})
+    ids = [c.id for c in cases]
+    _withdraw_messages(session, ids)
+    for forget in desk.jobs.on_erasure:  # Slack's waiting posts: redrawn when sent
+        forget(session, ids)
+    _rerender(session, ids)
+    return free
 
 
-def _queue_deletion(session: Session, shas: list[str]) -> None:
-    """The files go after the commit; this job, committed with the erasure, makes sure they
-    do even if the process dies in between (it finds nothing left when they are gone)."""
-    if shas:
-        enqueue(session, kind=DELETE_FILES_JOB, payload={"files": shas})
+def _withdraw_messages(session: Session, case_ids: Sequence[str]) -> None:
+    """Outcome messages not yet delivered stay undelivered: their job finds them withdrawn
+    (the customer asked to be forgotten; the webhook or helpdesk would still reach them)."""
+    if not case_ids:
+        return
+    for message in session.scalars(
+        select(CustomerMessage).where(
+            col(CustomerMessage.case_id).in_(case_ids),
+            col(CustomerMessage.direction) == "out",
+            col(CustomerMessage.status) == "queued",
+        )
+    ).all():
+        message.status, message.body = WITHDRAWN, ""
+        session.add(message)
+
+
+def _queue_purge(session: Session) -> None:
+    """A destroyed key's old row version is removed by a job, committed with the erasure
+    (one waiting job serves every erasure before it runs)."""
+    waiting = session.scalar(
+        select(col(Job.id))
+        .where(col(Job.kind) == PURGE_KEYS_JOB, col(Job.status) == "pending")
+        .limit(1)
+    )
+    if waiting is None:
+        enqueue(session, kind=PURGE_KEYS_JOB, payload={})
+
+
+def run_purge_keys(desk: Desk, job: ClaimedJob) -> None:
+    try:
+        purge_destroyed_keys(desk.db)
+    except PurgeBusy as exc:
+        raise RetryLater(backoff(job.attempt, base=30, cap=3600), str(exc)) from exc
+
+
+def _delete_now(evidence: EvidenceStore | None, free: list[str]) -> int:
+    """After the commit: the queued job then finds nothing left."""
+    return evidence.delete(free) if evidence is not None else 0
 
 
 def run_delete_files(job: ClaimedJob, *, evidence: EvidenceStore | None) -> None:
-    _delete_files(evidence, [str(s) for s in job.payload.get("files", [])])
+    if evidence is not None:
+        evidence.delete([str(s) for s in job.payload.get("files", [])])
 
 
 def erase_customer(
@@ -169,13 +219,9 @@ def erase_customer(
         if not pending and not destroyed:
             result.already = True
             return result
-        shas: set[str] = set()
-        for case in pending:
-            shas |= scrub(session, case, now)
-        session.flush()
-        free = _unused(session, shas)
-        _queue_deletion(session, free)
-        _rerender(session, [c.id for c in pending])
+        free = _erase_cases(desk, session, pending, now)
+        if destroyed:
+            _queue_purge(session)
         desk.audit.append(
             session,
             action="customer.erased",
@@ -186,7 +232,7 @@ def erase_customer(
                 "key_destroyed": destroyed,
             },
         )
-    result.evidence_files = _delete_files(evidence, free)
+    result.evidence_files = _delete_now(evidence, free)
     if forget is not None:
         forget(email)
     compact(desk)
@@ -198,6 +244,7 @@ def retention(desk: Desk, *, days: int, evidence: EvidenceStore | None) -> int:
     """Erase the personal data of cases closed more than `days` ago; returns how many."""
     cutoff = desk.now() - timedelta(days=days)
     total = 0
+    free: list[str] = []
     while True:
         now = desk.now()
         with desk.db.write() as session:
@@ -215,10 +262,7 @@ def retention(desk: Desk, *, days: int, evidence: EvidenceStore | None) -> int:
             )
             if not cases:
                 break
-            shas: set[str] = set()
-            for case in cases:
-                shas |= scrub(session, case, now)
-            session.flush()
+            batch = _erase_cases(desk, session, cases, now)
             keys = 0
             for email_hash in sorted({c.email_hash for c in cases}):
                 # The key's lock first: a case an intake is committing under it is then seen.
@@ -230,9 +274,8 @@ def retention(desk: Desk, *, days: int, evidence: EvidenceStore | None) -> int:
                 )
                 if live is None and destroy_customer_key(session, email_hash, now):
                     keys += 1
-            free = _unused(session, shas)
-            _queue_deletion(session, free)
-            _rerender(session, [c.id for c in cases])
+            if keys:
+                _queue_purge(session)
             desk.audit.append(
                 session,
                 action="retention.erased",
@@ -241,12 +284,13 @@ def retention(desk: Desk, *, days: int, evidence: EvidenceStore | None) -> int:
                     "cases": [c.id for c in cases],
                     "closed_before": cutoff.isoformat(),
                     "keys_destroyed": keys,
-                    "evidence_files": len(free),
+                    "evidence_files": len(batch),
                 },
             )
-        _delete_files(evidence, free)
+        free += batch
         total += len(cases)
     if total:
+        _delete_now(evidence, free)
         compact(desk)
         log.info("retention: erased the personal data of %d cases closed before %s", total,
                  cutoff.date().isoformat())  # fmt: skip

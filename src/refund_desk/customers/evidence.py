@@ -1,9 +1,16 @@
 """Evidence: photos, receipts and links a customer sends with a request.
 
-Files live outside the database, in a folder, named by their SHA-256 (the same photo sent twice
-is stored once); the case keeps the hash, the sniffed type and the size. The type is decided by
-the file's first bytes, never by its name. Evidence starts as the customer's word
-(`customer_input`) and becomes a `verified_document` only when a person marks it checked.
+Files live outside the database, in a folder, each sealed (Fernet) under the data key of the
+customer who sent it, like their other fields: destroying the key at an erasure makes every
+copy of the file unreadable (a backup of the folder, a snapshot). A file's name is a MAC of
+its SHA-256 under that key, so the same photo sent twice by one customer is stored once, the
+name tells nothing about the content, and nothing is shared across customers. The case keeps
+the hash, the stored name, the sniffed type and the size. The type is decided by the file's
+first bytes, never by its name. Evidence starts as the customer's word (`customer_input`) and
+becomes a `verified_document` only when a person marks it checked.
+
+Files stored by earlier versions are plaintext named by their SHA-256 (their item has no
+`file`); they are read as they are and deleted by an erasure like the others.
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ from refund_desk.cases.errors import EvidenceRefused, InvalidRequest, NotFound
 from refund_desk.cases.ports import Provenance
 from refund_desk.cases.rows import load_for_update
 from refund_desk.storage.audit import Actor
-from refund_desk.storage.crypto import keyed_hash, same
+from refund_desk.storage.crypto import CustomerCipher, Vault, keyed_hash, same
 from refund_desk.storage.models import Case
 
 if TYPE_CHECKING:
@@ -96,44 +103,96 @@ def links_in(text: str | None) -> list[str]:
 
 
 class EvidenceStore:
-    """Content-addressed files in one folder; writes are atomic (temp file, then rename)."""
+    """Sealed files in one folder, named per customer; writes are atomic (temp, then rename)."""
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
 
-    def path(self, sha256: str) -> Path:
-        if not re.fullmatch(r"[0-9a-f]{64}", sha256):
-            raise ValueError("not a SHA-256 hex digest")
-        return self.directory / sha256
+    def path(self, name: str) -> Path:
+        if not re.fullmatch(r"[0-9a-f]{64}", name):
+            raise ValueError("not a stored evidence name")
+        return self.directory / name
 
-    def put(self, upload: Upload) -> str:
-        target = self.path(upload.sha256)
+    def put(self, upload: Upload, cipher: CustomerCipher) -> str:
+        """Store the file sealed under the customer's key; returns its stored name."""
+        name = cipher.name("evidence", upload.sha256)
+        target = self.path(name)
         if target.exists():
-            return upload.sha256
+            return name
         self.directory.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".incoming-")
         try:
             with os.fdopen(fd, "wb") as f:
-                f.write(upload.data)
+                f.write(cipher.seal(upload.data))
             os.replace(tmp, target)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
-        return upload.sha256
+        return name
 
-    def read(self, sha256: str) -> bytes | None:
-        path = self.path(sha256)
-        return path.read_bytes() if path.exists() else None
+    def read(
+        self, item: dict[str, Any], vault: Vault, session: Session | None = None
+    ) -> bytes | None:
+        """The file of one evidence item, opened; None if it is gone or its customer erased."""
+        name = stored_name(item)
+        if name is None:
+            return None
+        path = self.path(name)
+        if not path.exists():
+            return None
+        data = path.read_bytes()
+        if "file" not in item:  # stored plaintext by an earlier version
+            return data
+        return vault.open(data, session=session)
+
+    def delete(self, names: list[str]) -> int:
+        removed = 0
+        for name in names:
+            path = self.path(name)
+            if path.exists():
+                path.unlink(missing_ok=True)
+                removed += 1
+        return removed
+
+
+def stored_name(item: dict[str, Any]) -> str | None:
+    """The name of an item's file in the folder (its hash for a file of an earlier version)."""
+    if item.get("kind") != "file":
+        return None
+    name = item.get("file") or item.get("sha256")
+    return str(name) if name else None
+
+
+@dataclass(frozen=True)
+class Stored:
+    """Uploads already in the folder, sealed under one generation of the customer's key."""
+
+    store: EvidenceStore
+    uploads: list[Upload]
+    names: dict[str, str]  # sha256 -> stored name
+    generation: int
+
+
+def store_files(desk: Desk, store: EvidenceStore, email_hash: str, uploads: list[Upload]) -> Stored:
+    """Seal and write the files before the case's transaction (a short one fetches or makes
+    the customer's key), so no transaction waits on the disk."""
+    if not uploads:
+        return Stored(store, [], {}, 0)
+    with desk.db.write() as session:
+        cipher = desk.vault.for_customer(session, email_hash)
+    names = {u.sha256: store.put(u, cipher) for u in uploads}
+    return Stored(store, list(uploads), names, cipher.generation)
 
 
 # ---------------------------------------------------------------- on the case
 
 
-def file_item(upload: Upload, *, source: str, index: int) -> dict[str, Any]:
+def file_item(upload: Upload, *, name: str, source: str, index: int) -> dict[str, Any]:
     return {
         "id": f"f{index}-{upload.sha256[:12]}",
         "kind": "file",
         "sha256": upload.sha256,
+        "file": name,
         "content_type": upload.content_type,
         "size": upload.size,
         "source": source,
@@ -158,7 +217,7 @@ def attach(
     session: Session,
     case: Case,
     *,
-    uploads: list[Upload],
+    files: Stored | None,
     links: list[str],
     source: str,
     actor: Actor,
@@ -168,13 +227,20 @@ def attach(
 
     Each file gets a signed view link under `base_url`, so the Slack card can show it.
     """
+    names = dict(files.names) if files else {}
+    if files and files.uploads:
+        cipher = desk.vault.for_customer(session, case.email_hash)
+        if cipher.generation != files.generation:  # erased since the files were sealed
+            names = {u.sha256: files.store.put(u, cipher) for u in files.uploads}
     items = list(case.evidence or [])
     known = {i.get("sha256") or i.get("url") for i in items}
     added: list[dict[str, Any]] = []
-    for upload in uploads:
+    for upload in files.uploads if files else []:
         if upload.sha256 not in known:
             known.add(upload.sha256)
-            item = file_item(upload, source=source, index=len(items) + len(added))
+            item = file_item(
+                upload, name=names[upload.sha256], source=source, index=len(items) + len(added)
+            )
             item["view_url"] = base_url.rstrip("/") + view_path(desk.secret, case.id, upload.sha256)
             added.append(item)
     for url in links:

@@ -98,8 +98,8 @@ def receive(
         "name": req.name,
     }
     request = parse_request({k: v for k, v in body.items() if v is not None})
-    for upload in req.uploads:  # after the checks: files of refused requests are never kept
-        store.put(upload)
+    # After the checks: files of refused requests are never kept.
+    files = evidence.store_files(desk, store, desk.vault.email_hash(req.email), req.uploads)
 
     def prepare(session: Session, case: Case) -> None:
         if req.reply:
@@ -109,7 +109,7 @@ def receive(
             desk,
             session,
             case,
-            uploads=req.uploads,
+            files=files,
             links=req.links,
             source=req.source,
             actor=req.actor,
@@ -164,8 +164,7 @@ def record_reply(
         case = session.get(Case, case_id)
         if case is None or case.email_hash != desk.vault.email_hash(sender):
             return False
-    for upload in uploads:
-        store.put(upload)
+    files = evidence.store_files(desk, store, desk.vault.email_hash(sender), uploads)
     ref = (message_id or "")[:300] or None
     actor = Actor("customer", "email")
     with desk.db.write() as session:
@@ -198,7 +197,7 @@ def record_reply(
             desk,
             session,
             case,
-            uploads=uploads,
+            files=files,
             links=evidence.links_in(text),
             source="email",
             actor=actor,

@@ -9,16 +9,18 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import re
 from datetime import datetime
 from functools import lru_cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from cryptography.fernet import Fernet, InvalidToken
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
-from sqlalchemy import select
+from sqlalchemy import select, text
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.exc import OperationalError
 from sqlmodel import Session, col
 
 from refund_desk import clock
@@ -58,16 +60,25 @@ CUSTOMER_TOKEN = "c1"  # c1.<email hash>.<key generation>.<Fernet token>
 
 
 class CustomerCipher:
-    """Encrypts one customer's fields under their own data key."""
+    """Encrypts one customer's fields and files under their own data key."""
 
     def __init__(self, email_hash: str, generation: int, key: bytes) -> None:
+        self.generation = generation
         self._prefix = f"{CUSTOMER_TOKEN}.{email_hash}.{generation}."
+        self._key = key
         self._fernet = Fernet(key)
 
     def encrypt(self, value: str | None) -> str | None:
-        return (
-            None if value is None else self._prefix + self._fernet.encrypt(value.encode()).decode()
-        )
+        return None if value is None else self.seal(value.encode()).decode()
+
+    def seal(self, data: bytes) -> bytes:
+        """Bytes (a file) as a customer token: readable only while the key lives."""
+        return self._prefix.encode() + self._fernet.encrypt(data)
+
+    def name(self, purpose: str, value: str) -> str:
+        """A hex name for `value` that only this key makes (a file's name in a folder): it
+        matches within the customer, never across customers or after an erasure."""
+        return mac(self._key, f"{purpose}/{value}".encode()).hex()
 
 
 class Vault:
@@ -94,7 +105,8 @@ class Vault:
         if token is None or token == "":
             return None
         if token.startswith(CUSTOMER_TOKEN + "."):
-            return self._decrypt_customer(token, session)
+            plain = self._decrypt_customer(token.encode(), session)
+            return None if plain is None else plain.decode()
         try:
             return self._fernet.decrypt(token.encode()).decode()
         except InvalidToken as exc:  # a different secret, or a tampered column
@@ -116,17 +128,21 @@ class Vault:
             session.flush()
         return CustomerCipher(email_hash, row.generation, self._wrap.decrypt(row.key_enc.encode()))
 
-    def _decrypt_customer(self, token: str, session: Session | None) -> str | None:
+    def open(self, sealed: bytes, *, session: Session | None = None) -> bytes | None:
+        """What `CustomerCipher.seal` sealed; None once the customer's key is destroyed."""
+        return self._decrypt_customer(sealed, session)
+
+    def _decrypt_customer(self, token: bytes, session: Session | None) -> bytes | None:
         try:
-            _, email_hash, generation, body = token.split(".", 3)
+            _, email_hash, generation, body = token.split(b".", 3)
         except ValueError as exc:
             raise ValueError("cannot decrypt a stored field: a malformed customer token") from exc
-        row = _read_key(session, self._db, email_hash)
-        if row is None or row.key_enc is None or str(row.generation) != generation:
+        row = _read_key(session, self._db, email_hash.decode())
+        if row is None or row.key_enc is None or str(row.generation) != generation.decode():
             return None  # the customer's key was destroyed: erased
         try:
             key = self._wrap.decrypt(row.key_enc.encode())
-            return Fernet(key).decrypt(body.encode()).decode()
+            return Fernet(key).decrypt(body)
         except InvalidToken as exc:
             raise ValueError("cannot decrypt a stored field: wrong REFUND_DESK_SECRET?") from exc
 
@@ -142,6 +158,58 @@ def destroy_customer_key(session: Session, email_hash: str, now: datetime) -> bo
     row.key_enc, row.erased_at = None, now
     session.add(row)
     return True
+
+
+PURGE_LOCK_TIMEOUT = "2s"
+_KEPT = re.compile(r"(\d+) dead row versions cannot be removed yet")
+
+
+class PurgeBusy(Exception):
+    """The key table could not be rewritten now (readers, a long transaction): try later."""
+
+
+def purge_destroyed_keys(db: Database) -> None:
+    """Physically remove the old versions of destroyed keys, outside any transaction.
+
+    A destroyed key's old row version is the one copy that still decrypts (its wrapping key
+    comes from the deployment secret, which lives on). PostgreSQL keeps it as a dead tuple,
+    and plain `VACUUM` frees the tuple without overwriting its bytes (measured: they stay in
+    the page's free space), so the key table is rewritten (`VACUUM FULL`, one short exclusive
+    lock on a table of one row per customer; `lock_timeout` keeps it from queueing in front of
+    intakes behind a long transaction). SQLite overwrites freed space (`secure_delete`) but
+    keeps old pages in its write-ahead log until a checkpoint, folded in here.
+    Raises PurgeBusy when it could not finish now.
+    """
+    table = CustomerKey.__tablename__
+    if db.is_sqlite:
+        raw = db.engine.raw_connection()
+        try:
+            busy = raw.cursor().execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        finally:
+            raw.close()
+        if busy is None or busy[0]:
+            raise PurgeBusy("readers kept the write-ahead log from being folded in")
+        return
+    kept: list[int] = []
+
+    def tally(notice: Any) -> None:  # VERBOSE says how many dead versions it had to keep
+        found = _KEPT.search(str(notice.message_detail or ""))
+        if found:
+            kept.append(int(found.group(1)))
+
+    with db.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        driver = conn.connection.driver_connection
+        driver.add_notice_handler(tally)  # type: ignore[union-attr]
+        try:
+            conn.execute(text(f"SET lock_timeout = '{PURGE_LOCK_TIMEOUT}'"))
+            conn.execute(text(f"VACUUM (FULL, VERBOSE) {table}"))
+        except OperationalError as exc:
+            raise PurgeBusy(f"could not rewrite {table}: {exc.orig}") from exc
+        finally:
+            driver.remove_notice_handler(tally)  # type: ignore[union-attr]
+            conn.execute(text("RESET lock_timeout"))
+    if any(kept):  # a transaction older than the erasure still sees them
+        raise PurgeBusy(f"{sum(kept)} old row versions of {table} are still in use")
 
 
 def lock_customer_key(session: Session, email_hash: str) -> CustomerKey | None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import random
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -94,6 +94,9 @@ class JobQueue:
         # Kinds whose payload carries what people wrote (a rendered Slack message, a typed
         # modal): emptied when the job is done, so nothing of it outlives the delivery.
         self.forget_when_done: set[str] = set()
+        # Called in an erasure's transaction with the erased cases' ids: the owner of such
+        # kinds rewrites its waiting jobs, so no rendered words outlive the erasure.
+        self.on_erasure: list[Callable[[Session, Sequence[str]], None]] = []
         self._finished_lock = threading.Lock()
 
     def install(self, table: dict[str, Handler]) -> None:

@@ -463,7 +463,8 @@ class CustomerMessage(SQLModel, table=True):
     body: str = Field(sa_column=Column(Text, nullable=False))  # out: as told; in: encrypted
     expected_by: datetime | None = _optional_ts()
     channel: str | None = Field(default=None, max_length=20)  # email | webhook | zendesk | ...
-    status: str = Field(default="queued", max_length=20)  # queued | sent | recorded | received
+    # queued | sent | recorded | received | withdrawn (erased before it was delivered)
+    status: str = Field(default="queued", max_length=20)
     external_ref: str | None = Field(default=None, max_length=300)  # Message-ID, delivery id
     created_at: datetime = Field(
         default_factory=clock.now, sa_column=Column(UTCDateTime(), nullable=False)

@@ -64,7 +64,7 @@ class Told:
 
     text: str
     channel: str | None  # email | webhook | zendesk | ... ; None: nowhere to send it
-    status: str  # queued | sent | recorded | failed
+    status: str  # queued | sent | recorded | failed | withdrawn
 
 
 @dataclass(frozen=True)
@@ -311,6 +311,8 @@ def told_line(told: Told | None) -> str | None:
         return f"*Telling the customer* ({told.channel or 'pending'}): {said}"
     if told.status == "failed":
         return f":warning: *Customer not reached* ({told.channel}): not delivered: {said}"
+    if told.status == "withdrawn":
+        return "*Not sent to the customer:* withdrawn when their personal data was erased."
     return (
         f"*Not sent to the customer:* no customer channel is configured; kept on the case: {said}"
     )

@@ -157,13 +157,14 @@ def evidence_file(request: Request, case_id: str, sha256: str, sig: str = "") ->
         case = session.get(Case, case_id)
         item = (
             next((i for i in (case.evidence or []) if i.get("sha256") == sha256), None)
-            if case
+            if case and case.erased_at is None  # an erased customer's files are gone
             else None
         )
-    try:
-        data = evidence.EvidenceStore(runtime.settings.evidence_path()).read(sha256)
-    except ValueError:
-        data = None
+        try:
+            store = evidence.EvidenceStore(runtime.settings.evidence_path())
+            data = store.read(item, desk.vault, session) if item is not None else None
+        except ValueError:
+            data = None
     if item is None or data is None:
         return pages.json_error("not_found", "No such evidence.", {}, 404)
     return Response(
