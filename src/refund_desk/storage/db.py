@@ -7,10 +7,16 @@ serialized lock rows explicitly (`lock_payment`, the audit head).
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not on Windows: SQLite's busy handler alone
+    fcntl = None  # type: ignore[assignment]
 
 from sqlalchemy import Engine, create_engine, event, select
 from sqlmodel import Session, col
@@ -60,6 +66,42 @@ def _configure_sqlite(engine: Engine) -> None:
         conn.exec_driver_sql(f"BEGIN {mode}")
 
 
+class SqliteWriters:
+    """One writer at a time on a SQLite file: the threads of this process queue on a lock, and
+    the processes on the file (a server and its job processes, a CLI) on an exclusive `flock`
+    of a file beside it, which the kernel hands over as soon as it is released, instead of
+    SQLite's busy handler, which sleeps in growing steps and lets a busy process starve the
+    others."""
+
+    def __init__(self, path: str | None) -> None:
+        self._threads = threading.Lock()
+        self._fd: int | None = None
+        if path and path != ":memory:" and fcntl is not None:
+            self._fd = os.open(f"{path}.writer", os.O_RDWR | os.O_CREAT, 0o600)
+
+    def __enter__(self) -> None:
+        self._threads.acquire()
+        if self._fd is not None:
+            try:
+                fcntl.flock(self._fd, fcntl.LOCK_EX)
+            except BaseException:
+                self._threads.release()
+                raise
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            if self._fd is not None:
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+        finally:
+            self._threads.release()
+
+    def close(self) -> None:
+        with self._threads:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+
+
 class Database:
     """Hands out short transactions. Never keep one open across a network call."""
 
@@ -72,7 +114,7 @@ class Database:
         # SQLite has one writer at a time anyway; queueing writers here instead of in SQLite's
         # busy handler (which sleeps in growing steps) keeps latency and throughput steady.
         self._write_lock: AbstractContextManager[object] = (
-            threading.Lock() if self.is_sqlite else nullcontext()
+            SqliteWriters(engine.url.database) if self.is_sqlite else nullcontext()
         )
 
     @classmethod
@@ -96,6 +138,8 @@ class Database:
 
     def dispose(self) -> None:
         self.engine.dispose()
+        if isinstance(self._write_lock, SqliteWriters):
+            self._write_lock.close()
 
 
 def lock_payment(session: Session, payment_id: str) -> Payment | None:
