@@ -104,7 +104,10 @@ class Surface:
         return await loop.run_in_executor(self.ack_pool, run)
 
     def start_jobs(self, job_ids: Iterable[int]) -> None:
-        """After ack(): run the jobs a click created, then whatever else became due."""
+        """After ack(): run the jobs a click created, then whatever else became due (unless
+        the jobs run in processes of their own: there they are due at once)."""
+        if self.desk.jobs_elsewhere:
+            return
         ids = list(job_ids)
 
         def run() -> None:
