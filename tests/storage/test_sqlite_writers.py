@@ -54,3 +54,40 @@ def test_writers_through_two_databases_on_one_file_wait_for_each_other(tmp_path:
     assert (tmp_path / "one.db.writer").exists()
     first.dispose()
     second.dispose()
+
+
+def test_an_urgent_writer_goes_before_the_writers_that_can_wait(tmp_path: Path) -> None:
+    """A Slack listener's transaction (before ack()) does not queue behind intake and jobs."""
+    db = Database.from_url(f"sqlite:///{tmp_path / 'turns.db'}")
+    order: list[str] = []
+    holding, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with db.write():
+            holding.set()
+            release.wait(5)
+
+    def write(name: str, urgent: bool) -> None:
+        if urgent:
+            with db.urgent(), db.write():
+                order.append(name)
+        else:
+            with db.write():
+                order.append(name)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    holding.wait(5)
+    waiting = [threading.Thread(target=write, args=(f"normal-{i}", False)) for i in range(5)]
+    for thread in waiting:
+        thread.start()
+    time.sleep(0.3)  # the normal writers are queued
+    urgent = threading.Thread(target=write, args=("urgent", True))
+    urgent.start()
+    time.sleep(0.3)
+    release.set()
+    for thread in [holder, urgent, *waiting]:
+        thread.join(10)
+    assert order[0] == "urgent", order
+    assert sorted(order[1:]) == [f"normal-{i}" for i in range(5)]
+    db.dispose()

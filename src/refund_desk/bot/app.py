@@ -98,7 +98,8 @@ class Surface:
         def run() -> T:
             if self.directory is not None:
                 self.directory.refresh()
-            return fn(*args, **kwargs)
+            with self.desk.db.urgent():  # before ack(): ahead of intake and jobs on SQLite
+                return fn(*args, **kwargs)
 
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self.ack_pool, run)

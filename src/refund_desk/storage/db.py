@@ -11,6 +11,7 @@ import os
 import threading
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextvars import ContextVar
 from typing import Any
 
 try:
@@ -66,26 +67,57 @@ def _configure_sqlite(engine: Engine) -> None:
         conn.exec_driver_sql(f"BEGIN {mode}")
 
 
+# Set while a transaction must finish within a deadline (a Slack listener's, before ack()):
+# on SQLite it goes before the writers that can wait.
+_URGENT: ContextVar[bool] = ContextVar("urgent_write", default=False)
+
+
+class _Turns:
+    """The threads of one process, one writer at a time; urgent writers go first."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._busy = False
+        self._urgent_waiting = 0
+
+    def acquire(self, urgent: bool) -> None:
+        with self._changed:
+            if urgent:
+                self._urgent_waiting += 1
+            try:
+                while self._busy or (not urgent and self._urgent_waiting):
+                    self._changed.wait()
+                self._busy = True
+            finally:
+                if urgent:
+                    self._urgent_waiting -= 1
+
+    def release(self) -> None:
+        with self._changed:
+            self._busy = False
+            self._changed.notify_all()
+
+
 class SqliteWriters:
-    """One writer at a time on a SQLite file: the threads of this process queue on a lock, and
-    the processes on the file (a server and its job processes, a CLI) on an exclusive `flock`
-    of a file beside it, which the kernel hands over as soon as it is released, instead of
-    SQLite's busy handler, which sleeps in growing steps and lets a busy process starve the
-    others."""
+    """One writer at a time on a SQLite file: the threads of this process take turns (urgent
+    writers first), and the processes on the file (a server and its job processes, a CLI) on
+    an exclusive `flock` of a file beside it, which the kernel hands over as soon as it is
+    released, instead of SQLite's busy handler, which sleeps in growing steps and lets a busy
+    process starve the others."""
 
     def __init__(self, path: str | None) -> None:
-        self._threads = threading.Lock()
+        self._turns = _Turns()
         self._fd: int | None = None
         if path and path != ":memory:" and fcntl is not None:
             self._fd = os.open(f"{path}.writer", os.O_RDWR | os.O_CREAT, 0o600)
 
     def __enter__(self) -> None:
-        self._threads.acquire()
+        self._turns.acquire(_URGENT.get())
         if self._fd is not None:
             try:
                 fcntl.flock(self._fd, fcntl.LOCK_EX)
             except BaseException:
-                self._threads.release()
+                self._turns.release()
                 raise
 
     def __exit__(self, *exc: object) -> None:
@@ -93,13 +125,16 @@ class SqliteWriters:
             if self._fd is not None:
                 fcntl.flock(self._fd, fcntl.LOCK_UN)
         finally:
-            self._threads.release()
+            self._turns.release()
 
     def close(self) -> None:
-        with self._threads:
+        self._turns.acquire(True)
+        try:
             if self._fd is not None:
                 os.close(self._fd)
                 self._fd = None
+        finally:
+            self._turns.release()
 
 
 class Database:
@@ -130,6 +165,17 @@ class Database:
             session.begin(),
         ):
             yield session
+
+    @staticmethod
+    @contextmanager
+    def urgent() -> Iterator[None]:
+        """Write transactions in this block must finish within a deadline (a Slack listener's
+        before `ack()`): on SQLite they go before the writers that can wait (intake, jobs)."""
+        token = _URGENT.set(True)
+        try:
+            yield
+        finally:
+            _URGENT.reset(token)
 
     @contextmanager
     def read(self) -> Iterator[Session]:
