@@ -8,7 +8,10 @@ acknowledges (the refund itself runs as a job); the bare app only verifies the s
 acknowledges. Prints the acks' p50/p99 and the ratio. SQLite by default.
 
     python bench/slack_ack_bench.py [--clicks 50] [--requests 295] [--concurrency 16]
-        [--database sqlite|postgres]
+        [--database sqlite|postgres] [--job-processes N]
+
+`--job-processes N` runs Refund Desk's jobs in N processes apart from the HTTP server
+(`serve --job-processes N`).
 """
 
 from __future__ import annotations
@@ -152,9 +155,8 @@ def refund_desk(database_url: str, args: argparse.Namespace) -> tuple[list[float
             ).split()  # fmt: skip
             port = free_port()
             url = f"http://127.0.0.1:{port}"
-            proc = start(
-                [sys.executable, "-m", "refund_desk", "serve", "--port", str(port)], env, cwd, url
-            )
+            serve = ["serve", "--port", str(port), "--job-processes", str(args.job_processes)]
+            proc = start([sys.executable, "-m", "refund_desk", *serve], env, cwd, url)
             try:
                 headers = {"Authorization": f"Bearer {key}"}
                 cases = []
@@ -221,11 +223,13 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=295)
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--database", choices=["sqlite", "postgres"], default="sqlite")
+    parser.add_argument("--job-processes", type=int, default=0)
     args = parser.parse_args()
     url_for = SqliteUrl if args.database == "sqlite" else PostgresUrl
     print(
         f"Slack acks ({args.database}): {args.clicks} concurrent clicks while "
-        f"{args.requests} intake requests run, {args.concurrency} at a time"
+        f"{args.requests} intake requests run, {args.concurrency} at a time, "
+        f"{args.job_processes} job processes"
     )
     with url_for() as url:
         ours, approved, clicks = refund_desk(url, args)

@@ -9,9 +9,11 @@ on the sandbox processor. It prints req/s, p50/p99, and each figure's ratio to t
 endpoint's req/s in the same run; at the end `audit verify` must pass.
 
     python bench/throughput_bench.py [--requests 295] [--concurrency 16]
-        [--only sqlite|postgres] [--workers 1,2] [--wait]
+        [--only sqlite|postgres] [--workers 1,2] [--job-processes] [--wait]
 
 `--workers 1,2` runs Refund Desk on PostgreSQL once per worker count (`serve --workers N`);
+`--job-processes` runs the jobs in processes apart from one HTTP process: the worker counts
+are then job processes (`serve --job-processes N`; SQLite: one);
 `--wait` adds a run where every client sends `Prefer: wait=10` and gets the outcome in the
 answer; `--profile DIR` samples the Refund Desk server with py-spy during each run (collapsed
 stacks, one file per run; `bench/parts/profile_summary.py` reads them).
@@ -215,6 +217,7 @@ def refund_desk(
     concurrency: int,
     *,
     workers: int = 1,
+    job_processes: int = 0,
     wait: bool = False,
     profile: Path | None = None,
     label: str = "",
@@ -240,13 +243,15 @@ def refund_desk(
                 str(port),
                 "--workers",
                 str(workers),
+                "--job-processes",
+                str(job_processes),
             ],
             env,
             cwd,
             url,
         )
         engine = create_engine(database_url)
-        spy = profile_of(proc, profile, f"{label}-{workers}w") if profile else None
+        spy = profile_of(proc, profile, label) if profile else None
         try:
             headers = {"Authorization": f"Bearer {key}"}
             if wait:
@@ -299,27 +304,30 @@ def side_by_side(
     with url_for() as url:
         reference = bare(url, args.requests, args.concurrency)
     print(reference.line("bare FastAPI + INSERT", None))
-    for workers in worker_counts:
+    for count in worker_counts:
+        # Replicas that each run HTTP and jobs, or one HTTP process and `count` job processes.
+        split = {"workers": 1, "job_processes": count} if args.job_processes else {"workers": count}
+        tag = f"{count}jp" if args.job_processes else f"{count}w"
         with url_for() as url:
             load, e2e, verify = refund_desk(
                 url,
                 args.requests,
                 args.concurrency,
-                workers=workers,
+                **split,
                 profile=args.profile,
-                label=label.lower(),
+                label=f"{label.lower()}-{tag}",
             )
-        print(load.line(f"Refund Desk intake ({workers}w)", reference.rate))
+        print(load.line(f"Refund Desk intake ({tag})", reference.rate))
         print(
-            f"  {'end to end, refunded (' + str(workers) + 'w)':<28} {e2e:7.1f} refunds/s"
+            f"  {'end to end, refunded (' + tag + ')':<28} {e2e:7.1f} refunds/s"
             f"{'':38}ratio {e2e / reference.rate:5.2f}   audit: {verify}"
         )
         if args.wait:
             with url_for() as url:
                 load, e2e, verify = refund_desk(
-                    url, args.requests, args.concurrency, workers=workers, wait=True
+                    url, args.requests, args.concurrency, **split, wait=True
                 )
-            print(load.line(f"Prefer: wait=10 ({workers}w)", reference.rate))
+            print(load.line(f"Prefer: wait=10 ({tag})", reference.rate))
 
 
 class SqliteUrl:
@@ -355,6 +363,11 @@ def main() -> None:
     parser.add_argument("--only", choices=["sqlite", "postgres"])
     parser.add_argument("--workers", default="1,2", help="PostgreSQL worker counts, e.g. 1,2")
     parser.add_argument("--wait", action="store_true", help="also a run with Prefer: wait=10")
+    parser.add_argument(
+        "--job-processes",
+        action="store_true",
+        help="jobs in processes apart from one HTTP process; worker counts count those",
+    )
     parser.add_argument(
         "--profile", type=Path, help="sample Refund Desk with py-spy into this folder"
     )

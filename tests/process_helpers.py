@@ -55,14 +55,14 @@ class Env:
             str(age_days),
         ).stdout.strip()
 
-    def serve(self) -> tuple[subprocess.Popen[str], str]:
+    def serve(self, *args: str) -> tuple[subprocess.Popen[str], str]:
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
             port = sock.getsockname()[1]
         log = self.dir / f"server-{port}.log"  # a file, not a pipe: a full pipe would block it
         with log.open("w") as out:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "refund_desk", "serve", "--port", str(port)],
+                [sys.executable, "-m", "refund_desk", "serve", "--port", str(port), *args],
                 cwd=self.dir,
                 env=self.env,
                 stdout=out,

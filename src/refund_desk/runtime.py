@@ -25,7 +25,7 @@ from refund_desk.settings import ConfigError, Settings
 from refund_desk.storage.audit import AuditLog
 from refund_desk.storage.crypto import Vault
 from refund_desk.storage.db import Database
-from refund_desk.storage.jobs import ClaimedJob, Handler, JobQueue
+from refund_desk.storage.jobs import Handler, JobQueue, nothing_to_do
 from refund_desk.storage.migrate import upgrade
 from refund_desk.web.metrics import TimedProcessor
 
@@ -122,10 +122,6 @@ def build(
     return runtime
 
 
-def _record_only(job: ClaimedJob) -> None:
-    """Without a chat surface the case itself is the record of what was said."""
-
-
 def job_table(runtime: Runtime, *, slack: Surface | None = None) -> dict[str, Handler]:
     """Every kind of durable work and who does it: the one place to look."""
     desk = runtime.desk
@@ -148,7 +144,7 @@ def job_table(runtime: Runtime, *, slack: Surface | None = None) -> dict[str, Ha
             erasure.run_delete_files, evidence=EvidenceStore(runtime.settings.evidence_path())
         ),
         erasure.PURGE_KEYS_JOB: partial(erasure.run_purge_keys, desk),  # destroyed keys' rows
-        NOTIFY: _record_only,
+        NOTIFY: nothing_to_do,  # without a chat surface the case itself is the record
     }
     if slack is not None:
         slack_jobs = slack.job_handlers()  # NOTIFY: Slack renders and posts what is said

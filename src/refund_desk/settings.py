@@ -41,6 +41,9 @@ class Settings(BaseSettings):
     worker_threads: int | None = Field(
         None, ge=1, le=64, validation_alias="REFUND_DESK_WORKER_THREADS"
     )
+    # Processes apart from the HTTP server that run the jobs (`serve --job-processes N`); 0:
+    # the server's own threads run them.
+    job_processes: int = Field(0, ge=0, le=64, validation_alias="REFUND_DESK_JOB_PROCESSES")
     secret: SecretStr | None = Field(None, validation_alias="REFUND_DESK_SECRET")
     processor: Literal["sandbox", "stripe"] = Field(
         "sandbox", validation_alias="REFUND_DESK_PROCESSOR"

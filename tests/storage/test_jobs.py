@@ -8,11 +8,11 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import event, select
 
 from refund_desk import clock
 from refund_desk.storage.db import Database
-from refund_desk.storage.jobs import ClaimedJob, JobQueue, RetryLater, enqueue
+from refund_desk.storage.jobs import ClaimedJob, JobQueue, RetryLater, enqueue, nothing_to_do
 from refund_desk.storage.models import Job
 
 LEASE = 60.0
@@ -351,3 +351,36 @@ def test_concurrent_claims_never_share_a_job(pg_db: Database) -> None:
     assert {owner for _, _, owner in rows} <= set(claimed)
     for owner, owner_ids in claimed.items():
         assert {i for i, _, o in rows if o == owner} == set(owner_ids)
+
+
+# ---------------------------------------------------------------- kinds with nothing to do
+
+
+def test_jobs_with_nothing_to_do_are_marked_done_in_the_claims_transaction(
+    db: Database, queue_a: JobQueue
+) -> None:
+    ran: list[int] = []
+    queue_a.install({"quiet": nothing_to_do, "test": lambda job: ran.append(job.id)})
+    with db.write() as session:
+        quiet = [enqueue(session, kind="quiet", payload={}).id for _ in range(3)]
+        later_one = enqueue(session, kind="quiet", payload={}, due_at=later(600)).id
+    work = add_job(db)
+    transactions = 0
+
+    @event.listens_for(db.engine, "begin")
+    def _begin(conn: Any) -> None:
+        nonlocal transactions
+        transactions += 1
+
+    try:
+        assert queue_a.sweep() == 1  # only the job with work to do ran
+    finally:
+        event.remove(db.engine, "begin", _begin)
+    assert ran == [work]
+    for job_id in quiet:
+        job = load(db, job_id)
+        assert (job.status, job.attempt, job.lease_owner) == ("done", 0, None)
+        assert job.finished_at is not None
+    assert load(db, later_one).status == "pending"  # not due yet: left alone
+    # two claims (the work, then none left) and the work's completion; nothing per quiet job
+    assert transactions == 3

@@ -98,13 +98,17 @@ class Surface:
         def run() -> T:
             if self.directory is not None:
                 self.directory.refresh()
-            return fn(*args, **kwargs)
+            with self.desk.db.urgent():  # before ack(): ahead of intake and jobs on SQLite
+                return fn(*args, **kwargs)
 
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self.ack_pool, run)
 
     def start_jobs(self, job_ids: Iterable[int]) -> None:
-        """After ack(): run the jobs a click created, then whatever else became due."""
+        """After ack(): run the jobs a click created, then whatever else became due (unless
+        the jobs run in processes of their own: there they are due at once)."""
+        if self.desk.jobs_elsewhere:
+            return
         ids = list(job_ids)
 
         def run() -> None:

@@ -378,7 +378,7 @@ def _approve(
         action="case.approved",
         payload={"basis": "approval", "approvers": sorted(approvers | {user}), "amount": amount},
     )
-    job = enqueue_execution(session, case)
+    job = enqueue_execution(session, case, desk.due_for_hand_off())
     return Outcome(case.id, "Approved: the refund is on its way.", [job])
 
 

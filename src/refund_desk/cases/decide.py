@@ -324,7 +324,7 @@ def route(
                 action="case.approved",
                 payload={"rule": decision.rule, "basis": "policy"},
             )
-            return enqueue_execution(session, case)
+            return enqueue_execution(session, case, desk.due_for_hand_off())
         note = (
             "Shadow mode: the policy would have refunded this automatically."
             if switches.mode == "shadow"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from refund_desk import clock
 from refund_desk.cases.people import Directory
@@ -18,6 +18,10 @@ from refund_desk.storage.audit import AuditLog
 from refund_desk.storage.crypto import Vault
 from refund_desk.storage.db import Database
 from refund_desk.storage.jobs import ClaimedJob, JobQueue
+
+# Work a process hands to itself is due only after this grace: a sweep elsewhere takes it over
+# only if this process died before running it.
+INLINE_GRACE = timedelta(seconds=5)
 
 
 @dataclass
@@ -35,12 +39,22 @@ class Desk:
     directory: Directory | None = None  # who is in a Slack user group (set with Slack)
     # Set by the scheduler: take this job now, in the background (see `hand_off`).
     worker: Callable[[int], None] | None = None
+    # Set in a server whose jobs run in processes of their own (`serve --job-processes N`):
+    # nothing runs here, and work created here is due at once, for them to take.
+    jobs_elsewhere: bool = False
 
     def now(self) -> datetime:
         return self.clock()
 
+    def due_for_hand_off(self) -> datetime:
+        """When work this process creates and means to run itself becomes due for the sweeps:
+        after a grace, or at once when the jobs run in other processes."""
+        return self.now() + (timedelta(0) if self.jobs_elsewhere else INLINE_GRACE)
+
     def kick(self, job_id: int | None) -> None:
         """Run a job just created, instead of waiting for the next sweep; a crash loses nothing."""
+        if self.jobs_elsewhere:
+            return  # a job process takes it (it is due at once)
         if job_id is not None and self.run_inline:
             self.jobs.run_now(job_id)
         if self.wake is not None:
@@ -51,7 +65,9 @@ class Desk:
         request answers without waiting for it. Without a worker (a CLI, tests that drive the
         sweeps themselves) it runs here, as `kick` does. The job is committed either way, so
         a crash loses nothing: a sweep takes it over after its grace. True if the worker
-        took it, False if it ran here (or nothing was to run)."""
+        (or a job process) took it, False if it ran here (or nothing was to run)."""
+        if self.jobs_elsewhere:
+            return job_id is not None
         if job_id is not None and self.worker is not None and self.run_inline:
             self.worker(job_id)
             return True

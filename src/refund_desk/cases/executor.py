@@ -12,7 +12,7 @@ refund. Correctness never depends on the processor honouring idempotency keys.
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from sqlalchemy import select
@@ -21,8 +21,9 @@ from sqlmodel import col
 from refund_desk import clock, logs, money
 from refund_desk.cases import breaker
 from refund_desk.cases import facts as case_facts
+from refund_desk.cases.desk import INLINE_GRACE
 from refund_desk.cases.errors import Conflict
-from refund_desk.cases.intake import INLINE_GRACE, new_id
+from refund_desk.cases.intake import new_id
 from refund_desk.cases.lifecycle import Status, move
 from refund_desk.cases.notify import notify
 from refund_desk.cases.ports import (
@@ -75,18 +76,19 @@ def idempotency_key(execution_id: str) -> str:
     return f"refund-desk-{execution_id}"
 
 
-def enqueue_execution(session: Session, case: Case) -> int:
+def enqueue_execution(session: Session, case: Case, due_at: datetime | None = None) -> int:
     """Queue the refund of an approved case, once per approval (the revision it was approved at).
 
     The dedupe key makes a second queueing of the same approval fail instead of running two
-    executors side by side for one case.
+    executors side by side for one case. `due_at` is `Desk.due_for_hand_off()`: whoever
+    queues it runs it at once (`Desk.kick`), or a job process does.
     """
     job = enqueue(
         session,
         kind=EXECUTE,
         payload={"case_id": case.id, "revision": case.revision},
         dedupe_key=f"execute:{case.id}:{case.revision}",
-        due_at=clock.now() + INLINE_GRACE,  # whoever queued it runs it at once (Desk.kick)
+        due_at=due_at or clock.now() + INLINE_GRACE,
     )
     assert job.id is not None  # flushed by enqueue
     return job.id

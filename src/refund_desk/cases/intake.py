@@ -40,7 +40,6 @@ ADVANCE = "advance"  # job kind: advise, decide and route a new case
 
 SOURCES = ("api", "web_form", "shopify", "zendesk", "gorgias", "slack", "email")
 DUPLICATE_WINDOW = timedelta(hours=24)
-INLINE_GRACE = timedelta(seconds=5)
 
 
 class RefundRequest(BaseModel):
@@ -306,9 +305,9 @@ def _capture(
                     created_at=now,
                 )
             )
-        # Run inline by the request (Desk.kick); a sweep takes over only after the grace.
+        # Handed to this process's worker (Desk.hand_off); a sweep takes over after the grace.
         job = enqueue(
-            session, kind=ADVANCE, payload={"case_id": case.id}, due_at=now + INLINE_GRACE
+            session, kind=ADVANCE, payload={"case_id": case.id}, due_at=desk.due_for_hand_off()
         )
         logs.bind(case.id, case.correlation_id)  # the rest of this request is about the case
         log.info(

@@ -125,29 +125,65 @@ def serve(
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
     workers: Annotated[int, typer.Option(help="Worker processes (PostgreSQL only).")] = 1,
+    job_processes: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            max=64,
+            help="Run the jobs in this many processes of their own, at a lower OS priority, "
+            "instead of the server's threads (REFUND_DESK_JOB_PROCESSES; default 0).",
+        ),
+    ] = 0,
 ) -> None:
     """Run the server: HTTP API, Slack endpoint, and the job sweeps."""
+    import os
+
     import uvicorn
 
+    if job_processes:  # the server's processes (and the job processes) read it from settings
+        os.environ["REFUND_DESK_JOB_PROCESSES"] = str(job_processes)
     settings = _settings()
     if workers > 1 and settings.is_sqlite:
         _fail("SQLite supports one worker; use PostgreSQL (DATABASE_URL) for more", 2)
-    if workers > 1:
-        uvicorn.run(
-            "refund_desk.web.main:app",
-            host=host,
-            port=port,
-            workers=workers,
-            log_config=logs.uvicorn_log_config(),
-        )
-        return
-    from refund_desk.web.app import create_app
+    from refund_desk.web.job_process import JobProcesses
 
-    runtime = _runtime()
-    typer.echo(
-        f"Refund Desk on http://{host}:{port} (database {runtime.db.engine.url.render_as_string()})"
-    )
-    uvicorn.run(create_app(runtime), host=host, port=port, log_config=logs.uvicorn_log_config())
+    runtime = _runtime()  # migrated before any job process starts
+    jobs = JobProcesses(settings.job_processes, os.environ)
+    if settings.job_processes:
+        jobs.start()
+    try:
+        if workers > 1:
+            uvicorn.run(
+                "refund_desk.web.main:app",
+                host=host,
+                port=port,
+                workers=workers,
+                log_config=logs.uvicorn_log_config(),
+            )
+            return
+        from refund_desk.web.app import create_app
+
+        url = runtime.db.engine.url.render_as_string()
+        typer.echo(f"Refund Desk on http://{host}:{port} (database {url})")
+        uvicorn.run(create_app(runtime), host=host, port=port, log_config=logs.uvicorn_log_config())
+    finally:
+        jobs.stop(timeout=runtime.desk.jobs.lease.total_seconds())
+
+
+@app.command()
+def worker() -> None:
+    """Run the jobs only, no HTTP: one of `serve --job-processes N`'s processes, or a job
+    replica of its own beside the servers. Stops on SIGTERM or Ctrl-C after the jobs it is
+    running."""
+    import signal
+    import threading
+
+    from refund_desk.web.job_process import run
+
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    run(_runtime(), stop)
 
 
 @app.command()

@@ -174,11 +174,16 @@ class Delivery:
             except DeliveryFailed as exc:
                 if not exc.transient:
                     log.error("customer message %s undeliverable: %s", out.message_id, exc)
-                    self._finish(out, channel, "failed", None, str(exc))
+                    self._finish(out, channel, "failed", None, str(exc), job)
                     return
                 raise RetryLater(backoff(job.failures + 1, base=5.0), str(exc)) from None
         self._finish(
-            out, channel if courier else None, "sent" if courier else "recorded", reference, None
+            out,
+            channel if courier else None,
+            "sent" if courier else "recorded",
+            reference,
+            None,
+            job,
         )
         log.info(
             "customer told %s (%s)", message.kind, f"sent by {channel}" if courier else "recorded"
@@ -221,14 +226,22 @@ class Delivery:
         )
 
     def _finish(
-        self, out: Outbound, channel: str | None, status: str, ref: str | None, error: str | None
+        self,
+        out: Outbound,
+        channel: str | None,
+        status: str,
+        ref: str | None,
+        error: str | None,
+        job: ClaimedJob,
     ) -> None:
+        """Record what became of the message; the job ends in the same commit."""
         desk = self.desk
         with desk.db.write() as session:
             message = session.get(CustomerMessage, out.message_id)
             case = session.get(Case, out.case_id)
             if message is None or case is None or message.status != "queued":
                 return
+            desk.jobs.finish_in(session, job)
             message.status, message.channel = status, channel or "none"
             message.external_ref, message.sent_at = ref, desk.now()
             if out.appeal_url:

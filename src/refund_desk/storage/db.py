@@ -7,10 +7,17 @@ serialized lock rows explicitly (`lock_payment`, the audit head).
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextvars import ContextVar
 from typing import Any
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not on Windows: SQLite's busy handler alone
+    fcntl = None  # type: ignore[assignment]
 
 from sqlalchemy import Engine, create_engine, event, select
 from sqlmodel import Session, col
@@ -60,6 +67,76 @@ def _configure_sqlite(engine: Engine) -> None:
         conn.exec_driver_sql(f"BEGIN {mode}")
 
 
+# Set while a transaction must finish within a deadline (a Slack listener's, before ack()):
+# on SQLite it goes before the writers that can wait.
+_URGENT: ContextVar[bool] = ContextVar("urgent_write", default=False)
+
+
+class _Turns:
+    """The threads of one process, one writer at a time; urgent writers go first."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._busy = False
+        self._urgent_waiting = 0
+
+    def acquire(self, urgent: bool) -> None:
+        with self._changed:
+            if urgent:
+                self._urgent_waiting += 1
+            try:
+                while self._busy or (not urgent and self._urgent_waiting):
+                    self._changed.wait()
+                self._busy = True
+            finally:
+                if urgent:
+                    self._urgent_waiting -= 1
+
+    def release(self) -> None:
+        with self._changed:
+            self._busy = False
+            self._changed.notify_all()
+
+
+class SqliteWriters:
+    """One writer at a time on a SQLite file: the threads of this process take turns (urgent
+    writers first), and the processes on the file (a server and its job processes, a CLI) on
+    an exclusive `flock` of a file beside it, which the kernel hands over as soon as it is
+    released, instead of SQLite's busy handler, which sleeps in growing steps and lets a busy
+    process starve the others."""
+
+    def __init__(self, path: str | None) -> None:
+        self._turns = _Turns()
+        self._fd: int | None = None
+        if path and path != ":memory:" and fcntl is not None:
+            self._fd = os.open(f"{path}.writer", os.O_RDWR | os.O_CREAT, 0o600)
+
+    def __enter__(self) -> None:
+        self._turns.acquire(_URGENT.get())
+        if self._fd is not None:
+            try:
+                fcntl.flock(self._fd, fcntl.LOCK_EX)
+            except BaseException:
+                self._turns.release()
+                raise
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            if self._fd is not None:
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+        finally:
+            self._turns.release()
+
+    def close(self) -> None:
+        self._turns.acquire(True)
+        try:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+        finally:
+            self._turns.release()
+
+
 class Database:
     """Hands out short transactions. Never keep one open across a network call."""
 
@@ -72,7 +149,7 @@ class Database:
         # SQLite has one writer at a time anyway; queueing writers here instead of in SQLite's
         # busy handler (which sleeps in growing steps) keeps latency and throughput steady.
         self._write_lock: AbstractContextManager[object] = (
-            threading.Lock() if self.is_sqlite else nullcontext()
+            SqliteWriters(engine.url.database) if self.is_sqlite else nullcontext()
         )
 
     @classmethod
@@ -89,6 +166,17 @@ class Database:
         ):
             yield session
 
+    @staticmethod
+    @contextmanager
+    def urgent() -> Iterator[None]:
+        """Write transactions in this block must finish within a deadline (a Slack listener's
+        before `ack()`): on SQLite they go before the writers that can wait (intake, jobs)."""
+        token = _URGENT.set(True)
+        try:
+            yield
+        finally:
+            _URGENT.reset(token)
+
     @contextmanager
     def read(self) -> Iterator[Session]:
         with Session(self._read_engine, expire_on_commit=False) as session, session.begin():
@@ -96,6 +184,8 @@ class Database:
 
     def dispose(self) -> None:
         self.engine.dispose()
+        if isinstance(self._write_lock, SqliteWriters):
+            self._write_lock.close()
 
 
 def lock_payment(session: Session, payment_id: str) -> Payment | None:

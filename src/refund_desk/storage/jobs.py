@@ -53,6 +53,12 @@ class RetryLater(Exception):
 Handler = Callable[[ClaimedJob], None]
 
 
+def nothing_to_do(job: ClaimedJob) -> None:
+    """The handler of a kind with nothing to do in this deployment (a notification with no
+    chat surface to say it on: the case itself is the record). A sweep marks such jobs done
+    in bulk in its claim's transaction, with no run and no transaction of their own."""
+
+
 def enqueue(
     session: Session,
     *,
@@ -123,6 +129,7 @@ class JobQueue:
     ) -> list[ClaimedJob]:
         now = now or clock.now()
         with self.db.write() as session:
+            self._settle_idle(session, now)
             where = self._claimable(now)
             if skip:
                 where = and_(where, Job.id.not_in(skip))  # type: ignore[union-attr]
@@ -130,6 +137,20 @@ class JobQueue:
             if not self.db.is_sqlite:
                 ids = ids.with_for_update(skip_locked=True)
             return self._lease(session, Job.id.in_(ids.scalar_subquery()), now)  # type: ignore[union-attr]
+
+    def _settle_idle(self, session: Session, now: datetime) -> None:
+        """Mark due jobs of kinds with `nothing_to_do` done, all at once."""
+        idle = [kind for kind, handler in self.handlers.items() if handler is nothing_to_do]
+        if not idle:
+            return
+        ids = select(col(Job.id)).where(self._claimable(now), col(Job.kind).in_(idle))
+        if not self.db.is_sqlite:
+            ids = ids.with_for_update(skip_locked=True)
+        session.execute(
+            update(Job)
+            .where(Job.id.in_(ids.scalar_subquery()))  # type: ignore[union-attr]
+            .values(status="done", finished_at=now, lease_expires_at=None)
+        )
 
     def claim_one(self, job_id: int, *, now: datetime | None = None) -> ClaimedJob | None:
         """Claim a specific job now, even before it is due: the request that created it runs

@@ -228,6 +228,10 @@ def create_app(
     """The app; `slack_emulator` (only `refund-desk demo` passes one) mounts the Slack emulator."""
     surface = build_surface(runtime.desk, runtime.settings)
     install_jobs(runtime, slack=surface)
+    if runtime.settings.job_processes > 0:
+        # `serve --job-processes N`: the jobs run in processes of their own (`job_process.py`);
+        # this one takes requests, and what they create is due at once, for those to take.
+        runtime.desk.jobs_elsewhere, scheduler = True, False
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

@@ -159,7 +159,13 @@ def readiness(
 ) -> tuple[bool, dict[str, Any]]:
     """What `/readyz` answers: ready, and every dependency with its state."""
     database, migrations = database_checks(runtime)
-    scheduler = sweep.check() if sweep is not None else Check(DOWN, "no scheduler in this app")
+    if sweep is not None:
+        scheduler = sweep.check()
+    elif runtime.desk.jobs_elsewhere and database.status == OK:
+        with runtime.db.read() as session:  # the job processes' sweeps
+            scheduler = scheduler_from_heartbeats(session, clock.now())
+    else:
+        scheduler = Check(DOWN, "no scheduler in this app")
     checks = {"database": database, "migrations": migrations, "scheduler": scheduler}
     if database.status == OK:
         with runtime.db.read() as session:
