@@ -18,6 +18,7 @@ from refund_desk.advisor.injection import detect_injection, without_injection
         ("Kostet 1.249,00 € und ist kaputt", "EUR", (124900, "EUR")),
         ("Meu pedido de R$ 1.087,30 veio errado", "BRL", (108730, "BRL")),
         ("La guitarra de 149 dólares llegó rota", "USD", (14900, "USD")),
+        ("the shelf is smashed, pay back my 25 quid", None, (2500, "GBP")),
         ("Beloppet 1 299 kr drogs två gånger", "SEK", (129900, "SEK")),
         # Japanese: no word boundary between the number and the words around it
         ("代金は¥2,480でした。返金してください。", "JPY", (2480, "JPY")),
@@ -35,6 +36,7 @@ from refund_desk.advisor.injection import detect_injection, without_injection
         ("two tickets, $35.00 each, $70.00 total, refund both", "USD", (7000, "USD")),
         ("refund the rest of the year, £60.00 (6 months at £10)", "GBP", (6000, "GBP")),
         ("charged 2 x $18.00 for one pizza", "USD", (1800, "USD")),
+        ("the code didn't apply: the total was $90 so I'm owed $9", "USD", (900, "USD")),
         # the base of a percentage and a threshold are not the ask
         ("the promised 10% of $150 is $15, please refund it", "USD", (1500, "USD")),
         ("Your rules say refunds above $500 need a manager. Mine is $40.", "USD", (4000, "USD")),
@@ -94,6 +96,8 @@ def test_what_only_looks_like_money_is_left_out(text: str) -> None:
         ("昨日注文\uff08番号44213\uff09が届きました", "44213"),
         ("Commandé le 03/03. Où est ma commande ? N° 88120", "88120"),
         ("Z-20931 - never delivered, courier can't find it", "Z-20931"),
+        ("please cancel the second order, 71120", "71120"),
+        ("Rezygnuję z warsztatów. Rezerwacja WR-3310, proszę o zwrot.", "WR-3310"),
         # a ticket number is not a payment; the order is
         ("Re: Ticket #66102 still open\nOrder 5521090, paid 99.00 USD", "5521090"),
         ("Re: Ticket #66102 still open, the blender is dead", None),

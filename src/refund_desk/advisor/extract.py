@@ -27,13 +27,14 @@ _REF_WORDS = (
     r"|pedido|encomenda|invoice|rechnung|factura|facture|fattura|fatura|bestelling|bestelnummer"
     r"|ordernummer|ordernr|ordine|zam[oó]wieni\w*|best[aä]llning\w*|ordern?"
     r"|booking|reservation|r[ée]servation|buchung|buchungsnummer|reserva|prenotazione|boeking"
+    r"|rezerwacj[ai]|bokning|bokningsnummer"
     r"|ref|reference|r[ée]f[ée]rence|referencia|riferimento|refer[eê]ncia|referentie"
     r"|(?:payment|transaction)\s+(?:reference|ref|id)|zahlungsreferenz|betalingskenmerk|kenmerk"
     r"|transaktionsnummer|numer\s+zam[oó]wienia|numero\s+(?:d[ie]\s+)?(?:ordine|pedido)"
 )
 _ORDER_ID = re.compile(
     rf"(?i)(?:\b(?:{_REF_WORDS})\b\.?|注文番号|ご注文番号|注文|予約番号)"
-    r"(?:\s*(?:number|nummer|numero|n[uú]mero|no\.?|nr\.?|num\.?|n\.?\s?[°º]|n\.|id|#|:|\uff1a|\(|\uff08|番号))*"
+    r"(?:\s*(?:number|nummer|numero|n[uú]mero|no\.?|nr\.?|num\.?|n\.?\s?[°º]|n\.|id|#|:|,|\uff1a|\(|\uff08|番号))*"
     r"\s*#?\s*(?P<id>[A-Z]{0,4}-?\d[\dA-Z-]{2,24})(?![A-Za-z0-9_\u00c0-\u024f-])"
 )
 # "#55231" or "Nº 77120" with no word before it, unless the word says it is not a payment
@@ -82,7 +83,8 @@ _SYMBOLS: dict[str, tuple[str, ...]] = {
     "dollars": _DOLLARS, "dollar": _DOLLARS, "bucks": _DOLLARS, "euros": ("EUR",),
     "euro": ("EUR",), "eur": ("EUR",), "usd": ("USD",), "gbp": ("GBP",), "jpy": ("JPY",),
     "kwd": ("KWD",), "chf": ("CHF",), "cad": ("CAD",), "aud": ("AUD",), "pounds": ("GBP",),
-    "yen": ("JPY",), "dinars": ("KWD", "BHD", "JOD", "IQD", "LYD", "TND", "DZD", "RSD"),
+    "quid": ("GBP",), "yen": ("JPY",),
+    "dinars": ("KWD", "BHD", "JOD", "IQD", "LYD", "TND", "DZD", "RSD"),
     "dinar": ("KWD", "BHD", "JOD", "IQD", "LYD", "TND", "DZD", "RSD"),
     # written without the diacritic or in words, and lower-case codes ("349 zl", "50 pln")
     "zl": ("PLN",), "zloty": ("PLN",), "zlotych": ("PLN",), "złotych": ("PLN",), "pln": ("PLN",),
@@ -111,7 +113,7 @@ _AMOUNT = re.compile(
 )
 # Words near an amount that say it is the one asked for, in folded text.
 _ASK_WORD = (
-    r"refund|reimburs|back|return|credit|erstatt|zuruck|rembours|reembols|devolu|devolv"
+    r"refund|reimburs|back|return|credit|owed|owe me|erstatt|zuruck|rembours|reembols|devolu|devolv"
     r"|rimbors|restitu|terugbeta|terugstort|terug|zwrot|zwroc|oddac|aterbetal|tillbaka|estorn"
     r"|返金|返して"
 )
