@@ -1,11 +1,12 @@
 """Benchmark: the offline advisor's learned reason model against the keyword rules it replaced.
 
-Run ``python bench/advisor_bench.py``. On the dev split (never trained on) it prints, side by
-side in the same run: reason accuracy of the keyword rules and of the model; milliseconds per
-request (median and p99, one core, the model loaded once before timing) for the keyword rules,
-the model alone, and the whole `OfflineAdvisor.advise` (redaction, model, extraction, summary);
-amount accuracy of the hand-written extractor and of `price-parser`; and the installed size the
-model adds (its weights file and numpy).
+Run ``python bench/advisor_bench.py``. On the two dev sets (never trained on: our own split
+and the other writer's set) it prints, side by side in the same run: reason accuracy of the
+keyword rules and of the model; amount accuracy of the hand-written extractor and of
+`price-parser`; milliseconds per request (median and p99, one core, the model loaded once
+before timing) for the keyword rules, the model alone, and the whole `OfflineAdvisor.advise`
+(redaction, injection check, model, extraction, summary) over both sets; and the installed
+size the advisor's data adds (weights file, corpus) and numpy.
 """
 
 from __future__ import annotations
@@ -22,18 +23,18 @@ from pathlib import Path
 import numpy
 from price_parser import Price
 
-from refund_desk.advisor.model import WEIGHTS, load_model
+from refund_desk.advisor.model import WEIGHTS, ReasonModel, load_model
 from refund_desk.advisor.offline import OfflineAdvisor, extract_amount, keyword_classify
 from refund_desk.cases.ports import AdviceRequest
 from refund_desk.money import exponent
 
-DEV = WEIGHTS.with_name("dev.jsonl")
+DEV = (WEIGHTS.with_name("dev.jsonl"), WEIGHTS.with_name("dev_other_writer.jsonl"))
 ROUNDS = 5
 
 
 def _timings(fn: Callable[[str], object], texts: list[str]) -> list[float]:
     """Milliseconds per call; the collector is paused so its pauses land on no single call."""
-    out = []
+    out: list[float] = []
     gc.collect()
     gc.disable()
     try:
@@ -67,21 +68,11 @@ def _amount(text: str, currency: str | None) -> Decimal | None:
     return Decimal(value).scaleb(-(exponent(code) if code else 2))
 
 
-def main() -> None:
-    rows = [json.loads(line) for line in DEV.read_text(encoding="utf-8").splitlines() if line]
-    texts = [r["text"] for r in rows]
-
-    start = time.perf_counter()
-    model = load_model()
-    load_ms = (time.perf_counter() - start) * 1000
-    advisor = OfflineAdvisor()
-
+def _accuracy(rows: list[dict[str, str]], model: ReasonModel) -> None:
     rules_right = sum(keyword_classify(r["text"])[0] == r["reason"] for r in rows)
     model_right = sum(model.predict(r["text"])[0] == r["reason"] for r in rows)
-    print(f"dev split: {len(rows)} requests in 10 languages (never trained on)")
     print(f"reason accuracy   keyword rules {100 * rules_right / len(rows):5.1f}%")
     print(f"                  learned model {100 * model_right / len(rows):5.1f}%")
-
     hand = sum(
         _amount(r["text"], r["currency"]) == (Decimal(r["amount"]) if r["amount"] else None)
         for r in rows
@@ -92,6 +83,19 @@ def main() -> None:
     )
     print(f"amount accuracy   hand-written  {100 * hand / len(rows):5.1f}%")
     print(f"                  price-parser  {100 * parser / len(rows):5.1f}%")
+
+
+def main() -> None:
+    start = time.perf_counter()
+    model = load_model()
+    load_ms = (time.perf_counter() - start) * 1000
+    advisor = OfflineAdvisor()
+    texts: list[str] = []
+    for path in DEV:
+        rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+        texts += [r["text"] for r in rows]
+        print(f"{path.name}: {len(rows)} requests (never trained on)")
+        _accuracy(rows, model)
 
     rules_t = _timings(keyword_classify, texts)
     model_t = _timings(model.predict, texts)
@@ -108,12 +112,14 @@ def main() -> None:
     print(f"model / keyword rules, median: {ratio:.2f}x")
 
     weights = WEIGHTS.stat().st_size
+    data = _size(WEIGHTS.parent)
     numpy_size = _size(Path(numpy.__file__).parent)
     numpy_libs = Path(numpy.__file__).parent.parent / "numpy.libs"
     if numpy_libs.is_dir():
         numpy_size += _size(numpy_libs)
     print(
-        f"installed size added: weights {weights / 1e6:.2f} MB, numpy {numpy_size / 1e6:.1f} MB"
+        f"installed size added: weights {weights / 1e6:.2f} MB, advisor data in all (weights and"
+        f" corpus) {data / 1e6:.2f} MB, numpy {numpy_size / 1e6:.1f} MB"
         f" (numpy {numpy.__version__}); python {sys.version.split()[0]}"
     )
 

@@ -15,17 +15,18 @@ which never leaves the process.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 
+from refund_desk.advisor.extract import extract_amount, extract_order_ref
 from refund_desk.advisor.features import fold as _fold
+from refund_desk.advisor.injection import detect_injection, without_injection
 from refund_desk.advisor.intent import cite_rules, is_policy_question
 from refund_desk.advisor.model import load_model
 from refund_desk.advisor.redact import KINDS, redact
 from refund_desk.advisor.spelling import Speller
 from refund_desk.cases.ports import REASONS, Advice, AdviceRequest
-from refund_desk.money import exponent, format_money, to_minor
+from refund_desk.money import format_money
 
 __all__ = [
     "OfflineAdvisor",
@@ -279,266 +280,6 @@ def keyword_classify(text: str) -> tuple[str, float]:
     return top_reason, round(0.5 + 0.5 * (share - 0.5), 3)
 
 
-# ---------------------------------------------------------------- prompt injection
-
-_INJECTION = re.compile(
-    r"""
-    \b(?:ignore|disregard|forget|skip|override)\s+(?:all\s+|any\s+|the\s+|your\s+|my\s+)?
-        (?:previous|prior|above|earlier|preceding|system|existing|other)?\s*
-        (?:instructions?|rules|prompts?|directions|guidelines|polic(?:y|ies)|context)
-  | \byou\s+are\s+now\b
-  | \b(?:act|behave|respond)\s+as\s+(?:if\s+you\s+(?:are|were)|an?\s+(?:admin|system|assistant))
-  | \bpretend\s+(?:to\s+be|you\s+are)
-  | \bsystem\s+(?:prompt|message|instructions?)
-  | \bdeveloper\s+mode\b | \bjailbreak | \bDAN\s+mode\b
-  | \bas\s+an?\s+(?:ai|language\s+model|llm|assistant)\b
-  | \boverride\s+(?:the\s+)?(?:policy|rules|limits?|decision)
-  | \bbypass\s+(?:the\s+)?(?:policy|rules|review|approval|checks?)
-  | \b(?:approve|authori[sz]e|accept)\s+(?:this|the|my)\s+refund\b
-  | \b(?:auto[- ]?approve|approve\s+(?:it\s+)?(?:immediately|automatically|now))\b
-  | \b(?:set|change|mark)\s+(?:the\s+)?(?:reason|amount|confidence|status|category|outcome)
-        \s+(?:to|as)\b
-  | \bclassify\s+(?:this|it|me)\s+as\b
-  | \bnew\s+instructions?\b
-  | <\s*/?\s*(?:system|assistant|instructions?)\s*> | \[/?INST\]
-  | ^\s*(?:system|assistant)\s*: | \#\#\#\s*instruction
-  | \bignorez\s+les\s+instructions | \bignoriere\s+(?:alle\s+)?(?:vorherigen\s+)?anweisungen
-  | \bignora\s+(?:las\s+)?instrucciones
-  # the other languages customers write in (folded: no accents)
-  | \b(?:ignorier\w*|vergiss)\s+(?:alle\s+|die\s+|deine\s+)?(?:bisherigen\s+|vorherigen\s+)?
-        (?:anweisungen|regeln|vorgaben)
-  | \bignor(?:e|ez|er)\s+(?:toutes\s+)?(?:les\s+|vos\s+)?(?:instructions|regles|consignes)
-  | \bignor(?:a|e|ad)\s+(?:todas\s+|tutte\s+)?(?:las\s+|le\s+|as\s+)?(?:instrucciones|istruzioni
-        |instrucoes|reglas|regole|regras)
-  | \bnegeer\s+(?:alle\s+)?(?:vorige\s+|eerdere\s+)?(?:instructies|regels)
-  | \bzignoruj\s+(?:wszystkie\s+)?(?:poprzednie\s+)?(?:instrukcje|polecenia|zasady)
-  | \bignorera\s+(?:alla\s+)?(?:tidigare\s+)?(?:instruktioner|regler)
-  | \b(?:genehmige|genehmigen\s+sie|approuve[zr]?|aprueba|aprobad|approva(?:te)?|aprove|aprovem
-        |keur|zatwierdz\w*|godkann)\s+(?:diese|die|ce|le|este|el|questo|il|o|deze|de|ten
-        |denna)?\s*(?:erstattung|ruckerstattung|remboursement|reembolso|rimborso|terugbetaling
-        |zwrot|aterbetalning)\b
-  | \b(?:du\s+bist\s+jetzt|tu\s+es\s+maintenant|ahora\s+eres|ora\s+sei|je\s+bent\s+nu
-        |agora\s+es|jestes\s+teraz|du\s+ar\s+nu)\b
-  | (?:以前の|これまでの|上記の)?指示を(?:無視|忘れ) | システムプロンプト
-  | 返金を(?:承認|許可)(?:して|しろ|せよ)
-    """,
-    re.IGNORECASE | re.VERBOSE | re.MULTILINE,
-)
-_SENTENCE = re.compile(r"[^.!?\n]+[.!?]*|\n")
-
-
-def detect_injection(text: str) -> bool:
-    """Does the text try to instruct the system rather than describe a problem?"""
-    return bool(_INJECTION.search(_fold(text)))
-
-
-def _without_injection(text: str) -> str:
-    """Drop whole sentences that carry an instruction, so they cannot steer the reason."""
-    return "".join(
-        s.group(0) for s in _SENTENCE.finditer(text) if not _INJECTION.search(s.group(0))
-    )
-
-
-# ---------------------------------------------------------------- order / payment reference
-
-_PAYMENT_ID = re.compile(r"(?<![A-Za-z0-9_])(?:pi|ch|py)_[A-Za-z0-9]{6,}(?![A-Za-z0-9_])")
-_ORDER_ID = re.compile(
-    r"(?i)(?:\b(?:order|ordr|bestellung|bestellnummer|commande|pedido|invoice|rechnung|bestelling"
-    r"|bestelnummer|ordernummer|ordine|encomenda|zam[oó]wieni[ea]|best[aä]llning|ref|reference"
-    r"|referencia|riferimento)|注文番号|ご注文番号|注文)"
-    r"(?:\s*(?:number|no\.?|nr\.?|num\.?|n[°º]|id|#|:))*\s*#?\s*"
-    r"(?P<id>[A-Z]{0,4}-?\d[\dA-Z-]{2,24})(?![\w-])"
-    r"|(?<![\w#])#(?P<hash>\d{3,20})\b"
-)
-
-
-def extract_order_ref(text: str) -> str | None:
-    """The first processor payment id (pi_/ch_/py_) in the text, else the first order number."""
-    m = _PAYMENT_ID.search(text)
-    if m:
-        return m.group(0)
-    o = _ORDER_ID.search(text)
-    if o:
-        return o.group("id") or o.group("hash")
-    return None
-
-
-# ---------------------------------------------------------------- amounts
-
-_DOLLARS = ("USD", "CAD", "AUD", "NZD", "SGD", "HKD", "MXN")
-# Currency markers -> the ISO codes they may stand for. Longest first in the pattern.
-_SYMBOLS: dict[str, tuple[str, ...]] = {
-    "us$": ("USD",), "c$": ("CAD",), "ca$": ("CAD",), "a$": ("AUD",), "au$": ("AUD",),
-    "nz$": ("NZD",), "s$": ("SGD",), "hk$": ("HKD",), "r$": ("BRL",), "$": _DOLLARS,
-    "€": ("EUR",), "£": ("GBP",), "¥": ("JPY", "CNY"), "￥": ("JPY", "CNY"), "円": ("JPY",),
-    "₩": ("KRW",), "₹": ("INR",), "₺": ("TRY",), "₽": ("RUB",), "zł": ("PLN",),
-    "kd": ("KWD",), "د.ك": ("KWD",), "fr.": ("CHF",), "kr": ("SEK", "NOK", "DKK", "ISK"),
-    "dollars": _DOLLARS, "dollar": _DOLLARS, "bucks": _DOLLARS, "euros": ("EUR",),
-    "euro": ("EUR",), "eur": ("EUR",), "usd": ("USD",), "gbp": ("GBP",), "jpy": ("JPY",),
-    "kwd": ("KWD",), "chf": ("CHF",), "cad": ("CAD",), "aud": ("AUD",), "pounds": ("GBP",),
-    "yen": ("JPY",), "dinars": ("KWD", "BHD", "JOD", "IQD", "LYD", "TND", "DZD", "RSD"),
-    "dinar": ("KWD", "BHD", "JOD", "IQD", "LYD", "TND", "DZD", "RSD"),
-}  # fmt: skip
-# A plain space groups thousands only before a trailing marker ("1 234,56 €"); after a leading
-# one ("$25 100 times") it would glue two numbers together.
-_NUM_PRE = r"\d{1,3}(?:[,.'\u00a0\u202f]\d{3})+(?:[.,]\d{1,3})?|\d+(?:[.,]\d{1,3})?"
-_NUM = r"\d{1,3}(?:[,.'\u00a0\u202f ]\d{3})+(?:[.,]\d{1,3})?|\d+(?:[.,]\d{1,3})?"
-_MARK = "|".join(
-    rf"{re.escape(s)}\b" if s.isascii() and s.isalpha() else re.escape(s)
-    for s in sorted(_SYMBOLS, key=len, reverse=True)
-)
-_AMOUNT = re.compile(
-    rf"(?<![\w.,])(?:(?P<pre>{_MARK}|(?-i:[A-Z]{{3}})\b)\s?(?P<n1>{_NUM_PRE})(?![\d]|[.,]\d)"
-    rf"|(?P<n2>{_NUM})\s?(?P<post>{_MARK}|(?-i:[A-Z]{{3}})\b))",
-    re.IGNORECASE,
-)
-_ASK = re.compile(
-    r"(?i)(?:refund|reimburse|back|return|credit|erstatt|zuruck|rembours|reembols|devolu)"
-)
-# A number with no currency marker counts only where the customer plainly asks for it, in
-# folded text: "refund me 12.99", "Graag 12,99 terug", "rimborsatemi 19,90", "返金 1200".
-_ASK_VERB = (
-    r"refund(?:ed)?|reimburse|(?:pay|give|send)\s+(?:me\s+|us\s+)?back|amount|total"
-    r"|(?:ruck)?erstatt\w*|zuruck(?:zahlen|buchen|uberweisen)?|rembours\w*|reembols\w*"
-    r"|devolv\w*|devuelv\w*|rimbors\w*|restitu\w*|terugbetal\w*|terugstorten|zwro\w*"
-    r"|oddac|oddajcie|aterbetala|betala\s+tillbaka|返金\w*|返して"
-)
-_FILLER = (
-    r"(?:(?:me|moi|mi|nos|us|the|of|for|de|di|van|om|mir|uns|mij|mig|mnie|um|o|a|sie|ihr|u|ons"
-    r"|jullie|vous|nous|le|la|el|il|lo|los|me\s+the)\s+){0,3}"
-)
-_NOT_MONEY = r"(?![\d%]|[.,]\d|\s*(?:%|percent|items?|pcs|pieces|days?|weeks?|times?|x\b|h\b))"
-_BARE_ASK = re.compile(
-    rf"(?:(?<!\w)(?:{_ASK_VERB})\s*:?\s*{_FILLER}(?P<n>{_NUM}){_NOT_MONEY}"
-    # "12.99 back" but not "ALL 25 BACK" (all 25 items?); other languages' verbs are plain
-    rf"|(?<![\w.,])(?P<m>\d+[.,]\d\d)\s+back\b"
-    rf"|(?<![\w.,])(?P<k>{_NUM})\s+(?:terug|zuruck|tillbaka|de volta|indietro|z powrotem"
-    r"|erstatt|rembours|reembols|rimbors|zwro|aterbetal)\w*)"
-)
-
-
-# ISO codes that are also English words in shouted text ("I WANT ALL 25 BACK").
-_WORDLIKE_CODES = frozenset({"ALL", "TOP", "CUP", "MOP", "BOB", "PEN", "TRY", "MAD", "GEL", "SOS"})
-
-
-@dataclass(frozen=True)
-class _Found:
-    value: int
-    currency: str
-    asked: bool  # near a refund word: what the customer asks for
-
-
-def _candidates(marker: str) -> tuple[str, ...]:
-    """ISO codes a marker may mean; an upper-case three-letter code is checked against ISO 4217."""
-    known = _SYMBOLS.get(marker.lower())
-    if known is not None:
-        return known
-    if len(marker) == 3 and marker.isalpha() and marker.isupper():
-        try:
-            exponent(marker)
-        except ValueError:
-            return ()
-        return (marker,)
-    return ()
-
-
-def _normalise_number(num: str, currency: str) -> str | None:
-    """'1.234,56' / '1,234.56' / '12,50' / "1'000" -> a plain '1234.56'; None if unclear."""
-    s = re.sub(r"[\u00a0\u202f ']", "", num)
-    seps = [ch for ch in s if ch in ".,"]
-    if not seps:
-        return s
-    last = max(s.rfind("."), s.rfind(","))
-    tail = s[last + 1 :]
-    if len(set(seps)) == 2:
-        # both kinds: the last one is the decimal separator
-        return re.sub(r"[.,]", "", s[:last]) + "." + tail
-    if len(seps) > 1:
-        return s.replace(seps[0], "")  # repeated separator: thousands
-    if len(tail) == 3:
-        # "1,500" or "1.500": thousands, unless the currency has three decimals ("12.500 KWD")
-        return s.replace(seps[0], ".") if exponent(currency) == 3 else s.replace(seps[0], "")
-    return s.replace(seps[0], ".")
-
-
-def _resolve(candidates: Sequence[str], request_currency: str | None) -> str | None:
-    """The currency a marker means here; None when it contradicts the request or is ambiguous."""
-    if request_currency:
-        return request_currency if request_currency in candidates else None
-    return candidates[0] if len(candidates) == 1 else None
-
-
-def _minor(num: str, currency: str) -> int | None:
-    normalised = _normalise_number(num, currency)
-    if normalised is None:
-        return None
-    try:
-        value = to_minor(normalised, currency)
-    except ValueError:
-        return None
-    return value if value > 0 else None
-
-
-def _bare_minor(num: str, currency: str | None) -> int | None:
-    """A bare number in the request's currency, or in hundredths when no currency is known."""
-    if currency is not None:
-        return _minor(num, currency)
-    normalised = _normalise_number(num, "EUR")
-    if normalised is None:
-        return None
-    try:
-        value = Decimal(normalised).scaleb(2)
-    except InvalidOperation:
-        return None
-    return int(value) if value > 0 and value == value.to_integral_value() else None
-
-
-def extract_amount(text: str, currency: str | None = None) -> tuple[int, str] | None:
-    """The amount the customer asks for, in minor units, with its ISO code.
-
-    Amounts written with a currency marker count; failing those, a bare number the customer
-    plainly asks for ("refund me 12.99", "Graag 12,99 terug"), in the request's currency, or
-    with the code "" and in hundredths when the request names none. A marker that contradicts the
-    request's currency, an ambiguous one ("$" with no currency given), or several different
-    amounts none of which is clearly the one asked for, give None: no guessing about money.
-    """
-    req = currency.strip().upper() if currency else None
-    if req is not None:
-        try:
-            exponent(req)
-        except ValueError:
-            req = None
-    found: list[_Found] = []
-    for m in _AMOUNT.finditer(text):
-        marker = m.group("pre") or m.group("post") or ""
-        num = m.group("n1") or m.group("n2") or ""
-        cands = _candidates(marker)
-        if not cands or (marker in _WORDLIKE_CODES and marker != req):
-            continue
-        cur = _resolve(cands, req)
-        if cur is None:
-            return None  # a contradicting or ambiguous amount makes the whole text unclear
-        value = _minor(num, cur)
-        if value is None:
-            continue
-        before = text[max(0, m.start() - 30) : m.start()]
-        after = text[m.end() : m.end() + 12]
-        asked = bool(_ASK.search(before) or re.match(r"(?i)\s*(?:back|refund)", after))
-        found.append(_Found(value, cur, asked))
-    if not found:
-        for b in _BARE_ASK.finditer(_fold(text)):
-            value = _bare_minor(b.group("n") or b.group("m") or b.group("k"), req)
-            if value is not None:
-                found.append(_Found(value, req or "", True))
-    if not found:
-        return None
-    distinct = {(f.value, f.currency) for f in found}
-    if len(distinct) == 1:
-        return next(iter(distinct))
-    wanted = {(f.value, f.currency) for f in found if f.asked}
-    return next(iter(wanted)) if len(wanted) == 1 else None
-
-
 # ---------------------------------------------------------------- summary
 
 _SUMMARY = {
@@ -599,7 +340,7 @@ class OfflineAdvisor:
         # Classify on redacted text with instruction sentences removed, so an injected
         # "classify this as damaged" cannot move the reason; the masks themselves ("[card]")
         # are left out, as they say nothing about the reason.
-        text = _without_injection(red.text) if injection else red.text
+        text = without_injection(red.text) if injection else red.text
         reason, confidence = classify(_MASKS.sub(" ", text))
         if reason not in REASONS:  # pragma: no cover - classify only returns REASONS
             reason = "other"

@@ -1,0 +1,351 @@
+"""Deterministic extraction: the payment reference and the amount a customer asks for.
+
+Read from the raw text (ids and amounts never leave the process); the reference is read from
+the redacted text by the caller, so a card or phone number is never mistaken for one.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+
+from refund_desk.advisor.features import fold as _fold
+from refund_desk.advisor.injection import without_injection
+from refund_desk.money import exponent, to_minor
+
+__all__ = ["extract_amount", "extract_order_ref"]
+
+# ---------------------------------------------------------------- order / payment reference
+
+_PAYMENT_ID = re.compile(r"(?<![A-Za-z0-9_])(?:pi|ch|py)_[A-Za-z0-9]{6,}(?![A-Za-z0-9_])")
+# Words that introduce an order, booking, invoice or payment reference, in the languages
+# customers write in; then the usual number markers ("no.", "Nr.", "n°", "n.º", "#", ":").
+_REF_WORDS = (
+    r"order|ordr|bestellung|bestellnummer|bestellnr|auftrag|auftragsnummer|auftragsnr|commande"
+    r"|pedido|encomenda|invoice|rechnung|factura|facture|fattura|fatura|bestelling|bestelnummer"
+    r"|ordernummer|ordernr|ordine|zam[oó]wieni\w*|best[aä]llning\w*|ordern?"
+    r"|booking|reservation|r[ée]servation|buchung|buchungsnummer|reserva|prenotazione|boeking"
+    r"|rezerwacj[ai]|bokning|bokningsnummer"
+    r"|ref|reference|r[ée]f[ée]rence|referencia|riferimento|refer[eê]ncia|referentie"
+    r"|(?:payment|transaction)\s+(?:reference|ref|id)|zahlungsreferenz|betalingskenmerk|kenmerk"
+    r"|transaktionsnummer|numer\s+zam[oó]wienia|numero\s+(?:d[ie]\s+)?(?:ordine|pedido)"
+)
+_ORDER_ID = re.compile(
+    rf"(?i)(?:\b(?:{_REF_WORDS})\b\.?|注文番号|ご注文番号|注文|予約番号)"
+    r"(?:\s*(?:number|nummer|numero|n[uú]mero|no\.?|nr\.?|num\.?|n\.?\s?[°º]|n\.|id|#|:|,|\uff1a|\(|\uff08|番号))*"
+    r"\s*#?\s*(?P<id>[A-Z]{0,4}-?\d[\dA-Z-]{2,24})(?![A-Za-z0-9_\u00c0-\u024f-])"
+)
+# "#55231" or "Nº 77120" with no word before it, unless the word says it is not a payment
+# ("Ticket #55102", "Tracking Nr. 1234").
+_HASH_ID = re.compile(
+    r"(?i)(?:(?<![\w#])#|(?<![\w.-])(?:n[°º]|n\.\s?º|nr\.?|n\.)\s*)(?P<id>\d{3,20})\b"
+)
+# A reference the message opens with, as a subject line would: "D-44102 double payment".
+_LEADING_ID = re.compile(r"\s*(?P<id>[A-Z]{1,4}-\d{3,12})(?![\w-])")
+_NOT_A_PAYMENT = re.compile(
+    r"(?i)\b(?:ticket|case|issue|tracking|sendung|suivi|seguimiento|rma|return|retoure|label"
+    r"|cancellation|customer|kunden(?:nummer)?|tel|phone|telefon\w*|handy|mobile|iban|konto"
+    r"|account)\W*(?:no\.?|nr\.?|number)?\W*$"
+)
+
+
+def extract_order_ref(text: str) -> str | None:
+    """The first processor payment id (pi_/ch_/py_) in the text, else the first reference a
+    word introduces ("order 1234", "Bestellnr. A-55019", "booking BK-20931", "(n° 55102)"),
+    else the first "#1234" that no ticket or tracking word claims."""
+    m = _PAYMENT_ID.search(text)
+    if m:
+        return m.group(0)
+    o = _ORDER_ID.search(text)
+    if o:
+        return o.group("id")
+    lead = _LEADING_ID.match(text)
+    if lead:
+        return lead.group("id")
+    for h in _HASH_ID.finditer(text):
+        if not _NOT_A_PAYMENT.search(text[max(0, h.start() - 30) : h.start()]):
+            return h.group("id")
+    return None
+
+
+# ---------------------------------------------------------------- amounts
+
+_DOLLARS = ("USD", "CAD", "AUD", "NZD", "SGD", "HKD", "MXN")
+# Currency markers -> the ISO codes they may stand for. Longest first in the pattern.
+_SYMBOLS: dict[str, tuple[str, ...]] = {
+    "us$": ("USD",), "c$": ("CAD",), "ca$": ("CAD",), "a$": ("AUD",), "au$": ("AUD",),
+    "nz$": ("NZD",), "s$": ("SGD",), "hk$": ("HKD",), "r$": ("BRL",), "$": _DOLLARS,
+    "€": ("EUR",), "£": ("GBP",), "¥": ("JPY", "CNY"), "￥": ("JPY", "CNY"), "円": ("JPY",),
+    "₩": ("KRW",), "₹": ("INR",), "₺": ("TRY",), "₽": ("RUB",), "zł": ("PLN",),
+    "kd": ("KWD",), "د.ك": ("KWD",), "fr.": ("CHF",), "kr": ("SEK", "NOK", "DKK", "ISK"),
+    "dollars": _DOLLARS, "dollar": _DOLLARS, "bucks": _DOLLARS, "euros": ("EUR",),
+    "euro": ("EUR",), "eur": ("EUR",), "usd": ("USD",), "gbp": ("GBP",), "jpy": ("JPY",),
+    "kwd": ("KWD",), "chf": ("CHF",), "cad": ("CAD",), "aud": ("AUD",), "pounds": ("GBP",),
+    "quid": ("GBP",), "yen": ("JPY",),
+    "dinars": ("KWD", "BHD", "JOD", "IQD", "LYD", "TND", "DZD", "RSD"),
+    "dinar": ("KWD", "BHD", "JOD", "IQD", "LYD", "TND", "DZD", "RSD"),
+    # written without the diacritic or in words, and lower-case codes ("349 zl", "50 pln")
+    "zl": ("PLN",), "zloty": ("PLN",), "zlotych": ("PLN",), "złotych": ("PLN",), "pln": ("PLN",),
+    "sek": ("SEK",), "nok": ("NOK",), "dkk": ("DKK",), "brl": ("BRL",), "mxn": ("MXN",),
+    "nzd": ("NZD",), "reais": ("BRL",), "franken": ("CHF",), "francs": ("CHF",),
+    "kronor": ("SEK",), "kroner": ("NOK", "DKK"), "dólares": _DOLLARS, "dolares": _DOLLARS,
+    "dollari": _DOLLARS, "dólares americanos": ("USD",),
+}  # fmt: skip
+# A plain space groups thousands only before a trailing marker ("1 234,56 €"); after a leading
+# one ("$25 100 times") it would glue two numbers together.
+_NUM_PRE = r"\d{1,3}(?:[,.'\u00a0\u202f]\d{3})+(?:[.,]\d{1,3})?|\d+(?:[.,]\d{1,3})?"
+_NUM = r"\d{1,3}(?:[,.'\u00a0\u202f ]\d{3})+(?:[.,]\d{1,3})?|\d+(?:[.,]\d{1,3})?"
+_MARK = "|".join(
+    # a marker ending in a Latin letter ends a word ("zł" is not the start of "złożono")
+    rf"{re.escape(s)}(?![A-Za-z0-9\u00c0-\u024f])" if re.search(r"[a-zł]$", s) else re.escape(s)
+    for s in sorted(_SYMBOLS, key=len, reverse=True)
+)
+# Before a number: no letter, digit or separator of the Latin script glued to it ("v2", "A4");
+# a Japanese word may be ("代金は¥3,980", "今月分の980円").
+_EDGE = r"(?<![A-Za-z0-9_.,\u00c0-\u024f])"
+_AMOUNT = re.compile(
+    rf"{_EDGE}(?:(?P<pre>{_MARK}|(?-i:[A-Z]{{3}})\b)\s?(?P<n1>{_NUM_PRE})(?![\d]|[.,]\d)"
+    # a trailing marker followed by a number is that number's leading one ("88271 $95.00")
+    rf"|(?P<n2>{_NUM})\s?(?P<post>{_MARK}|(?-i:[A-Z]{{3}})\b)(?!\s?\d))",
+    re.IGNORECASE,
+)
+# Words near an amount that say it is the one asked for, in folded text.
+_ASK_WORD = (
+    r"refund|reimburs|back|return|credit|owed|owe me|erstatt|zuruck|rembours|reembols|devolu|devolv"
+    r"|rimbors|restitu|terugbeta|terugstort|terug|zwrot|zwroc|oddac|aterbetal|tillbaka|estorn"
+    r"|返金|返して"
+)
+_ASK = re.compile(_ASK_WORD)
+# "the difference of 50,00 €": a price drop or a partial refund, the amount asked for
+_DIFFERENCE = re.compile(
+    r"differen|diferen|verschil|roznic|mellanskillnad|skillnad|差額|prijsverschil"
+)
+# Roles an amount plays that make it not the one asked for, read from the words around it.
+_UNIT_BEFORE = re.compile(r"(?:\d\s*(?:x|\u00d7|\*)|\bat|\bje|\bper|\bà)\s*$")
+_UNIT_AFTER = re.compile(
+    r"^\s*(?:each|apiece|per\b|/|a (?:month|piece|unit|year|week)|pro\b|chacun|cada|ciascun"
+    r"|l'uno|stuck|stk|x\s*\d)"
+)
+_TOTAL_BEFORE = re.compile(
+    r"(?:=|\btotal(?:e|t)?\b(?: (?:of|was|is|de|di|von|van))?|\binsgesamt(?: von)?|\bin total"
+    r"|\bin totaal|\brazem|\bsumma|\bsum(?:me)?(?: von)?)\s*:?\s*$"
+)
+_TOTAL_AFTER = re.compile(r"^\s*(?:total|in total|insgesamt|au total|en total|in totale|razem)")
+_BASE_BEFORE = re.compile(r"%\s*(?:of|von|de|di|van|z|av|do)\s*(?:the\s+)?$")  # "15% of $200"
+_LIMIT_BEFORE = re.compile(
+    r"(?:\bover|\babove|\bmore than|\bup to|\bunder|\bbelow|\bexceeding|\bless than"
+    r"|\bmehr als|\bbis zu|\bplus de|\bjusqu'a|\bmas de|\bhasta|\boltre|\bmeer dan)"
+    r"\s*$"
+)
+
+# A number with no currency marker counts only where the customer plainly asks for it, in
+# folded text: "refund me 12.99", "Graag 12,99 terug", "rimborsatemi 19,90", "返金 1200".
+_ASK_VERB = (
+    r"refund(?:ed)?|reimburse|(?:pay|give|send)\s+(?:me\s+|us\s+)?back|amount|total"
+    r"|(?:ruck)?erstatt\w*|zuruck(?:zahlen|buchen|uberweisen)?|rembours\w*|reembols\w*"
+    r"|devolv\w*|devuelv\w*|rimbors\w*|restitu\w*|terugbetal\w*|terugstorten|zwro\w*"
+    r"|oddac|oddajcie|aterbetala|betala\s+tillbaka|estorn\w*|返金\w*|返して"
+)
+_FILLER = (
+    r"(?:(?:me|moi|mi|nos|us|the|of|for|de|di|van|om|mir|uns|mij|mig|mnie|um|o|a|sie|ihr|u|ons"
+    r"|jullie|vous|nous|le|la|el|il|lo|los|me\s+the)\s+){0,3}"
+)
+_NOT_MONEY = r"(?![\d%]|[.,]\d|\s*(?:%|percent|items?|pcs|pieces|days?|weeks?|times?|x\b|h\b))"
+# Failing all that, a number written the way prices are ("18.99", "14,99") and nothing else
+# in the text: the customer forgot the currency, not the amount. Dates ("12.03.2025"), times
+# ("um 14.30 Uhr"), versions ("v2.10") and measures ("2.50 kg") are not prices.
+_PRICE_SHAPED = re.compile(
+    r"(?<![\w.,:/#-])(?<!\bv)(?!0\d)(?<!\bat )(?<!\bum )(?<!\bom )(?<!\bkl )(?<!\bore )"
+    r"(?<!\blas )(?P<n>\d{1,3}(?:[.,]\d{3})*[.,]\d\d)"
+    r"(?![\w%]|[.,:/-]\d|\s*(?:%|h\b|uhr|am\b|pm\b|o'clock|kg|g\b|ml|l\b|cm|mm|km|m\b|gb|tb"
+    r"|mb|mah|w\b|v\b|hz|inch|in\b|\"|lbs?\b|oz\b|stars?|/\s*(?:5|10)\b))"
+)
+_BARE_ASK = re.compile(
+    rf"(?:(?<!\w)(?:{_ASK_VERB})\s*:?\s*{_FILLER}(?P<n>{_NUM}){_NOT_MONEY}"
+    # "12.99 back" but not "ALL 25 BACK" (all 25 items?); other languages' verbs are plain
+    rf"|(?<![\w.,])(?P<m>\d+[.,]\d\d)\s+back\b"
+    rf"|(?<![\w.,])(?P<k>{_NUM})\s+(?:terug|zuruck|tillbaka|de volta|indietro|z powrotem"
+    r"|erstatt|rembours|reembols|rimbors|zwro|aterbetal)\w*"
+    # Japanese puts the verb last: "1900を返金してください"
+    rf"|(?<![0-9.,])(?P<j>{_NUM})\s*を\s*(?:返金|返して|払い戻))"
+)
+
+
+# ISO codes that are also English words in shouted text ("I WANT ALL 25 BACK").
+_WORDLIKE_CODES = frozenset({"ALL", "TOP", "CUP", "MOP", "BOB", "PEN", "TRY", "MAD", "GEL", "SOS"})
+
+
+@dataclass(frozen=True)
+class _Found:
+    value: int
+    currency: str
+    asked: bool  # near a refund word, or the difference asked for
+    role: str = ""  # "unit" price, "total", or "" (a plain amount)
+
+
+def _role(before: str, after: str) -> str | None:
+    """What the words around an amount say it is; None when it is not the customer's ask at all
+    (the base of a percentage, a threshold)."""
+    if _BASE_BEFORE.search(before) or _LIMIT_BEFORE.search(before):
+        return None
+    if _TOTAL_BEFORE.search(before) or _TOTAL_AFTER.match(after):
+        return "total"
+    if _UNIT_BEFORE.search(before) or _UNIT_AFTER.match(after):
+        return "unit"
+    return ""
+
+
+def _candidates(marker: str) -> tuple[str, ...]:
+    """ISO codes a marker may mean; an upper-case three-letter code is checked against ISO 4217."""
+    known = _SYMBOLS.get(marker.lower())
+    if known is not None:
+        return known
+    if len(marker) == 3 and marker.isalpha() and marker.isupper():
+        try:
+            exponent(marker)
+        except ValueError:
+            return ()
+        return (marker,)
+    return ()
+
+
+def _normalise_number(num: str, currency: str) -> str | None:
+    """'1.234,56' / '1,234.56' / '12,50' / "1'000" -> a plain '1234.56'; None if unclear."""
+    s = re.sub(r"[\u00a0\u202f ']", "", num)
+    seps = [ch for ch in s if ch in ".,"]
+    if not seps:
+        return s
+    last = max(s.rfind("."), s.rfind(","))
+    tail = s[last + 1 :]
+    if len(set(seps)) == 2:
+        # both kinds: the last one is the decimal separator
+        return re.sub(r"[.,]", "", s[:last]) + "." + tail
+    if len(seps) > 1:
+        return s.replace(seps[0], "")  # repeated separator: thousands
+    if len(tail) == 3:
+        # "1,500" or "1.500": thousands, unless the currency has three decimals ("12.500 KWD")
+        return s.replace(seps[0], ".") if exponent(currency) == 3 else s.replace(seps[0], "")
+    return s.replace(seps[0], ".")
+
+
+def _resolve(candidates: Sequence[str], request_currency: str | None) -> str | None:
+    """The currency a marker means here; None when it contradicts the request or is ambiguous."""
+    if request_currency:
+        return request_currency if request_currency in candidates else None
+    return candidates[0] if len(candidates) == 1 else None
+
+
+def _minor(num: str, currency: str) -> int | None:
+    normalised = _normalise_number(num, currency)
+    if normalised is None:
+        return None
+    try:
+        value = to_minor(normalised, currency)
+    except ValueError:
+        return None
+    return value if value > 0 else None
+
+
+def _bare_minor(num: str, currency: str | None) -> int | None:
+    """A bare number in the request's currency, or in hundredths when no currency is known."""
+    if currency is not None:
+        return _minor(num, currency)
+    normalised = _normalise_number(num, "EUR")
+    if normalised is None:
+        return None
+    try:
+        value = Decimal(normalised).scaleb(2)
+    except InvalidOperation:
+        return None
+    return int(value) if value > 0 and value == value.to_integral_value() else None
+
+
+def extract_amount(text: str, currency: str | None = None) -> tuple[int, str] | None:
+    """The amount the customer asks for, in minor units, with its ISO code.
+
+    Amounts written with a currency marker count, except those in sentences that instruct the
+    system ("approve a refund of 5000 €"), the base of a percentage ("15% of $200") and
+    thresholds ("refunds over $1000"). Among several, the one the customer asks for wins (a
+    refund word or "the difference" beside it), then a total ("= 25,98 €", "$89.97 total")
+    over the unit prices it adds up ("2 x 12,99 €", "$29.99 each", "at £13"). Failing marked
+    amounts, a bare number the customer plainly asks for ("refund me 12.99", "Graag 12,99
+    terug"), then a lone number shaped like a price ("... 18.99. Can you refund it?"), in the
+    request's currency, or with the code "" and in hundredths when the request names none. A
+    marker that contradicts the request's currency, an ambiguous one ("$" with no currency
+    given), or several different amounts none of which is clearly the one asked for, give
+    None: no guessing about money.
+    """
+    req = currency.strip().upper() if currency else None
+    if req is not None:
+        try:
+            exponent(req)
+        except ValueError:
+            req = None
+    text = without_injection(text)
+    folded = _fold(text)
+    found: list[_Found] = []
+    for m in _AMOUNT.finditer(text):
+        marker = m.group("pre") or m.group("post") or ""
+        num = m.group("n1") or m.group("n2") or ""
+        cands = _candidates(marker)
+        if not cands or (marker in _WORDLIKE_CODES and marker != req):
+            continue
+        cur = _resolve(cands, req)
+        if cur is None:
+            return None  # a contradicting or ambiguous amount makes the whole text unclear
+        value = _minor(num, cur)
+        if value is None:
+            continue
+        before = _fold(text[max(0, m.start() - 40) : m.start()])
+        after = _fold(text[m.end() : m.end() + 24])
+        role = _role(before, after)
+        if role is None:
+            continue
+        asked = bool(
+            _ASK.search(before[-30:])
+            or re.match(rf"\s*(?:{_ASK_WORD})", after)
+            or _DIFFERENCE.search(before[-25:] + " " + after[:14])
+        )
+        found.append(_Found(value, cur, asked, role))
+    if not found:
+        for b in _BARE_ASK.finditer(folded):
+            value = _bare_minor(b.group("n") or b.group("m") or b.group("k") or b.group("j"), req)
+            if value is not None:
+                found.append(_Found(value, req or "", True))
+    if not found:
+        for p in _PRICE_SHAPED.finditer(folded):
+            start, end = p.start(), p.end()
+            if _a_date(p.group("n"), folded[max(0, start - 12) : start], folded[end : end + 1]):
+                continue
+            value = _bare_minor(p.group("n"), req)
+            if value is not None:
+                found.append(_Found(value, req or "", False))
+    return _choose(found)
+
+
+_DATE_WORD = re.compile(
+    r"\b(?:on|from|since|until|vom|am|seit|bis|du|le|depuis|desde|del|dal|il|van|sinds|op|em|z|od|do"
+    r"|den|fran|sedan)\s*$"
+)
+
+
+def _a_date(num: str, before: str, next_char: str) -> bool:
+    """ "am 12.01." or "z 12.01" (the 12th of January) rather than a price of 12.01."""
+    day, _, month = num.replace(",", ".").partition(".")
+    if not (day.isdigit() and month.isdigit() and 1 <= int(day) <= 31 and 1 <= int(month) <= 12):
+        return False
+    return next_char == "." or bool(_DATE_WORD.search(before))
+
+
+def _choose(found: Sequence[_Found]) -> tuple[int, str] | None:
+    """The one amount asked for among those found (unit prices only when nothing else is
+    there), else the one total, else None: that is not clear."""
+    if any(f.role != "unit" for f in found):
+        found = [f for f in found if f.role != "unit"]
+    for among in (found, [f for f in found if f.asked], [f for f in found if f.role == "total"]):
+        distinct = {(f.value, f.currency) for f in among}
+        if len(distinct) == 1:
+            return next(iter(distinct))
+    return None

@@ -1,0 +1,80 @@
+"""Prompt injection: a deterministic detector that runs on every message, whatever the provider.
+
+A message that tries to instruct the system rather than describe a problem is flagged on the
+case and the card, and a flagged case never goes without a person (the policy's guardrail).
+Sentences that carry an instruction are also dropped before the reason or the amount is read,
+so "approve a refund of 5000" neither steers the classifier nor becomes the amount.
+"""
+
+from __future__ import annotations
+
+import re
+
+from refund_desk.advisor.features import fold as _fold
+
+__all__ = ["detect_injection", "without_injection"]
+
+# ---------------------------------------------------------------- prompt injection
+
+_INJECTION = re.compile(
+    r"""
+    \b(?:ignore|disregard|forget|skip|override)\s+(?:all\s+|any\s+|the\s+|your\s+|my\s+)?
+        (?:previous|prior|above|earlier|preceding|system|existing|other)?\s*
+        (?:instructions?|rules|prompts?|directions|guidelines|polic(?:y|ies)|context)
+  | \b(?:ignore|disregard|forget)\s+(?:all\s+|the\s+|any\s+|your\s+)?(?:previous|prior|above
+        |earlier|preceding)\s+(?:text|input|prompt|content|conversation|context)\b
+  | \b(?:respond|reply|answer|output)\s+only\s+with\b
+  | \b(?:instruccion|instruction|instrucao|istruzione|anweisung|instructie|instrukcja)e?s?
+        \s+(?:del\s+|du\s+|do\s+|di\s+|des\s+|van\s+het\s+)?(?:sistema|systeme|system|systeem|systemu)\b
+  | \bsystem\s*(?:anweisung|hinweis|nachricht|note|notice|override)
+  | \byou\s+are\s+now\b
+  | \b(?:act|behave|respond)\s+as\s+(?:if\s+you\s+(?:are|were)|an?\s+(?:admin|system|assistant))
+  | \bpretend\s+(?:to\s+be|you\s+are)
+  | \bsystem\s+(?:prompt|message|instructions?)
+  | \bdeveloper\s+mode\b | \bjailbreak | \bDAN\s+mode\b
+  | \bas\s+an?\s+(?:ai|language\s+model|llm|assistant)\b
+  | \boverride\s+(?:the\s+)?(?:policy|rules|limits?|decision)
+  | \bbypass\s+(?:the\s+)?(?:policy|rules|review|approval|checks?)
+  | \b(?:approve|authori[sz]e|accept)\s+(?:this|the|my)\s+refund\b
+  | \b(?:auto[- ]?approve|approve\s+(?:it\s+)?(?:immediately|automatically|now))\b
+  | \b(?:set|change|mark)\s+(?:the\s+)?(?:reason|amount|confidence|status|category|outcome)
+        \s+(?:to|as)\b
+  | \bclassify\s+(?:this|it|me)\s+as\b
+  | \bnew\s+instructions?\b
+  | <\s*/?\s*(?:system|assistant|instructions?)\s*> | \[/?INST\]
+  | ^\s*(?:system|assistant)\s*: | \#\#\#\s*instruction
+  | \bignorez\s+les\s+instructions | \bignoriere\s+(?:alle\s+)?(?:vorherigen\s+)?anweisungen
+  | \bignora\s+(?:las\s+)?instrucciones
+  # the other languages customers write in (folded: no accents)
+  | \b(?:ignorier\w*|vergiss)\s+(?:alle\s+|die\s+|deine\s+)?(?:bisherigen\s+|vorherigen\s+)?
+        (?:anweisungen|regeln|vorgaben)
+  | \bignor(?:e|ez|er)\s+(?:toutes\s+)?(?:les\s+|vos\s+)?(?:instructions|regles|consignes)
+  | \bignor(?:a|e|ad)\s+(?:todas\s+|tutte\s+)?(?:las\s+|le\s+|as\s+)?(?:instrucciones|istruzioni
+        |instrucoes|reglas|regole|regras)
+  | \bnegeer\s+(?:alle\s+)?(?:vorige\s+|eerdere\s+)?(?:instructies|regels)
+  | \bzignoruj\s+(?:wszystkie\s+)?(?:poprzednie\s+)?(?:instrukcje|polecenia|zasady)
+  | \bignorera\s+(?:alla\s+)?(?:tidigare\s+)?(?:instruktioner|regler)
+  | \b(?:genehmige|genehmigen\s+sie|approuve[zr]?|aprueba|aprobad|approva(?:te)?|aprove|aprovem
+        |keur|zatwierdz\w*|godkann)\s+(?:diese|die|ce|le|este|el|questo|il|o|deze|de|ten
+        |denna)?\s*(?:erstattung|ruckerstattung|remboursement|reembolso|rimborso|terugbetaling
+        |zwrot|aterbetalning)\b
+  | \b(?:du\s+bist\s+jetzt|tu\s+es\s+maintenant|ahora\s+eres|ora\s+sei|je\s+bent\s+nu
+        |agora\s+es|jestes\s+teraz|du\s+ar\s+nu)\b
+  | (?:以前の|これまでの|上記の)?指示を(?:無視|忘れ) | システムプロンプト
+  | 返金を(?:承認|許可)(?:して|しろ|せよ)
+    """,
+    re.IGNORECASE | re.VERBOSE | re.MULTILINE,
+)
+_SENTENCE = re.compile(r"[^.!?。\uff01\uff1f\n]+[.!?。\uff01\uff1f]*|\n")
+
+
+def detect_injection(text: str) -> bool:
+    """Does the text try to instruct the system rather than describe a problem?"""
+    return bool(_INJECTION.search(_fold(text)))
+
+
+def without_injection(text: str) -> str:
+    """Drop whole sentences that carry an instruction, so they cannot steer the reason."""
+    return "".join(
+        s.group(0) for s in _SENTENCE.finditer(text) if not _INJECTION.search(_fold(s.group(0)))
+    )
