@@ -12,6 +12,7 @@ from sqlalchemy import func, select
 from sqlmodel import Session, col
 
 from refund_desk.bot.blocks.cards import CardContext, Decider, Told
+from refund_desk.cases import advisory
 from refund_desk.cases.advisory import why
 from refund_desk.cases.desk import Desk
 from refund_desk.cases.facts import left_on_record
@@ -42,6 +43,7 @@ def card_context(
         deciders=_deciders(session, case),
         told=_told(session, case.id),
         paused=control(session).paused,
+        summary=advisory.summary_text(desk.vault, case.advice or {}, session=session),
     )
 
 

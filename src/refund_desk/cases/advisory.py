@@ -19,6 +19,7 @@ from refund_desk import logs, money
 from refund_desk.cases.ports import Advisor, AdvisorError, PolicyText, Provenance
 from refund_desk.governance.versions import LoadedPolicy
 from refund_desk.policy import Decision, PolicyDocument
+from refund_desk.storage.crypto import CUSTOMER_TOKEN, Vault
 from refund_desk.storage.models import AdvisorCall, Case
 
 ANSWER_RULE = "policy-question"
@@ -59,6 +60,29 @@ class Question:
 
     cited: tuple[str, ...]
     answer: str | None
+
+
+def seal_summary(
+    vault: Vault, session: Session, case: Case, advice: dict[str, Any]
+) -> dict[str, Any]:
+    """The advice as stored: its summary quotes the customer's words, so it is encrypted
+    under the customer's data key like their message, and an erasure makes it unreadable
+    in every copy (an old row version, a backup) at once."""
+    summary = advice.get("summary")
+    if not isinstance(summary, str) or not summary or summary == ERASED:
+        return advice
+    cipher = vault.for_customer(session, case.email_hash)
+    return {**advice, "summary": cipher.encrypt(summary)}
+
+
+def summary_text(vault: Vault, advice: dict[str, Any], *, session: Session | None = None) -> str:
+    """The advisor's summary to show a person: plain text, or ERASED once the key is gone."""
+    summary = advice.get("summary")
+    if not isinstance(summary, str) or not summary:
+        return ""
+    if not summary.startswith(CUSTOMER_TOKEN + "."):
+        return summary  # ERASED, or a summary stored before summaries were sealed
+    return vault.decrypt(summary, session=session) or ERASED
 
 
 def amount_asked_in_words(case: Case, advice: dict[str, Any]) -> int | None:
@@ -180,7 +204,6 @@ def explanation(
     def fmt(minor: int | None) -> str:
         return "unknown" if minor is None else money.format_money(minor, cur)
 
-    asked = advice.get("summary") or "no message"
     ask = f"{fmt(case.amount)} ({case.amount_source})"
     reason = f"{case.reason or 'unknown'} ({case.reason_source or 'unknown'}"
     if case.reason_source == Provenance.model_inference and advice.get("confidence") is not None:
@@ -188,7 +211,7 @@ def explanation(
     verified = "verified" if customer.get("verified") else "NOT verified"
     lines = [
         f"{ADVISORY}.",
-        f"Asked: {asked} Amount {ask}; reason {reason}).",
+        f"Asked: amount {ask}; reason {reason}).",  # the customer's words stay sealed
         f"Record: paid {fmt(order.get('amount'))} {order.get('age_days')} days ago, "
         f"refundable {fmt(order.get('refundable'))}; customer {verified}, "
         f"{customer.get('refunds_90d')} refunds in 90 days, "

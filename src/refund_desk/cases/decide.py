@@ -139,7 +139,7 @@ def _record_advice(desk: Desk, session: Session, case_id: str, asked: _Asked) ->
         return
     if locked.erased_at is not None:  # erased while the advisor read it: keep no quote of it
         advice = {**advice, "summary": advisory.ERASED}
-    locked.advice = advice
+    locked.advice = advisory.seal_summary(desk.vault, session, locked, advice)
     if locked.reason is None:
         locked.reason, locked.reason_source = advice["reason"], Provenance.model_inference
     in_words = advisory.amount_asked_in_words(locked, advice)

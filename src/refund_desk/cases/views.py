@@ -8,8 +8,10 @@ from sqlalchemy import select
 from sqlmodel import Session, col
 
 from refund_desk import money
+from refund_desk.cases.advisory import summary_text
 from refund_desk.cases.errors import NotFound
 from refund_desk.storage.audit import record_json
+from refund_desk.storage.crypto import Vault
 from refund_desk.storage.models import AuditRecord, Case, Execution, SlackMessage
 
 
@@ -17,7 +19,11 @@ def major(minor: int | None, currency: str) -> str | None:
     return None if minor is None else str(money.to_major(minor, currency))
 
 
-def case_view(session: Session, case_id: str, *, with_audit: bool) -> dict[str, Any]:
+def case_view(
+    session: Session, case_id: str, *, with_audit: bool, vault: Vault | None = None
+) -> dict[str, Any]:
+    """The case as the API shows it; `with_audit` adds the record, the facts and the advice,
+    whose summary (the customer's words) is unsealed with `vault`, and left out without one."""
     case = session.get(Case, case_id)
     if case is None:
         raise NotFound("case_not_found", f"No case {case_id} exists.")
@@ -83,7 +89,10 @@ def case_view(session: Session, case_id: str, *, with_audit: bool) -> dict[str, 
         view["decision"]["approvers"] = decision.get("approvers")
         view["decision"]["counterfactual"] = decision.get("counterfactual")
         view["facts"] = case.facts
-        view["advice"] = case.advice
+        advice = dict(case.advice or {})
+        if "summary" in advice:
+            advice["summary"] = summary_text(vault, advice, session=session) if vault else None
+        view["advice"] = advice if case.advice is not None else None
         view["provenance"] = case.provenance
         records = session.scalars(
             select(AuditRecord)

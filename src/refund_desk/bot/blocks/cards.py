@@ -84,6 +84,7 @@ class CardContext:
     told: Told | None = None
     paused: bool = False
     notes: tuple[str, ...] = field(default_factory=tuple)
+    summary: str = ""  # the advisor's summary, unsealed (it quotes the customer)
 
 
 def mask_email(email: str | None) -> str:
@@ -262,7 +263,7 @@ def _fields(ctx: CardContext) -> list[str]:
     ]
 
 
-def _advisory(case: Case) -> str | None:
+def _advisory(case: Case, summary: str) -> str | None:
     """One line of what the advisor adds beyond the fields: its reading, and any risk."""
     advice = case.advice or {}
     if not advice:
@@ -294,7 +295,7 @@ def _advisory(case: Case) -> str | None:
         new.append(f"the message names reference `{escape(str(ref))}`")
     if advice.get("reason") and case.reason and advice.get("reason") != case.reason:
         new.append(f"it reads the reason as {words(str(advice['reason']))}")
-    summary = str(advice.get("summary") or "").strip()
+    summary = summary.strip()
     if summary:
         new.append(f"“{escape(summary[:300])}”")
     return f"{head} {'; '.join(new) if new else 'nothing beyond the facts above.'}"
@@ -338,7 +339,7 @@ def case_blocks(ctx: CardContext, *, secret: str) -> list[Block]:
     if notes:
         blocks.append(SectionBlock(text=MarkdownTextObject(text=_clip("\n".join(notes)))))
     blocks.extend(evidence_blocks(case, decidable=case.status in DECIDABLE))
-    advisory = _advisory(case)
+    advisory = _advisory(case, ctx.summary)
     if advisory:
         blocks.append(ContextBlock(elements=[MarkdownTextObject(text=_clip(advisory, 1900))]))
     if case.status in DECIDABLE:

@@ -135,7 +135,7 @@ def router(sandbox: SlackEmulator) -> APIRouter:
         """The case with its decision trace and audit records, and `audit verify` over all."""
         runtime: Runtime = request.app.state.runtime
         with runtime.db.read() as session:
-            view = case_view(session, case_id, with_audit=True)
+            view = case_view(session, case_id, with_audit=True, vault=runtime.desk.vault)
             result = verify_chain(runtime.settings.secret_value(), session)
         view["audit_verify"] = {
             "ok": result.ok,

@@ -174,7 +174,7 @@ def get_case(
     api_key: Annotated[ApiKey, Depends(authenticate)],
 ) -> dict[str, Any]:
     with runtime.db.read() as session:
-        return case_view(session, case_id, with_audit=True)
+        return case_view(session, case_id, with_audit=True, vault=runtime.desk.vault)
 
 
 @router.delete("/customers/{email}")
