@@ -115,6 +115,34 @@ def test_words_asking_for_less_than_is_left_make_a_case_for_that_a_person_confir
     assert "case.amount_confirmed" in [r["action"] for r in after["audit"]]
 
 
+def test_the_same_words_again_after_that_refund_are_a_possible_duplicate(desk: Harness) -> None:
+    """The duplicate check is made again on the amount the words ask for: 5.00 refunded
+    minutes ago and asked again is flagged for the approver, as a typed 5.00 would be."""
+    from refund_desk.cases import approvals
+    from refund_desk.storage.models import Case
+    from tests.helpers import button_token
+
+    payment = desk.payment("30.00")
+    message = "The lid arrived cracked. Keep the rest, just refund 5.00 for the lid please."
+    first = desk.post(desk.request(payment, amount=None, message=message)).json()
+    rt = desk.runtime.desk
+    with desk.runtime.db.read() as session:
+        case = session.get(Case, first["id"])
+        assert case is not None and not case.possible_duplicate
+        token = button_token(rt, case, "approve")
+        user = {"finance": "U0FIN1", "support-leads": "U0LEAD2"}[(case.decision or {})["approvers"]]
+    for job in approvals.act(rt, token_value=token, user=user).jobs:
+        rt.jobs.run_now(job)
+    assert desk.get(first["id"])["status"] == "refunded"
+
+    second = desk.post(desk.request(payment, amount=None, message=message)).json()
+    assert second["amount"] == "5.00" and second["status"] == "awaiting_approval"
+    with desk.runtime.db.read() as session:
+        again = session.get(Case, second["id"])
+        assert again is not None
+        assert (again.possible_duplicate, again.duplicate_of) == (True, first["id"])
+
+
 def test_words_naming_the_price_paid_leave_the_case_for_what_is_left(desk: Harness) -> None:
     payment = desk.payment("25.00")
     message = "It arrived broken. I paid 25.00 for it, please refund."

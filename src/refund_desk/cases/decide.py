@@ -19,7 +19,13 @@ from refund_desk.cases.ports import (
 )
 from refund_desk.cases.rows import load_for_update
 from refund_desk.governance import shadow
-from refund_desk.governance.versions import LoadedPolicy, control, evaluate, load_version
+from refund_desk.governance.versions import (
+    LoadedPolicy,
+    control,
+    evaluate,
+    load_version,
+    strictest_route,
+)
 from refund_desk.policy import Decision
 from refund_desk.storage.audit import MODEL, POLICY, SYSTEM, Actor
 from refund_desk.storage.db import lock_payment
@@ -148,6 +154,9 @@ def _record_advice(desk: Desk, session: Session, case_id: str, asked: _Asked) ->
         # words ask for less: the case is for what was asked, as the model read it, and only
         # a person can confirm an amount the model produced (invariant 1).
         locked.amount, locked.amount_source = in_words, Provenance.model_inference
+        repeated = case_facts.duplicate_of(session, locked.payment_id, in_words, exclude=locked.id)
+        if repeated is not None and not locked.possible_duplicate:
+            locked.possible_duplicate, locked.duplicate_of = True, repeated
     locked.provenance = advisory.provenance(locked)
     move(
         session,
@@ -246,15 +255,12 @@ def strictest(policy: LoadedPolicy | None) -> dict[str, Any]:
     if policy is None:
         return {"outcome": "review", "rule": "unknown-facts", "tier": 4, "approvers": None,
                 "automatic": False, "say": None}  # fmt: skip
-    doc = policy.doc
-    candidates = [*doc.rules, doc.default]
-    tier = max(d.tier for d in candidates)
-    top = next(d for d in candidates if d.tier == tier)
+    tier, group = strictest_route(policy.doc)
     return {
         "outcome": "review",
         "rule": "unknown-facts",
-        "tier": max(3, tier),
-        "approvers": doc.approvers_for(top),
+        "tier": tier,
+        "approvers": group,
         "automatic": False,
         "say": None,
         "error": None,

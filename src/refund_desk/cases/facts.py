@@ -12,6 +12,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlmodel import Session, col
 
+from refund_desk import clock
 from refund_desk.cases.lifecycle import FINAL, Status
 from refund_desk.cases.ports import PaymentFacts
 from refund_desk.storage.crypto import normalize_email
@@ -139,3 +140,38 @@ def policy_context(
             ),
         },
     }
+
+
+DUPLICATE_WINDOW = timedelta(hours=24)
+
+
+def duplicate_of(
+    session: Session, payment_id: str, amount: int, *, exclude: str | None = None
+) -> str | None:
+    """An open case for the payment (other than `exclude`), or a refund of the same amount
+    on it within 24 hours: the case a new request may repeat."""
+    open_case = session.scalar(
+        select(col(Case.id))
+        .where(
+            col(Case.payment_id) == payment_id,
+            col(Case.status).not_in([str(s) for s in FINAL]),
+            col(Case.id) != (exclude or ""),
+        )
+        .order_by(col(Case.created_at))
+        .limit(1)
+    )
+    if open_case:
+        return str(open_case)
+    since = clock.now() - DUPLICATE_WINDOW
+    recent = session.scalar(
+        select(col(Execution.case_id))
+        .where(
+            col(Execution.payment_id) == payment_id,
+            col(Execution.amount) == amount,
+            col(Execution.status).in_(["reserved", "succeeded"]),
+            col(Execution.created_at) >= since,
+            col(Execution.case_id) != (exclude or ""),
+        )
+        .limit(1)
+    )
+    return str(recent) if recent else None

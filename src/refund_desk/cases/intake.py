@@ -11,7 +11,6 @@ import logging
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timedelta
 from decimal import Decimal
 from typing import TYPE_CHECKING, Literal
 
@@ -20,10 +19,10 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col
 
-from refund_desk import clock, logs, money
+from refund_desk import logs, money
 from refund_desk.cases import facts as case_facts
 from refund_desk.cases.errors import Conflict, InvalidRequest, Unavailable
-from refund_desk.cases.lifecycle import FINAL, Status
+from refund_desk.cases.lifecycle import Status
 from refund_desk.cases.ports import PaymentFacts, PaymentNotFound, ProcessorError, Provenance
 from refund_desk.governance.versions import control
 from refund_desk.storage.audit import Actor, canonical
@@ -39,7 +38,6 @@ log = logging.getLogger(__name__)
 ADVANCE = "advance"  # job kind: advise, decide and route a new case
 
 SOURCES = ("api", "web_form", "shopify", "zendesk", "gorgias", "slack", "email")
-DUPLICATE_WINDOW = timedelta(hours=24)
 
 
 class RefundRequest(BaseModel):
@@ -234,7 +232,7 @@ def _capture(
             amount, amount_source = money_left, Provenance.system_of_record
         else:
             amount_source = Provenance.customer_input
-        duplicate_of = _find_duplicate(session, row.id, amount, now)
+        duplicate_of = case_facts.duplicate_of(session, row.id, amount)
         email_hash = desk.vault.email_hash(str(request.email))
         customer = desk.vault.for_customer(session, email_hash)  # their own data key
         case = Case(
@@ -346,33 +344,6 @@ def _upsert_payment(desk: Desk, session: Session, payment: PaymentFacts) -> Paym
         row.amount, row.refunded, row.seen_at = payment.amount, elsewhere, desk.now()
         session.add(row)
     return row
-
-
-def _find_duplicate(session: Session, payment_id: str, amount: int, now: object) -> str | None:
-    """An open case for the payment, or a refund of the same amount within 24 hours."""
-    open_case = session.scalar(
-        select(col(Case.id))
-        .where(
-            col(Case.payment_id) == payment_id,
-            col(Case.status).not_in([str(s) for s in FINAL]),
-        )
-        .order_by(col(Case.created_at))
-        .limit(1)
-    )
-    if open_case:
-        return str(open_case)
-    since = clock.now() - DUPLICATE_WINDOW
-    recent = session.scalar(
-        select(col(Execution.case_id))
-        .where(
-            col(Execution.payment_id) == payment_id,
-            col(Execution.amount) == amount,
-            col(Execution.status).in_(["reserved", "succeeded"]),
-            col(Execution.created_at) >= since,
-        )
-        .limit(1)
-    )
-    return str(recent) if recent else None
 
 
 def to_major_text(minor: int, currency: str) -> str:

@@ -117,6 +117,20 @@ def create(
         case.callback_url = original.callback_url
         case.evidence = [dict(i) for i in original.evidence or []] or None
         case.facts = original.facts  # what the first decision knew; execution re-checks anyway
+        if original.requested_amount is None and case.amount_source != original.amount_source:
+            # The customer never typed the amount: it keeps the first case's provenance (the
+            # model's reading stays the model's, which only a person can confirm).
+            case.requested_amount, case.amount_source = None, original.amount_source
+            case.provenance = {**(case.provenance or {}), "amount": original.amount_source}
+            desk.audit.append(
+                session,
+                action="case.amount_changed",
+                actor=SYSTEM,
+                case_id=case.id,
+                correlation_id=case.correlation_id,
+                policy_version=case.policy_version,
+                payload={"from": case.amount, "to": case.amount, "source": original.amount_source},
+            )
         _route(desk, session, case, original)
 
     req = channels.ChannelRequest(

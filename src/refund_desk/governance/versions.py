@@ -155,6 +155,15 @@ def publish(
     return row
 
 
+def strictest_route(doc: PolicyDocument) -> tuple[int, str | None]:
+    """The highest tier the policy defines (at least 3) and that decision's group: where a
+    case goes whose facts could not be read, never the default's."""
+    candidates = [*doc.rules, doc.default]
+    tier = max(d.tier for d in candidates)
+    top = next(d for d in candidates if d.tier == tier)
+    return max(3, tier), doc.approvers_for(top)
+
+
 def evaluate(policy: LoadedPolicy | None, context: dict[str, Any]) -> Decision:
     if policy is None:
         return Decision(
@@ -171,12 +180,14 @@ def evaluate(policy: LoadedPolicy | None, context: dict[str, Any]) -> Decision:
         return policy.compiled.evaluate(context)
     except ContextInvalid as exc:
         # Facts the engine cannot read (an amount beyond exact comparison, say) are an
-        # evaluation error of this case: a person looks, the job does not retry for ever.
+        # evaluation error of this case: the strictest tier and group look, the job does not
+        # retry for ever.
+        tier, group = strictest_route(policy.doc)
         return Decision(
             outcome="review",
             rule="policy-error",
-            tier=3,
-            approvers=None,
+            tier=tier,
+            approvers=group,
             say=None,
             error=str(exc),
             trace=(),
