@@ -172,7 +172,10 @@ class Outbox:
             return
         mentions = or_(*(cast(col(Job.payload), String).like(f"%{c}%") for c in case_ids))
         waiting = session.scalars(
-            select(Job).where(col(Job.kind) == SLACK_CALL, col(Job.status) == "pending", mentions)
+            # a call that gave up (dead) keeps its payload for ever: it is rewritten too
+            select(Job).where(
+                col(Job.kind) == SLACK_CALL, col(Job.status).in_(("pending", "dead")), mentions
+            )
         ).all()
         for job in waiting:
             payload = dict(job.payload)

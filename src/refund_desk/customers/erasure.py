@@ -165,10 +165,15 @@ def _withdraw_messages(session: Session, case_ids: Sequence[str]) -> None:
 
 def _queue_purge(session: Session) -> None:
     """A destroyed key's old row version is removed by a job, committed with the erasure
-    (one waiting job serves every erasure before it runs)."""
+    (one waiting job serves every erasure before it runs; one already running may have
+    rewritten the table before this erasure, so it does not count)."""
     waiting = session.scalar(
         select(col(Job.id))
-        .where(col(Job.kind) == PURGE_KEYS_JOB, col(Job.status) == "pending")
+        .where(
+            col(Job.kind) == PURGE_KEYS_JOB,
+            col(Job.status) == "pending",
+            col(Job.lease_owner).is_(None),
+        )
         .limit(1)
     )
     if waiting is None:
@@ -179,7 +184,9 @@ def run_purge_keys(desk: Desk, job: ClaimedJob) -> None:
     try:
         purge_destroyed_keys(desk.db)
     except PurgeBusy as exc:
-        raise RetryLater(backoff(job.attempt, base=30, cap=3600), str(exc)) from exc
+        # Waiting for older transactions is not a failure: the job never gives up on it, so
+        # no destroyed key's old row version outlives a long reader.
+        raise RetryLater(backoff(job.attempt, base=30, cap=3600), str(exc), failed=False) from exc
 
 
 def _delete_now(evidence: EvidenceStore | None, free: list[str]) -> int:
@@ -206,12 +213,14 @@ def erase_customer(
     email_hash = desk.vault.email_hash(email)
     now = desk.now()
     with desk.db.write() as session:
+        # The key row's lock first (as retention takes it): an intake filing a case for this
+        # customer holds it until it commits, so the cases read next include that case.
+        destroyed = destroy_customer_key(session, email_hash, now)
         cases = list(
             session.scalars(
                 select(Case).where(col(Case.email_hash) == email_hash).order_by(col(Case.id))
             ).all()
         )
-        destroyed = destroy_customer_key(session, email_hash, now)
         if not cases and not destroyed:
             raise NotFound("customer_not_found", "No case of this customer is on record.")
         pending = [c for c in cases if c.erased_at is None]
