@@ -97,6 +97,8 @@ def test_words_asking_for_less_than_is_left_make_a_case_for_that_a_person_confir
     body = desk.post(desk.request(payment, amount=None, message=message)).json()
     assert (body["amount"], body["amount_source"]) == ("5.00", "model_inference")
     assert body["status"] == "awaiting_approval"
+    [changed] = [r for r in desk.get(body["id"])["audit"] if r["action"] == "case.amount_changed"]
+    assert changed["payload"] == {"from": 3000, "to": 500, "source": "model_inference"}
     assert body["decision"]["rule"] == "guardrail:model-amount"
     assert desk.refunds_at_processor(payment) == []
 
