@@ -23,7 +23,7 @@ from refund_desk.cases.decide import strictest
 from refund_desk.cases.errors import CaseError, Refused
 from refund_desk.cases.executor import _open_execution, enqueue_execution
 from refund_desk.cases.facts import left_on_record
-from refund_desk.cases.lifecycle import Status, move
+from refund_desk.cases.lifecycle import Status, move, set_amount
 from refund_desk.cases.notify import notify
 from refund_desk.cases.people import Directory, is_one_of
 from refund_desk.cases.ports import Provenance
@@ -328,31 +328,9 @@ def _approve(
     if user in approvers:
         raise Refused("already_approved", "You already approved this case; another approver must.")
     _record(session, case, token, user, "approve", amount, reason)
-    if amount != case.amount:
-        desk.audit.append(
-            session,
-            action="case.amount_changed",
-            actor=actor,
-            case_id=case.id,
-            correlation_id=case.correlation_id,
-            policy_version=case.policy_version,
-            payload={"from": case.amount, "to": amount, "source": Provenance.human_entry},
-        )
-        case.amount, case.amount_source = amount, Provenance.human_entry
-        case.provenance = {**(case.provenance or {}), "amount": Provenance.human_entry}
-    elif case.amount_source == Provenance.model_inference:
-        # The approver saw the amount marked as the model's reading and approved it.
-        desk.audit.append(
-            session,
-            action="case.amount_confirmed",
-            actor=actor,
-            case_id=case.id,
-            correlation_id=case.correlation_id,
-            policy_version=case.policy_version,
-            payload={"amount": amount, "source": Provenance.human_entry},
-        )
-        case.amount_source = Provenance.human_entry
-        case.provenance = {**(case.provenance or {}), "amount": Provenance.human_entry}
+    # A typed amount, or the model's reading the approver saw marked as such, is now theirs.
+    if amount != case.amount or case.amount_source == Provenance.model_inference:
+        set_amount(session, desk.audit, case, amount, Provenance.human_entry, actor=actor)
     needed = approvals_needed(case)
     if len(approvers) + 1 < needed:
         case.revision += 1  # the old card's tokens are now stale; a fresh card is posted

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from refund_desk.cases import advisory
 from refund_desk.cases import facts as case_facts
 from refund_desk.cases.executor import enqueue_execution, reserve_early
-from refund_desk.cases.lifecycle import Status, move
+from refund_desk.cases.lifecycle import Status, move, set_amount
 from refund_desk.cases.ports import (
     AdviceRequest,
     AdvisorError,
@@ -153,16 +153,7 @@ def _record_advice(desk: Desk, session: Session, case_id: str, asked: _Asked) ->
         # The request's fields named no amount, so the case was for all that is left, but its
         # words ask for less: the case is for what was asked, as the model read it, and only
         # a person can confirm an amount the model produced (invariant 1).
-        desk.audit.append(
-            session,
-            action="case.amount_changed",
-            actor=MODEL,
-            case_id=locked.id,
-            correlation_id=locked.correlation_id,
-            policy_version=locked.policy_version,
-            payload={"from": locked.amount, "to": in_words, "source": Provenance.model_inference},
-        )
-        locked.amount, locked.amount_source = in_words, Provenance.model_inference
+        set_amount(session, desk.audit, locked, in_words, Provenance.model_inference, actor=MODEL)
         repeated = case_facts.duplicate_of(session, locked.payment_id, in_words, exclude=locked.id)
         if repeated is not None and not locked.possible_duplicate:
             locked.possible_duplicate, locked.duplicate_of = True, repeated

@@ -102,3 +102,26 @@ def move(
         notify(session, event=f"case.{to}", case_id=case.id)
     if to in TELL_ON:  # the customer hears every outcome, queued with the change itself
         tell(session, case)
+
+
+def set_amount(
+    session: Session, audit: AuditLog, case: Case, amount: int, source: str, *, actor: Actor
+) -> None:
+    """The case's amount and who produced it (`Provenance`), on the record in the same
+    transaction: `case.amount_changed` when the amount moves, `case.amount_confirmed` when
+    only its provenance does (a person approving the model's reading, an appeal carrying it)."""
+    if amount != case.amount:
+        action, payload = "case.amount_changed", {"from": case.amount, "to": amount}
+    else:
+        action, payload = "case.amount_confirmed", {"amount": amount}
+    audit.append(
+        session,
+        action=action,
+        actor=actor,
+        case_id=case.id,
+        correlation_id=case.correlation_id,
+        policy_version=case.policy_version,
+        payload={**payload, "source": str(source)},
+    )
+    case.amount, case.amount_source = amount, str(source)
+    case.provenance = {**(case.provenance or {}), "amount": str(source)}

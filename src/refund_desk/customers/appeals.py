@@ -20,7 +20,7 @@ from sqlmodel import Session, col
 
 from refund_desk.cases.errors import AppealRefused
 from refund_desk.cases.intake import Submitted
-from refund_desk.cases.lifecycle import Status, move
+from refund_desk.cases.lifecycle import Status, move, set_amount
 from refund_desk.customers import evidence
 from refund_desk.customers import intake as channels
 from refund_desk.governance.versions import load_version
@@ -120,17 +120,8 @@ def create(
         if original.requested_amount is None and case.amount_source != original.amount_source:
             # The customer never typed the amount: it keeps the first case's provenance (the
             # model's reading stays the model's, which only a person can confirm).
-            case.requested_amount, case.amount_source = None, original.amount_source
-            case.provenance = {**(case.provenance or {}), "amount": original.amount_source}
-            desk.audit.append(
-                session,
-                action="case.amount_changed",
-                actor=SYSTEM,
-                case_id=case.id,
-                correlation_id=case.correlation_id,
-                policy_version=case.policy_version,
-                payload={"from": case.amount, "to": case.amount, "source": original.amount_source},
-            )
+            case.requested_amount = None
+            set_amount(session, desk.audit, case, case.amount, original.amount_source, actor=SYSTEM)
         _route(desk, session, case, original)
 
     req = channels.ChannelRequest(
