@@ -35,7 +35,8 @@ _REF_WORDS = (
 _ORDER_ID = re.compile(
     rf"(?i)(?:\b(?:{_REF_WORDS})\b\.?|注文番号|ご注文番号|注文|予約番号)"
     r"(?:\s*(?:number|nummer|numero|n[uú]mero|no\.?|nr\.?|num\.?|n\.?\s?[°º]|n\.|id|#|:|,|\uff1a|\(|\uff08|番号))*"
-    r"\s*#?\s*(?P<id>[A-Z]{0,4}-?\d[\dA-Z-]{2,24})(?![A-Za-z0-9_\u00c0-\u024f-])"
+    r"\s*#?\s*(?P<id>[A-Z]{1,6}-?\d[\dA-Z-]{2,24}(?:/[\dA-Z-]+)*|\d[\dA-Z-]{2,24})"
+    r"(?![A-Za-z0-9_\u00c0-\u024f-])(?![.,]\d)"
 )
 # "#55231" or "Nº 77120" with no word before it, unless the word says it is not a payment
 # ("Ticket #55102", "Tracking Nr. 1234").
@@ -67,7 +68,80 @@ def extract_order_ref(text: str) -> str | None:
     for h in _HASH_ID.finditer(text):
         if not _NOT_A_PAYMENT.search(text[max(0, h.start() - 30) : h.start()]):
             return h.group("id")
+    return _bare_code(text)
+
+
+# A code standing alone, as customers write them after the thing they bought ("the suit
+# (SO-20391)", "KT-33120. $27.00.", "refund 3319 pls", "membership M220091"): upper-case
+# letters with at least three digits, or a run of four to twelve digits. Only when no word
+# introduced a reference; never a code that a word claims for something else (tracking,
+# model, error, postcode, ...), a year, a date, a measure, a price or a currency code.
+_CODE = re.compile(
+    r"(?<![\w.,:/$€£¥-])(?P<id>"
+    r"[A-Z][A-Z0-9]{0,9}(?:[-_][A-Z0-9]+)*(?:/[A-Z0-9]+)*"
+    r"|\d[\dA-Z]*(?:[-_][A-Z0-9]+)+"
+    r"|\d[0-9O]{2,}[A-Z0-9]*"
+    r")(?![\w\u00c0-\u024f-])(?![.,:]\d)(?!\s?(?:%|x\s?\d|[-–]\s?\d))"
+)
+_NOT_A_CODE_BEFORE = re.compile(
+    r"(?i)(?:\b(?:ticket|case|issue|tracking|track|sendung\w*|suivi|seguimiento|rastreio|"
+    r"rma|retoure|label|model\w*|modell\w*|mod[eè]le|art(?:ikel)?|sku|part|serial|"
+    r"seriennummer|s/?n|imei|isbn|ean|error|fehler\w*|erreur|errore|c[oó]digo de error|"
+    r"code|kod|cod|coupon|gutschein|voucher|promo|zip|plz|postcode|postal|cap|cp|cep|"
+    r"tel|phone|telefon\w*|handy|mobile|iban|bic|nip|nif|cpf|vat|ust|ending|endet|"
+    r"terminant|finisce|size|gr[öo]ße|taille|talla|rozmiar|maat|room|flight|vol|"
+    r"version|firmware|v|confirmation|best[äa]tigung|confirmaci[oó]n|pocztowy|postleitzahl)"
+    r"\W{0,3}(?:no\.?|nr\.?|number|n[°º])?\W{0,3}$|郵便番号\W{0,2}$)"
+)
+# For a subscription the customer or account number is what was billed (docs/advisor-data.md).
+_ACCOUNT_BEFORE = re.compile(
+    r"(?i)(?:kunden\w*|konto|account|customer)\W*(?:no\.?|nr\.?|number)?\W*$"
+)
+_QUANTITY_AFTER = re.compile(
+    r"(?i)\s?-?(?:pieces?|pcs|stk|st[üu]ck\w*|teile?|stukjes?|pi[eè]ces|pezzi|piezas|pe[çc]as"
+    r"|szt|sztuk|bitar|ml|mm|cm|kg|g|mah|w|v|gb|tb)\b"
+)
+_YEAR = re.compile(r"(?:19|20)\d\d")
+_PRICE_AFTER = re.compile(r"(?i)\s?(?:[$€£¥円]|zł|zl|kr|kč|chf|eur|usd|gbp|pln|sek|dkk|brl|mxn)")
+_PRICE_BEFORE = re.compile(r"(?i)(?:[$€£¥]|(?<![a-z])(?:zł|kr|chf|eur|usd|gbp|r\$))\s?$")
+
+
+def _bare_code(text: str) -> str | None:
+    for m in _CODE.finditer(text):
+        code = m.group("id")
+        before, after = text[max(0, m.start() - 30) : m.start()], text[m.end() : m.end() + 12]
+        if _not_a_reference(code, before, after):
+            continue
+        return code
     return None
+
+
+def _not_a_reference(code: str, before: str, after: str) -> bool:
+    if sum(ch.isdigit() for ch in code) < 3 or len(code) > 24 or _YEAR.fullmatch(code):
+        return True
+    parts = re.split(r"[-_/]", code)
+    if all(p.isdigit() for p in parts) and (max(map(len, parts)) <= 2 or len(parts) > 2):
+        return True  # "12-10", "03-04-2026": a date
+    prefix = re.match(r"[A-Z]{3}(?=\d)", code)
+    if prefix and _iso_currency(prefix.group(0)):
+        return True  # "EUR49"
+    if code.isdigit() and (
+        not 4 <= len(code) <= 12
+        or _QUANTITY_AFTER.match(after)  # "1000 pieces"
+        or _PRICE_AFTER.match(after)  # "1249 €"
+        or _PRICE_BEFORE.search(before)
+    ):
+        return True
+    claimed = _NOT_A_CODE_BEFORE.search(before) or _NOT_A_PAYMENT.search(before)
+    return bool(claimed) and not _ACCOUNT_BEFORE.search(before)
+
+
+def _iso_currency(code: str) -> bool:
+    try:
+        exponent(code)
+    except ValueError:
+        return False
+    return True
 
 
 # ---------------------------------------------------------------- amounts
@@ -92,7 +166,15 @@ _SYMBOLS: dict[str, tuple[str, ...]] = {
     "nzd": ("NZD",), "reais": ("BRL",), "franken": ("CHF",), "francs": ("CHF",),
     "kronor": ("SEK",), "kroner": ("NOK", "DKK"), "dólares": _DOLLARS, "dolares": _DOLLARS,
     "dollari": _DOLLARS, "dólares americanos": ("USD",),
+    "kč": ("CZK",), "kc": ("CZK",), "czk": ("CZK",),
+    "pesos chilenos": ("CLP",), "pesos colombianos": ("COP",), "pesos argentinos": ("ARS",),
+    "pesos mexicanos": ("MXN",),
 }  # fmt: skip
+# "$199.900 COP", "$24.990 pesos chilenos": a dollar sign the code after it makes precise.
+_DOLLAR_SIGN_THEN = re.compile(
+    r"\s?(?P<code>(?-i:[A-Z]{3})\b|pesos\s+(?:chilenos|colombianos|argentinos|mexicanos))",
+    re.IGNORECASE,
+)
 # A plain space groups thousands only before a trailing marker ("1 234,56 €"); after a leading
 # one ("$25 100 times") it would glue two numbers together.
 _NUM_PRE = r"\d{1,3}(?:[,.'\u00a0\u202f]\d{3})+(?:[.,]\d{1,3})?|\d+(?:[.,]\d{1,3})?"
@@ -115,7 +197,7 @@ _AMOUNT = re.compile(
 _ASK_WORD = (
     r"refund|reimburs|back|return|credit|owed|owe me|erstatt|zuruck|rembours|reembols|devolu|devolv"
     r"|rimbors|restitu|terugbeta|terugstort|terug|zwrot|zwroc|oddac|aterbetal|tillbaka|estorn"
-    r"|返金|返して"
+    r"|vuelta|返金|返して"
 )
 _ASK = re.compile(_ASK_WORD)
 # "the difference of 50,00 €": a price drop or a partial refund, the amount asked for
@@ -123,7 +205,8 @@ _DIFFERENCE = re.compile(
     r"differen|diferen|verschil|roznic|mellanskillnad|skillnad|差額|prijsverschil"
 )
 # Roles an amount plays that make it not the one asked for, read from the words around it.
-_UNIT_BEFORE = re.compile(r"(?:\d\s*(?:x|\u00d7|\*)|\bat|\bje|\bper|\bà)\s*$")
+# ("à" is read folded: "3 Teller à 14,90 €" is "3 teller a 14,90 €")
+_UNIT_BEFORE = re.compile(r"(?:\d\s*(?:x|\u00d7|\*)|\bat|\bje|\bper|\d\s+\w+\s+a)\s*$")
 _UNIT_AFTER = re.compile(
     r"^\s*(?:each|apiece|per\b|/|a (?:month|piece|unit|year|week)|pro\b|chacun|cada|ciascun"
     r"|l'uno|stuck|stk|x\s*\d)"
@@ -289,6 +372,10 @@ def extract_amount(text: str, currency: str | None = None) -> tuple[int, str] | 
     for m in _AMOUNT.finditer(text):
         marker = m.group("pre") or m.group("post") or ""
         num = m.group("n1") or m.group("n2") or ""
+        if marker == "$" and m.group("pre"):
+            precise = _DOLLAR_SIGN_THEN.match(text, m.end())
+            if precise and _candidates(precise.group("code")):
+                marker = precise.group("code")
         cands = _candidates(marker)
         if not cands or (marker in _WORDLIKE_CODES and marker != req):
             continue
@@ -305,7 +392,7 @@ def extract_amount(text: str, currency: str | None = None) -> tuple[int, str] | 
             continue
         asked = bool(
             _ASK.search(before[-30:])
-            or re.match(rf"\s*(?:{_ASK_WORD})", after)
+            or re.match(rf"\s*(?:de\s+)?(?:{_ASK_WORD})", after)
             or _DIFFERENCE.search(before[-25:] + " " + after[:14])
         )
         found.append(_Found(value, cur, asked, role))

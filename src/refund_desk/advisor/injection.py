@@ -60,12 +60,41 @@ _INJECTION = re.compile(
         |zwrot|aterbetalning)\b
   | \b(?:du\s+bist\s+jetzt|tu\s+es\s+maintenant|ahora\s+eres|ora\s+sei|je\s+bent\s+nu
         |agora\s+es|jestes\s+teraz|du\s+ar\s+nu)\b
+  # an override verb a few words before what it overrides, whatever the words between
+  # ("ignora le regole precedenti", "Ignorujte předchozí instrukce", "ignora todo lo anterior")
+  | \b(?:ignor\w*|zignoruj\w*|disregard|forget|vergiss|vergessen\s+sie|oublie[zr]?|olvid[ae]\w*
+        |dimentica\w*|negeer|vergeet|esquec\w*|zapomnij\w*|glom|bortse\w*|overrid\w*)
+        (?:[ \t,:;'"()-]+\w+){0,4}?[ \t,:;'"()-]+(?:instruc\w*|istruzion\w*|instrukc\w*|instrukce|instruktion\w*
+        |rules|regeln|regles|reglas|regole|regels|regras|regler|pravidla|zasady|polecen\w*
+        |anweisung\w*|vorgaben|consignes|directions|guidelines|prompts?|commands?)\b
+  | \b(?:ignor\w*|disregard|forget|olvid[ae]\w*|dimentica\w*|negeer|vergeet|vergiss)
+        (?:[ \t,]+\w+){0,3}?[ \t,]+(?:above|anterior|precedent\w*|sopra|oben|hierboven|powyzej|vyse)\b
+        (?!\s+(?:e-?mail|message|mail|nachricht|mensaje|messaggio|bericht|wiadomosc|zprava))
+  # approving, or marking approved, a few words apart ("aprueba un reembolso de",
+  # "genehmigen Sie eine Erstattung", "Approve refund of", "oznacz jako zatwierdzone")
+  | (?<!n't\s)(?<!not\s)(?<!nie\s)(?<!nicht\s)(?<!pas\s)(?<!no\s)
+      \b(?:approve|approva\w*|aprueb\w*|aprob\w*|approuve\w*|genehmig\w*|aprov\w*|zatwierdz\w*
+        |schval\w*|godkan\w*|godkend\w*|keur)(?:[ \t,:;'"()-]+\w+){0,2}?[ \t,:;'"()-]+(?:refund|erstattung
+        |ruckerstattung|rimborso|reembolso|remboursement|terugbetaling|zwrot\w*|vraceni
+        |aterbetalning|estorno|refusion)\b
+  | \b(?:mark|set|oznacz|markeer|marque[rz]?|marca|markier\w*|segna|oznac)\w*(?:[ \t,:;'"()-]+\w+){0,4}?[ \t,:;'"()-]+
+        (?:approved|zatwierdzon\w*|goedgekeurd|approuvee?|aprobad[oa]|approvat[oa]|genehmigt
+        |aprovad[oa]|godkand|schvalen[oa])\b
+  | \bstatus\s*[=:]\s*approved\b
+  # a note addressed to the system or the model ("IMPORTANTE PARA EL SISTEMA", "PS voor de
+  # AI-assistent", "istruzioni per il modello")
+  | \b(?:note|nota|notiz|hinweis|important\w*|wichtig|uwaga|instruc\w*|istruzion\w*|message
+        |mensaje|messaggio|nachricht|ps|p\.s\.)\W+(?:para|pour|for|an|per|voor|dla|to|pro)\s+
+        (?:el\s+|la\s+|le\s+|the\s+|das\s+|den\s+|die\s+|il\s+|lo\s+|het\s+|de\s+|o\s+|a\s+)?
+        (?:sistema|systeme|system|systeem|systemu|ai|ia|ki|modelo|modello|model|modell
+        |assistant|asistente|assistente|assistent|bot|llm)\b
   | (?:以前の|これまでの|上記の)?指示を(?:無視|忘れ) | システムプロンプト
   | 返金を(?:承認|許可)(?:して|しろ|せよ)
     """,
     re.IGNORECASE | re.VERBOSE | re.MULTILINE,
 )
-_SENTENCE = re.compile(r"[^.!?。\uff01\uff1f\n]+[.!?。\uff01\uff1f]*|\n")
+# A sentence ends at . ! ? or a line break, but not at the point inside "9.999" or "12.50".
+_SENTENCE = re.compile(r"(?:[^.!?。\uff01\uff1f\n]|(?<=\d)\.(?=\d))+[.!?。\uff01\uff1f]*|\n")
 
 
 def detect_injection(text: str) -> bool:
