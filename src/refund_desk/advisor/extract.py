@@ -81,7 +81,7 @@ _CODE = re.compile(
     r"[A-Z][A-Z0-9]{0,9}(?:[-_][A-Z0-9]+)*(?:/[A-Z0-9]+)*"
     r"|\d[\dA-Z]*(?:[-_][A-Z0-9]+)+"
     r"|\d[0-9O]{2,}[A-Z0-9]*"
-    r")(?![\w\u00c0-\u024f-])(?![.,:]\d)(?!\s?(?:%|x\s?\d|[-–]\s?\d))"
+    r")(?![\w\u00c0-\u024f-])(?![.,:]\d)(?!\s?(?:%|x\s?\d|[-\u2013]\s?\d))"
 )
 _NOT_A_CODE_BEFORE = re.compile(
     r"(?i)(?:\b(?:ticket|case|issue|tracking|track|sendung\w*|suivi|seguimiento|rastreio|"

@@ -64,20 +64,24 @@ _INJECTION = re.compile(
   # ("ignora le regole precedenti", "Ignorujte předchozí instrukce", "ignora todo lo anterior")
   | \b(?:ignor\w*|zignoruj\w*|disregard|forget|vergiss|vergessen\s+sie|oublie[zr]?|olvid[ae]\w*
         |dimentica\w*|negeer|vergeet|esquec\w*|zapomnij\w*|glom|bortse\w*|overrid\w*)
-        (?:[ \t,:;'"()-]+\w+){0,4}?[ \t,:;'"()-]+(?:instruc\w*|istruzion\w*|instrukc\w*|instrukce|instruktion\w*
+        (?:[ \t,:;'"()-]+\w+){0,4}?[ \t,:;'"()-]+
+        (?:instruc\w*|istruzion\w*|instrukc\w*|instrukce|instruktion\w*
         |rules|regeln|regles|reglas|regole|regels|regras|regler|pravidla|zasady|polecen\w*
         |anweisung\w*|vorgaben|consignes|directions|guidelines|prompts?|commands?)\b
   | \b(?:ignor\w*|disregard|forget|olvid[ae]\w*|dimentica\w*|negeer|vergeet|vergiss)
-        (?:[ \t,]+\w+){0,3}?[ \t,]+(?:above|anterior|precedent\w*|sopra|oben|hierboven|powyzej|vyse)\b
+        (?:[ \t,]+\w+){0,3}?[ \t,]+
+        (?:above|anterior|precedent\w*|sopra|oben|hierboven|powyzej|vyse)\b
         (?!\s+(?:e-?mail|message|mail|nachricht|mensaje|messaggio|bericht|wiadomosc|zprava))
   # approving, or marking approved, a few words apart ("aprueba un reembolso de",
   # "genehmigen Sie eine Erstattung", "Approve refund of", "oznacz jako zatwierdzone")
   | (?<!n't\s)(?<!not\s)(?<!nie\s)(?<!nicht\s)(?<!pas\s)(?<!no\s)
       \b(?:approve|approva\w*|aprueb\w*|aprob\w*|approuve\w*|genehmig\w*|aprov\w*|zatwierdz\w*
-        |schval\w*|godkan\w*|godkend\w*|keur)(?:[ \t,:;'"()-]+\w+){0,2}?[ \t,:;'"()-]+(?:refund|erstattung
+        |schval\w*|godkan\w*|godkend\w*|keur)(?:[ \t,:;'"()-]+\w+){0,2}?[ \t,:;'"()-]+
+        (?:refund|erstattung
         |ruckerstattung|rimborso|reembolso|remboursement|terugbetaling|zwrot\w*|vraceni
         |aterbetalning|estorno|refusion)\b
-  | \b(?:mark|set|oznacz|markeer|marque[rz]?|marca|markier\w*|segna|oznac)\w*(?:[ \t,:;'"()-]+\w+){0,4}?[ \t,:;'"()-]+
+  | \b(?:mark|set|oznacz|markeer|marque[rz]?|marca|markier\w*|segna|oznac)\w*
+        (?:[ \t,:;'"()-]+\w+){0,4}?[ \t,:;'"()-]+
         (?:approved|zatwierdzon\w*|goedgekeurd|approuvee?|aprobad[oa]|approvat[oa]|genehmigt
         |aprovad[oa]|godkand|schvalen[oa])\b
   | \bstatus\s*[=:]\s*approved\b
