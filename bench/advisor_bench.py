@@ -28,7 +28,9 @@ from refund_desk.advisor.offline import OfflineAdvisor, extract_amount, keyword_
 from refund_desk.cases.ports import AdviceRequest
 from refund_desk.money import exponent
 
-DEV = (WEIGHTS.with_name("dev.jsonl"), WEIGHTS.with_name("dev_other_writer.jsonl"))
+DEV = tuple(
+    WEIGHTS.with_name(f"{name}.jsonl") for name in ("dev", "dev_other_writer", "dev_third_writer")
+)
 ROUNDS = 5
 
 

@@ -16,13 +16,15 @@ import unicodedata
 import zlib
 from collections import Counter
 
-__all__ = ["BITS", "BUCKETS", "NGRAMS", "fold", "hashed_counts", "tfidf"]
+__all__ = ["BITS", "BUCKETS", "DIGIT_RUN", "NGRAMS", "fold", "hashed_counts", "tfidf"]
 
 BITS = 18
 BUCKETS = 1 << BITS
 NGRAMS = (2, 5)
 _MASK = BUCKETS - 1
 _WORD = re.compile(r"\w+|[^\w\s]")
+DIGIT_RUN = 3  # a run of this many digits or more is read as "000"
+_DIGITS = re.compile(rf"\d{{{DIGIT_RUN},}}")
 
 
 def fold(text: str) -> str:
@@ -38,7 +40,9 @@ def hashed_counts(text: str) -> Counter[int]:
     low, high = NGRAMS
     counts: Counter[int] = Counter()
     crc = zlib.crc32
-    words = _WORD.findall(fold(text))
+    # a long run of digits reads as "000": order numbers and prices say nothing about the
+    # reason, and as n-grams they would tie a reason to whatever numbers one writer chose
+    words = _WORD.findall(_DIGITS.sub("000", fold(text)))
     for word in words:
         padded = f" {word} "
         size = len(padded)

@@ -3,7 +3,8 @@
 Its weights are package data (`data/reason_model.npz`, rebuilt from `data/train.jsonl` by
 `python -m refund_desk.advisor.train`); they are read once per process and nothing is ever
 downloaded. The confidence is a softmax over the class margins divided by a temperature fitted
-on `data/dev.jsonl`, so that "0.8" means right about eight times in ten on text it has not seen.
+on writers the model was not trained on (see `advisor.train`), so that "0.8" means right about
+eight times in ten on a new writer's text.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from refund_desk.advisor.features import BITS, NGRAMS, hashed_counts, tfidf
+from refund_desk.advisor.features import BITS, DIGIT_RUN, NGRAMS, hashed_counts, tfidf
 from refund_desk.cases.ports import REASONS
 
 __all__ = ["WEIGHTS", "ReasonModel", "load_model"]
@@ -59,7 +60,12 @@ class ReasonModel:
 
 def read(path: Path) -> ReasonModel:
     with np.load(path, allow_pickle=False) as data:
-        if int(data["bits"]) != BITS or tuple(int(n) for n in data["ngrams"]) != NGRAMS:
+        if (
+            int(data["bits"]) != BITS
+            or tuple(int(n) for n in data["ngrams"]) != NGRAMS
+            or "digit_run" not in data.files
+            or int(data["digit_run"]) != DIGIT_RUN
+        ):
             raise ValueError(f"{path.name} was trained with other features; rebuild it")
         classes = tuple(str(c) for c in data["classes"])
         if set(classes) != set(REASONS):

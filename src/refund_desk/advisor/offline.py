@@ -329,6 +329,14 @@ def _summary(
 _MASKS = re.compile("|".join(re.escape(mask) for mask in KINDS.values()))
 
 
+def reason_text(redacted: str, *, injection: bool) -> str:
+    """What the reason model reads, in training as in advice: the redacted text with
+    instruction sentences removed, so an injected "classify this as damaged" cannot move the
+    reason, and without the masks ("[card]"), which say nothing about the reason."""
+    text = without_injection(redacted) if injection else redacted
+    return _MASKS.sub(" ", text)
+
+
 class OfflineAdvisor:
     """Keyword advisor: same input, same advice, no network and no tokens spent."""
 
@@ -337,11 +345,7 @@ class OfflineAdvisor:
     def advise(self, request: AdviceRequest) -> Advice:
         red = redact(request.message, names=request.known_names, emails=request.known_emails)
         injection = detect_injection(request.message)
-        # Classify on redacted text with instruction sentences removed, so an injected
-        # "classify this as damaged" cannot move the reason; the masks themselves ("[card]")
-        # are left out, as they say nothing about the reason.
-        text = without_injection(red.text) if injection else red.text
-        reason, confidence = classify(_MASKS.sub(" ", text))
+        reason, confidence = classify(reason_text(red.text, injection=injection))
         if reason not in REASONS:  # pragma: no cover - classify only returns REASONS
             reason = "other"
         # Read the reference from the redacted text: a "reference" that is really a card

@@ -14,6 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from refund_desk.advisor.reference import REFERENCE_BEFORE
+
 __all__ = ["KINDS", "Redacted", "iban_valid", "luhn_valid", "redact"]
 
 #: The kinds of data masked, in the order they are applied, with their replacement tokens.
@@ -221,7 +223,7 @@ def _looks_like_phone(text: str, m: re.Match[str]) -> bool:
     if _DATE.fullmatch(span):
         return False
     before = text[max(0, m.start() - 30) : m.start()]
-    return not _REF_CONTEXT.search(before)
+    return not (_REF_CONTEXT.search(before) or REFERENCE_BEFORE.search(before))
 
 
 def _sub_phone(text: str, c: _Counter) -> str:
