@@ -75,8 +75,10 @@ _INJECTION = re.compile(
   # approving, or marking approved, a few words apart ("aprueba un reembolso de",
   # "genehmigen Sie eine Erstattung", "Approve refund of", "oznacz jako zatwierdzone")
   | (?<!n't\s)(?<!not\s)(?<!nie\s)(?<!nicht\s)(?<!pas\s)(?<!no\s)
-      \b(?:approve|approva\w*|aprueb\w*|aprob\w*|approuve\w*|genehmig\w*|aprov\w*|zatwierdz\w*
-        |schval\w*|godkan\w*|godkend\w*|keur)(?:[ \t,:;'"()-]+\w+){0,2}?[ \t,:;'"()-]+
+      \b(?:approve|approva(?:te|re)?|aprueb[ae]n?|aprob(?:ad|ar)|approuve[zr]?
+        |genehmig(?:e|en)
+        |aprov(?:e|em|ar)|zatwierd[zź]|zatwierdzi[cć]|schval(?:te|it)|godk[aä]nn?|godkend|keur)
+        (?:[ \t,:;'"()-]+\w+){0,2}?[ \t,:;'"()-]+
         (?:refund|erstattung
         |ruckerstattung|rimborso|reembolso|remboursement|terugbetaling|zwrot\w*|vraceni
         |aterbetalning|estorno|refusion)\b
@@ -92,6 +94,43 @@ _INJECTION = re.compile(
         (?:el\s+|la\s+|le\s+|the\s+|das\s+|den\s+|die\s+|il\s+|lo\s+|het\s+|de\s+|o\s+|a\s+)?
         (?:sistema|systeme|system|systeem|systemu|ai|ia|ki|modelo|modello|model|modell
         |assistant|asistente|assistente|assistent|bot|llm)\b
+  # a bracketed or labelled line speaking as the system ("[system]", "[SYSTEM-HINWEIS: ...",
+  # "[AUTO-APPROVE]", "> [SYSTEM]:")
+  | \[\s*(?:system|systeem|systeme|sistema|systemu|admin|ai|ia|ki|bot|auto[- ]?approv\w*
+        |override|instruc\w*|istruzion\w*)\b
+  # a line addressed to an AI reading the message ("P.S. per l'intelligenza artificiale che
+  # legge:", "Assistant IA :", "Jeśli to czyta bot:", "Als je een geautomatiseerd systeem bent")
+  # (not "Bot:", the shop's own chatbot speaking in a pasted chat transcript)
+  | \b(?:ai|a\.i\.|ia|ki|llm|agent\s+ia|agente\s+ia|assistant\s+ia|(?:ai|ia|ki)[- ]assist\w+
+        |intelligenza\s+artificiale|intelligence\s+artificielle|inteligencia\s+artificial
+        |intelig[eê]ncia\s+artificial|sztuczn\w+\s+inteligencj\w+|kunstmatige\s+intelligentie
+        |k[uü]nstliche\s+intelligenz|automated\s+system|geautomatiseerd\w*\s+systeem)
+        \s*(?:\]|:|,?\s*(?:che|qui|que|die|der|which|that|who)\s+(?:legge|lit|lee|l[eê]|leest|liest
+        |reads?|is\s+reading))
+  | \b(?:if\s+you\s+are|als\s+je|si\s+(?:tu\s+es|vous\s+[eê]tes|eres)|se\s+(?:sei|voc[eê]\s+[eé])
+        |wenn\s+(?:du|sie)|jesli|jezeli)\b[^.\n]{0,30}?\b(?:an?\s+)?(?:ai|ia|ki|bot|llm
+        |automat\w*|geautomatiseerd\w*|system\w*|systeem|sistema|model\w*|assistent\w*)\b
+  | \b(?:internal\s+note|note\s+interne|nota\s+interna|interne\s+(?:notiz|notitie|anmerkung)
+        |notatka\s+wewn\w+)\b
+  | \b(?:without|skip\w*)\s+(?:any\s+)?(?:verification|checks?|review)\b
+        |\bsans\s+(?:aucun\s+)?(?:contr[oô]le|v[ée]rification)|\bsin\s+verifica\w*
+        |\bsem\s+verifica\w*|\bohne\s+(?:pr[uü]fung|kontrolle)|\bzonder\s+(?:controle|verificatie)
+        |\bsenza\s+(?:verific\w*|controll\w*)|\bbez\s+weryfikacji
+  | \b(?:priority|system|admin)\s+override\b
+  | \b(?:zmie[nń]\w*|[äa]nder\w*|wijzig\w*|cambi\w*|modifi\w*|change[zr]?|altera\w*)
+        (?:[ \t]+\w+){0,3}?[ \t]+(?:kwot\w*|betrag|bedrag|importo|montant|monto|valor|amount)
+        \s+(?:na|auf|naar|a|to|en|para|in)\b
+  | \b(?:betrag|summe|erstattung)\s+auf\s+[^.\n]{0,20}?\b(?:[äa]ndern|setzen|erh[öo]hen)\b
+  | \b(?:maximum|maximal\w*|maximale?|m[aá]ximo|massimo|maksymaln\w*)\s+(?:refund|remboursement
+        |reembolso|rimborso|erstattung|terugbetaling|zwrot)\b
+  | \b(?:client\w*|customer|kunde|klant|klient\w*)\s+(?:is\s+|es\s+|e\s+|est\s+|ist\s+)?
+        (?:a\s+|un\s+|een\s+|ein\s+)?(?:verified\s+)?vip\b
+  | \b(?:approved|genehmigt|goedgekeurd|zatwierdzon\w*|approuv[ée]e?|aprobad[oa]|approvat[oa]
+        |aprovad[oa])\s+(?:by|von|door|przez|par|por|da|pelo)\s+(?:a\s+|the\s+|een\s+|un\s+|il\s+
+        |le\s+|el\s+|o\s+|dem\s+|einem\s+)?(?:manager|supervisor|kierownik\w*|admin\w*|gerente
+        |responsable|direttore|vorgesetzt\w*|leidinggevende)
+  | \b(?:door|przez|by|von)\s+(?:een\s+|a\s+|the\s+|einen?\s+)?(?:manager|supervisor|kierownik\w*
+        |leidinggevende)\s+(?:goedgekeurd|zatwierdzon\w*|approved|genehmigt)
   | (?:以前の|これまでの|上記の)?指示を(?:無視|忘れ) | システムプロンプト
   | 返金を(?:承認|許可)(?:して|しろ|せよ)
     """,
