@@ -183,9 +183,32 @@ def test_an_amount_inside_an_instruction_is_not_the_amount_asked_for() -> None:
         ("Strhli jste mi 2 199 Kč dvakrát, vraťte jednu platbu.", (219900, "CZK")),
         ("4 Gläser à 7,50 € = 30,00 €, alle zerbrochen.", (3000, "EUR")),
         ("Faltan dos, así que os pido 25,00 € de vuelta.", (2500, "EUR")),
+        ("Mir fehlen noch 12,00 € von der Erstattung.", (1200, "EUR")),
+        ("Pagué S/ 249 y nunca llegó.", (24900, "PEN")),
+        ("please refund Rs. 1,499 for the mixer", (149900, "INR")),
+        ("Die Jacke hat 89,- € gekostet, bitte zurück.", (8900, "EUR")),
     ],
 )
 def test_reads_amounts_in_more_of_the_ways_they_are_written(
     text: str, amount: tuple[int, str]
 ) -> None:
     assert extract_amount(text) == amount
+
+
+def test_a_dollar_sign_is_the_payments_own_peso() -> None:
+    text = "Me cobraron dos veces $ 18.500 pesos por la misma compra."
+    assert extract_amount(text, "ARS") == (1850000, "ARS")
+    assert extract_amount(text, "CLP") == (18500, "CLP")
+    assert extract_amount("Charged $25.00 twice.", "EUR") is None  # not the payment's currency
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "I found it for $40 cheaper elsewhere, please cancel.",
+        "Bei einem anderen Shop ist er 30 € billiger, ich schicke ihn zurück.",
+        "refund 4471 pls, it never worked",  # a bare four-digit number is the order
+    ],
+)
+def test_what_is_not_the_amount_asked_for(text: str) -> None:
+    assert extract_amount(text, "USD" if "$" in text else "EUR") is None

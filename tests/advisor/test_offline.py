@@ -180,12 +180,16 @@ def test_extracts_amounts(text: str, currency: str | None, expected: tuple[int, 
     assert extract_amount(text, currency) == expected
 
 
+def test_a_sign_of_several_currencies_gives_the_amount_and_no_currency() -> None:
+    # "$" alone could be USD, CAD, AUD, a peso...; "¥" JPY or CNY: read, in hundredths
+    assert extract_amount("I paid $25", None) == (2500, "")
+    assert extract_amount("¥5000 please", None) == (500000, "")
+
+
 @pytest.mark.parametrize(
     ("text", "currency"),
     [
         ("I paid $25", "EUR"),  # the symbol contradicts the request's currency
-        ("I paid $25", None),  # "$" alone could be USD, CAD, AUD...
-        ("¥5000 please", None),  # JPY or CNY
         ("12.50 EUR", "USD"),
         ("paid $50 and $60", "USD"),  # two amounts, neither clearly asked for
         ("¥5000.5", "JPY"),  # more decimals than the currency has

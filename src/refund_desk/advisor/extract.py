@@ -21,10 +21,12 @@ __all__ = ["extract_amount", "extract_order_ref"]
 # ---------------------------------------------------------------- amounts
 
 _DOLLARS = ("USD", "CAD", "AUD", "NZD", "SGD", "HKD", "MXN")
+_PESOS = ("MXN", "ARS", "CLP", "COP", "UYU", "PHP", "DOP")
 # Currency markers -> the ISO codes they may stand for. Longest first in the pattern.
 _SYMBOLS: dict[str, tuple[str, ...]] = {
     "us$": ("USD",), "c$": ("CAD",), "ca$": ("CAD",), "a$": ("AUD",), "au$": ("AUD",),
-    "nz$": ("NZD",), "s$": ("SGD",), "hk$": ("HKD",), "r$": ("BRL",), "$": _DOLLARS,
+    "nz$": ("NZD",), "s$": ("SGD",), "hk$": ("HKD",), "r$": ("BRL",),
+    "$": (*_DOLLARS, "ARS", "CLP", "COP", "UYU"),  # the peso countries write "$" too
     "€": ("EUR",), "£": ("GBP",), "¥": ("JPY", "CNY"), "￥": ("JPY", "CNY"), "円": ("JPY",),
     "₩": ("KRW",), "₹": ("INR",), "₺": ("TRY",), "₽": ("RUB",), "zł": ("PLN",),
     "kd": ("KWD",), "د.ك": ("KWD",), "fr.": ("CHF",), "kr": ("SEK", "NOK", "DKK", "ISK"),
@@ -43,6 +45,9 @@ _SYMBOLS: dict[str, tuple[str, ...]] = {
     "kč": ("CZK",), "kc": ("CZK",), "czk": ("CZK",),
     "pesos chilenos": ("CLP",), "pesos colombianos": ("COP",), "pesos argentinos": ("ARS",),
     "pesos mexicanos": ("MXN",),
+    "pesos": _PESOS, "peso": _PESOS, "s/": ("PEN",), "s/.": ("PEN",), "soles": ("PEN",),
+    "rs": ("INR",), "rs.": ("INR",), "rupees": ("INR",), "rupee": ("INR",), "inr": ("INR",),
+    "pound": ("GBP",),
 }  # fmt: skip
 # "$199.900 COP", "$24.990 pesos chilenos": a dollar sign the code after it makes precise.
 _DOLLAR_SIGN_THEN = re.compile(
@@ -51,8 +56,13 @@ _DOLLAR_SIGN_THEN = re.compile(
 )
 # A plain space groups thousands only before a trailing marker ("1 234,56 €"); after a leading
 # one ("$25 100 times") it would glue two numbers together.
-_NUM_PRE = r"\d{1,3}(?:[,.'\u00a0\u202f]\d{3})+(?:[.,]\d{1,3})?|\d+(?:[.,]\d{1,3})?"
-_NUM = r"\d{1,3}(?:[,.'\u00a0\u202f ]\d{3})+(?:[.,]\d{1,3})?|\d+(?:[.,]\d{1,3})?"
+# ("749,-" is a whole amount, as German and Dutch prices are written, also with an en dash)
+_NUM_PRE = (
+    r"\d{1,3}(?:[,.'\u00a0\u202f]\d{3})+(?:[.,]\d{1,3}|,[-\u2013])?|\d+(?:[.,]\d{1,3}|,[-\u2013])?"
+)
+_NUM = (
+    r"\d{1,3}(?:[,.'\u00a0\u202f ]\d{3})+(?:[.,]\d{1,3}|,[-\u2013])?|\d+(?:[.,]\d{1,3}|,[-\u2013])?"
+)
 _MARK = "|".join(
     # a marker ending in a Latin letter ends a word ("zł" is not the start of "złożono")
     rf"{re.escape(s)}(?![A-Za-z0-9\u00c0-\u024f])" if re.search(r"[a-zł]$", s) else re.escape(s)
@@ -71,7 +81,8 @@ _AMOUNT = re.compile(
 _ASK_WORD = (
     r"refund|reimburs|back|return|credit|owed|owe me|erstatt|zuruck|rembours|reembols|devolu|devolv"
     r"|rimbors|restitu|terugbeta|terugstort|terug|zwrot|zwroc|oddac|aterbetal|tillbaka|estorn"
-    r"|vuelta|返金|返して"
+    r"|vuelta|manc|manquant|brakuj|missing|fehlend|faltan|faltam|ontbreek|chybi"
+    r"|owe|dovete|deben|devem|schulden|verschuldig|winni|reclam|返金|返して"
 )
 _ASK = re.compile(_ASK_WORD)
 # "the difference of 50,00 €": a price drop or a partial refund, the amount asked for
@@ -91,6 +102,11 @@ _TOTAL_BEFORE = re.compile(
 )
 _TOTAL_AFTER = re.compile(r"^\s*(?:total|in total|insgesamt|au total|en total|in totale|razem)")
 _BASE_BEFORE = re.compile(r"%\s*(?:of|von|de|di|van|z|av|do)\s*(?:the\s+)?$")  # "15% of $200"
+# "the same blender for $40 cheaper", "80 € billiger": a price elsewhere, not the ask
+_CHEAPER_AFTER = re.compile(
+    r"\s*(?:cheaper|less\b|lower|billiger|gunstiger|goedkoper|mas barat|moins cher|meno\b|in meno"
+    r"|mais barat|taniej|billigare|billigere|lagre)"
+)
 _LIMIT_BEFORE = re.compile(
     r"(?:\bover|\babove|\bmore than|\bup to|\bunder|\bbelow|\bexceeding|\bless than"
     r"|\bmehr als|\bbis zu|\bplus de|\bjusqu'a|\bmas de|\bhasta|\boltre|\bmeer dan)"
@@ -144,8 +160,8 @@ class _Found:
 
 def _role(before: str, after: str) -> str | None:
     """What the words around an amount say it is; None when it is not the customer's ask at all
-    (the base of a percentage, a threshold)."""
-    if _BASE_BEFORE.search(before) or _LIMIT_BEFORE.search(before):
+    (the base of a percentage, a threshold, what another shop charges less)."""
+    if _BASE_BEFORE.search(before) or _LIMIT_BEFORE.search(before) or _CHEAPER_AFTER.match(after):
         return None
     if _TOTAL_BEFORE.search(before) or _TOTAL_AFTER.match(after):
         return "total"
@@ -170,7 +186,7 @@ def _candidates(marker: str) -> tuple[str, ...]:
 
 def _normalise_number(num: str, currency: str) -> str | None:
     """'1.234,56' / '1,234.56' / '12,50' / "1'000" -> a plain '1234.56'; None if unclear."""
-    s = re.sub(r"[\u00a0\u202f ']", "", num)
+    s = re.sub(r"[\u00a0\u202f ']|,[-\u2013]$", "", num)
     seps = [ch for ch in s if ch in ".,"]
     if not seps:
         return s
@@ -188,10 +204,11 @@ def _normalise_number(num: str, currency: str) -> str | None:
 
 
 def _resolve(candidates: Sequence[str], request_currency: str | None) -> str | None:
-    """The currency a marker means here; None when it contradicts the request or is ambiguous."""
+    """The currency a marker means here: None when it contradicts the request, "" (not known)
+    when no request currency says which of several it is ("$" alone)."""
     if request_currency:
         return request_currency if request_currency in candidates else None
-    return candidates[0] if len(candidates) == 1 else None
+    return candidates[0] if len(candidates) == 1 else ""
 
 
 def _minor(num: str, currency: str) -> int | None:
@@ -229,10 +246,10 @@ def extract_amount(text: str, currency: str | None = None) -> tuple[int, str] | 
     over the unit prices it adds up ("2 x 12,99 €", "$29.99 each", "at £13"). Failing marked
     amounts, a bare number the customer plainly asks for ("refund me 12.99", "Graag 12,99
     terug"), then a lone number shaped like a price ("... 18.99. Can you refund it?"), in the
-    request's currency, or with the code "" and in hundredths when the request names none. A
-    marker that contradicts the request's currency, an ambiguous one ("$" with no currency
-    given), or several different amounts none of which is clearly the one asked for, give
-    None: no guessing about money.
+    request's currency, or with the code "" and in hundredths when the request names none (as
+    for a marker that could mean several, "$" or "¥", when no request currency says which). A
+    marker that contradicts the request's currency, or several different amounts none of which
+    is clearly the one asked for, give None: no guessing about money.
     """
     req = currency.strip().upper() if currency else None
     if req is not None:
@@ -255,8 +272,8 @@ def extract_amount(text: str, currency: str | None = None) -> tuple[int, str] | 
             continue
         cur = _resolve(cands, req)
         if cur is None:
-            return None  # a contradicting or ambiguous amount makes the whole text unclear
-        value = _minor(num, cur)
+            return None  # an amount in another currency makes the whole text unclear
+        value = _minor(num, cur) if cur else _bare_minor(num, None)
         if value is None:
             continue
         before = _fold(text[max(0, m.start() - 40) : m.start()])
@@ -272,7 +289,10 @@ def extract_amount(text: str, currency: str | None = None) -> tuple[int, str] | 
         found.append(_Found(value, cur, asked, role))
     if not found:
         for b in _BARE_ASK.finditer(folded):
-            value = _bare_minor(b.group("n") or b.group("m") or b.group("k") or b.group("j"), req)
+            num = b.group("n") or b.group("m") or b.group("k") or b.group("j")
+            if b.group("n") and num.isdigit() and len(num) >= 4:
+                continue  # "refund 3319 pls": a bare four-digit number is an order, not money
+            value = _bare_minor(num, req)
             if value is not None:
                 found.append(_Found(value, req or "", True))
     if not found:
