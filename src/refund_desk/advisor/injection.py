@@ -67,7 +67,8 @@ _INJECTION = re.compile(
         (?:[ \t,:;'"()-]+\w+){0,4}?[ \t,:;'"()-]+
         (?:instruc\w*|istruzion\w*|instrukc\w*|instrukce|instruktion\w*
         |rules|regeln|regles|reglas|regole|regels|regras|regler|pravidla|zasady|polecen\w*
-        |anweisung\w*|vorgaben|consignes|directions|guidelines|prompts?|commands?)\b
+        |anweisung\w*|vorgaben|consignes|directions|guidelines|prompts?|commands?|regulamin\w*
+        |terms|conditions|richtlinie\w*|polityk\w*|politica\w*|politique)\b
   | \b(?:ignor\w*|disregard|forget|olvid[ae]\w*|dimentica\w*|negeer|vergeet|vergiss)
         (?:[ \t,]+\w+){0,3}?[ \t,]+
         (?:above|anterior|precedent\w*|sopra|oben|hierboven|powyzej|vyse)\b
@@ -90,10 +91,25 @@ _INJECTION = re.compile(
   # a note addressed to the system or the model ("IMPORTANTE PARA EL SISTEMA", "PS voor de
   # AI-assistent", "istruzioni per il modello")
   | \b(?:note|nota|notiz|hinweis|important\w*|wichtig|uwaga|instruc\w*|istruzion\w*|message
-        |mensaje|messaggio|nachricht|ps|p\.s\.)\W+(?:para|pour|for|an|per|voor|dla|to|pro)\s+
-        (?:el\s+|la\s+|le\s+|the\s+|das\s+|den\s+|die\s+|il\s+|lo\s+|het\s+|de\s+|o\s+|a\s+)?
-        (?:sistema|systeme|system|systeem|systemu|ai|ia|ki|modelo|modello|model|modell
-        |assistant|asistente|assistente|assistent|bot|llm)\b
+        |mensaje|messaggio|nachricht|anweisung\w*|ps|p\.s\.)\W+(?:para|pour|for|an|per|voor|dla|to
+        |pro)\s+(?:el\s+|la\s+|le\s+|the\s+|das\s+|den\s+|die\s+|il\s+|lo\s+|het\s+|de\s+|o\s+
+        |a\s+|l'|l\s)?(?:sistema|systeme|system|systeem|systemu|ai|ia|ki|modelo|modello|model|modell
+        |assistant|asistente|assistente|assistent|bot|llm|classifier|classificatore|clasificador
+        |classificateur|klassifikator)\b
+  # a label naming the system ("UWAGA SYSTEM:", "ACHTUNG KI:")
+  | \b(?:uwaga|attention|achtung|atencion|attenzione|aviso|note|nota|hinweis|important\w*|wichtig)
+        \s+(?:dla\s+)?(?:system\w*|ai|ia|ki|bot)\s*:
+  # telling the reader what it is ("Jesteś asystentem AI", "you are an AI assistant")
+  | \b(?:you\s+are|jestes|du\s+bist|tu\s+es|eres|sei|je\s+bent|voce\s+e|ty\s+jsi)\s+
+        (?:an?\s+|un[ae]?\s+|ein\s+|een\s+|um\s+)?(?:ai\s+|ia\s+|ki[- ])?(?:assistant\w*
+        |asystent\w*|asistente|assistente|assistent|model\w*|bot|classifier|system)\b
+  # telling it how to classify or treat the message ("classifica come", "treat this as approved")
+  | \b(?:classif\w*|klasyfik\w*|klassifizier\w*|clasific\w*|treat|behandel|tratta|trate|traitez)
+        \s+(?:[\w'"]+\s+){0,3}?(?:as|come|como|als|comme|jako)\s
+  | \b(?:mark|oznacz|markeer|marquez|marca|markiere|segna)\s+(?:[\w'"]+\s+){0,3}?(?:as|jako|als
+        |comme|como|come)\s+(?:[\w'"]+\s+)?(?:fraud\w*|oszustw\w*|betrug|fraude|frode|urgent\w*
+        |pilne|dringend|approved|defect\w*|defekt|difettoso|defeituoso)
+  | ai(?:担当者?|の方)?へ  # (folded: full-width letters read as plain ones)
   # a bracketed or labelled line speaking as the system ("[system]", "[SYSTEM-HINWEIS: ...",
   # "[AUTO-APPROVE]", "> [SYSTEM]:")
   | \[\s*(?:system|systeem|systeme|sistema|systemu|admin|ai|ia|ki|bot|auto[- ]?approv\w*
