@@ -16,6 +16,16 @@ __all__ = ["detect_injection", "without_injection"]
 
 # ---------------------------------------------------------------- prompt injection
 
+# An approval asked with an amount or with urgency, not a customer's polite question.
+_URGED = (
+    r"[^.?!\n]{0,40}(?:\d|immediately|now\b|automatically|without|in\s+full|full\b|sofort|direkt"
+    r"|inmediatamente|ya\b|subito|natychmiast|meteen|direct|imediatamente|agora)"
+)
+# "my manager approved the purchase" is a company buyer's, not a claim made to the software
+_NOT_MINE = (
+    r"(?<!my\s)(?<!mi\s)(?<!mon\s)(?<!mein\s)(?<!meine\s)(?<!mijn\s)(?<!moj\s)(?<!mio\s)"
+    r"(?<!meu\s)"
+)
 _INJECTION = re.compile(
     r"""
     \b(?:ignore|disregard|forget|skip|override)\s+(?:all\s+|any\s+|the\s+|your\s+|my\s+)?
@@ -35,8 +45,11 @@ _INJECTION = re.compile(
   | \bas\s+an?\s+(?:ai|language\s+model|llm|assistant)\b
   | \boverride\s+(?:the\s+)?(?:policy|rules|limits?|decision)
   | \bbypass\s+(?:the\s+)?(?:policy|rules|review|approval|checks?)
-  | \b(?:approve|authori[sz]e|accept)\s+(?:this|the|my)\s+refund\b
-  | \b(?:auto[- ]?approve|approve\s+(?:it\s+)?(?:immediately|automatically|now))\b
+  | \b(?:approve|authori[sz]e|accept)\s+(?:this|the|my)\s+refund\b(?={_URGED})
+  | (?:^\s*|[.!?:\n]\s*)(?:approve|authori[sz]e|accept)\s+(?:this|the|my)\s+refund\b  # a command
+  | \bauto[- ]?approve\b
+  | (?<!will\s)(?<!would\s)(?<!should\s)(?<!to\s)
+      \bapprove\s+(?:it\s+)?(?:immediately|automatically|now)\b
   | \b(?:set|change|mark)\s+(?:the\s+)?(?:reason|amount|confidence|status|category|outcome)
         \s+(?:to|as)\b
   | \bclassify\s+(?:this|it|me)\s+as\b
@@ -62,15 +75,19 @@ _INJECTION = re.compile(
         |agora\s+es|jestes\s+teraz|du\s+ar\s+nu)\b
   # an override verb a few words before what it overrides, whatever the words between
   # ("ignora le regole precedenti", "Ignorujte předchozí instrukce", "ignora todo lo anterior")
-  | \b(?:ignor\w*|zignoruj\w*|disregard|forget|vergiss|vergessen\s+sie|oublie[zr]?|olvid[ae]\w*
-        |dimentica\w*|negeer|vergeet|esquec\w*|zapomnij\w*|glom|bortse\w*|overrid\w*)
+  | \b(?:ign?i?or\w*|zigno\w*|disregard|forget|vergiss|vergessen\s+sie|oublie[zr]?|olvid[ae]\w*
+        |dimentica\w*|negeer|vergeet|esquec\w*|zapomnij\w*|glom|bortse\w*|overrid\w*|bypass|skip
+        |salt(?:a|ar|es|e|are|ate|en)|pomi[nń]\w*|passe[zr]?\s+outre|passar\s+por\s+cima|omit\w*)
         (?:[ \t,:;'"()-]+\w+){0,4}?[ \t,:;'"()-]+
         (?:instruc\w*|istruzion\w*|instrukc\w*|instrukce|instruktion\w*
         |rules|regeln|regles|reglas|regole|regels|regras|regler|pravidla|zasady|polecen\w*
         |anweisung\w*|vorgaben|consignes|directions|guidelines|prompts?|commands?|regulamin\w*
-        |terms|conditions|richtlinie\w*|polityk\w*|politica\w*|politique)\b
+        |terms|conditions|richtlinie\w*|polityk\w*|politica\w*|politique|polic(?:y|ies)|\w*beleid
+        |pokyn\w*|consign\w*|istru\w*|regr\w*|zas\w{1,3}|checks?|controls?|controle|controlli
+        |kontrol\w*|verification|verifica\w*|pr[uü]fung|return\s+step)\b
   | \b(?:ignor\w*|disregard|forget|olvid[ae]\w*|dimentica\w*|negeer|vergeet|vergiss)
-        (?:[ \t,]+\w+){0,3}?[ \t,]+
+        (?:[ \t,]+(?!(?:e-?mail|mail|correo|courriel|message|mensaje|messaggio|nachricht|bericht
+        |wiadomos\w*|zprav\w*|pedido|order|commande|bestellung|ordine)\b)\w+){0,3}?[ \t,]+
         (?:above|anterior|precedent\w*|sopra|oben|hierboven|powyzej|vyse)\b
         (?!\s+(?:e-?mail|message|mail|nachricht|mensaje|messaggio|bericht|wiadomosc|zprava))
   # approving, or marking approved, a few words apart ("aprueba un reembolso de",
@@ -78,11 +95,11 @@ _INJECTION = re.compile(
   | (?<!n't\s)(?<!not\s)(?<!nie\s)(?<!nicht\s)(?<!pas\s)(?<!no\s)
       \b(?:approve|approva(?:te|re)?|aprueb[ae]n?|aprob(?:ad|ar)|approuve[zr]?
         |genehmig(?:e|en)
-        |aprov(?:e|em|ar)|zatwierd[zź]|zatwierdzi[cć]|schval(?:te|it)|godk[aä]nn?|godkend|keur)
+        |aprov(?:e|em|ar)|zatwierd[zź]|zatwierdzi[cć]|schval(?:te|it)?|godk[aä]nn?|godkend|keur)
         (?:[ \t,:;'"()-]+\w+){0,2}?[ \t,:;'"()-]+
         (?:refund|erstattung
         |ruckerstattung|rimborso|reembolso|remboursement|terugbetaling|zwrot\w*|vraceni
-        |aterbetalning|estorno|refusion)\b
+        |aterbetalning|estorno|refusion)\b(?={_URGED})
   | \b(?:mark|set|oznacz|markeer|marque[rz]?|marca|markier\w*|segna|oznac)\w*
         (?:[ \t,:;'"()-]+\w+){0,4}?[ \t,:;'"()-]+
         (?:approved|zatwierdzon\w*|goedgekeurd|approuvee?|aprobad[oa]|approvat[oa]|genehmigt
@@ -109,7 +126,77 @@ _INJECTION = re.compile(
   | \b(?:mark|oznacz|markeer|marquez|marca|markiere|segna)\s+(?:[\w'"]+\s+){0,3}?(?:as|jako|als
         |comme|como|come)\s+(?:[\w'"]+\s+)?(?:fraud\w*|oszustw\w*|betrug|fraude|frode|urgent\w*
         |pilne|dringend|approved|defect\w*|defekt|difettoso|defeituoso)
-  | ai(?:担当者?|の方)?へ  # (folded: full-width letters read as plain ones)
+  # (folded: full-width letters read as plain ones)
+  | ai(?:アシスタント|担当者?|の方)?(?:さん|様)?(?:へ|、)
+  | システムへの指示 | 指示を(?:すべて|全て)?(?:無視|忘れ)
+  # structured fields claiming a decision ('"status": "approved"', "Freigabe: durch System
+  # erteilt", "esito_verifica=positivo", '"review_required": false')
+  | ["']?\w*(?:status|estado|statut|stato|approv\w*|aprob\w*|aprov\w*|genehmig\w*|goedkeur\w*
+        |beoordeling|zatwierdz\w*|godkend\w*|freigabe|parecer|esito\w*|approval|verification\w*
+        |verifica\w*|review\w*|pruefung|prufung|controle|kontrol\w*|check\w*)["']?\s*[:=]\s*["']?
+        (?:approved|true|granted|aprobado|aprovado|approvato|approuve\w*|genehmigt|goedgekeurd
+        |zatwierdz\w*|godkendt|positiv[oe]?|udzielon\w*|erteilt|durch\s+system|by\s+system|false
+        |not\s+needed|not\s+required|nee|nein|non|nie|springes\s+over)\b
+  | \b(?:override\s+code|operator\s+note|note\s+operatore|agent\s+instructions?|bearbeiterhinweis
+        |interner?\s+vermerk|instru[cç][aã]o\s+ao\s+operador|polecenie\s+dla\s+agenta
+        |system(?:meldung|nachricht)|systeemmelding|messaggio\s+del\s+sistema
+        |mensa(?:gem|je)\s+(?:automatica\s+)?d[eo]l?\s+sistema|message\s+(?:du\s+)?systeme)\b
+  # hidden text: an HTML comment with a speaker, or text made invisible
+  | <!--\s*[\w' -]{1,30}\s*: | display\s*:\s*none | visibility\s*:\s*hidden
+  # the reader addressed as a machine ("Dear AI", "Caro assistente virtuale", "Liebes
+  # Sprachmodell", "Do bota:", "whatever tool reads these", "Model, please")
+  | \b(?:dear|caro|cara|cher|chere|liebe[sr]?|beste|drogi|droga|kaere|kare|querid[oa]|estimad[oa]
+        |prezad[oa])\s+(?:\w+\s+)?(?:ai|ia|ki|bot|chatbot|robot|robo|model\w*|sprachmodell
+        |taalmodel|assistent\w*|asystenc\w*|asistente|assistant|classifier|detecteur|detector
+        |detektor|system\w*|systeem|sistema|algorithm\w*)\b
+  | \b(?:ai|ia|ki|bot|chatbot|robot|robo|model\w*|sprachmodell|taalmodel|language\s+model
+        |assistent\w*|asystent\w*|asistente|assistente|assistant|classifier|classificateur|detecteur
+        |detector|detektor|tool|agent|agente)\s+(?:that\s+|who\s+|which\s+|que\s+|qui\s+|che\s+
+        |die\s+|der\s+|ktory\s+|som\s+)?(?:reads|reading
+        |legge|leggi|lee|lees|leest|lit|le|lê|czyta|liest|processes|processing|procese|verwerkt)\b
+  | \b(?:to|for|para|pour|an|voor|per|dla|do|pro|aan|obs\.?\s+para|a\s+l'attention\s+du)\s+
+        (?:the\s+|el\s+|o\s+|le\s+|das\s+|het\s+|il\s+|de\s+)?(?:ai|ia|ki|bot\w*|chatbot|robot|robo|taalmodel
+        |sprachmodell|language\s+model|automati\w+\s+system\w*|system\w*)(?:\s+d[eo]\s+\w+)?\s*:
+  | \b(?:language\s+model|model|ai|bot|system|classifier)\s+instructions?\b
+  | \b(?:hinweis|note|nota|disclaimer|poznamka|obs)\s+(?:fur|for|pour|para|voor|pro|per)\s+
+        (?:das\s+|the\s+|le\s+|el\s+|o\s+|de\s+|il\s+)?(?:automati\w+|geautomatiseerde?)\b
+  | (?:^|[.!?\n:]\s*)(?:model|modelo|modello|bot|ai|ia|ki|assistant|assistente|asystencie)\s*,\s+
+  | \bpilne\s+dla\s+bota\b
+  # role-play and games ("From now on you are", "tu joues le rôle", "Facciamo un gioco")
+  | \b(?:from\s+now\s+on|a\s+partir\s+de\s+(?:maintenant|agora|ahora)|d'ora\s+in\s+poi
+        |od\s+teraz|von\s+nun\s+an|ab\s+jetzt|vanaf\s+nu|fra\s+nu\s+af|fran\s+och\s+med\s+nu)
+        [^.\n]{0,25}\b(?:you|tu|du|jij|je|jestes|voce|eres|sei|er\s+du|ty|your|tua|sua|jouw)\b
+  | \b(?:you\s+play|play\s+the\s+role|tu\s+joues|joue[zr]?\s+le\s+role|juega\s+el\s+papel
+        |spiel\s+die\s+rolle|speel\s+de\s+rol|interpreta\s+il\s+ruolo|imagine\s+you\s+are
+        |stel\s+je\s+voor\s+dat\s+je|immagina\s+di\s+essere|imagina\s+que\s+eres
+        |wyobraz\s+sobie|voce\s+agora\s+e|tu\s+sei\s+il|tu\s+sei\s+la|du\s+bist\s+der)\b
+  | \b(?:let'?s\s+play\s+a\s+game|facciamo\s+un\s+gioco|juguemos|jouons|lass\s+uns\s+ein\s+spiel)\b
+  | \byour\s+new\s+(?:role|function|task|job)|\ba\s+tua\s+nova\s+fun[cç][aã]o
+  # labels for the checker itself, new rules, a fake end of the customer's text
+  | \b(?:label|classe\w*|mark|tag|flag|etiquet\w*)\b[^.\n]{0,25}\b(?:safe|sur|sicher|seguro
+        |sicuro|veilig|bezpieczn\w*|trusted|legit\w*|geen\s+fraude|no\s+fraud|not\s+fraud)\b
+  | \b(?:nuevas|novas|nouvelles|neue|nuove|nieuwe|nowe)\s+(?:\w+\s+)?(?:reglas|regras|regles|regeln
+        |regole|regels|zasady|instrucciones|instrucoes|instructions|anweisungen|istruzioni
+        |instructies|instrukcje)\b
+  | \b(?:end\s+of\s+(?:the\s+)?(?:customer\s+)?message|fim\s+da\s+mensagem|fin\s+del\s+mensaje
+        |fin\s+du\s+message|ende\s+der\s+nachricht|einde\s+van\s+het\s+bericht
+        |fine\s+del\s+messaggio|koniec\s+wiadomosci)\b
+  | (?:^|\n|\.\s)\s*(?:system|systeem|systeme|sistema|systemu)\s*:
+  # an approval claimed for someone with authority ("approved by the team lead", "votre
+  # directeur l'a déjà accepté", "tu jefe ya lo autorizó")
+  | \b(?:approved|authori[sz]ed|validated|verified|confirmed|genehmigt|freigegeben|abgesegnet
+        |autorizad[oa]|autorizou|autorizo|aprobad[oa]|aprovad[oa]|autorise\w*|valide\w*|accepte
+        |verificat[oa]|geverifieerd|goedgekeurd|akkoord|zatwierdzon\w*|zgodzi\w*|schvalen\w*
+        |godkendt|concordou|consent\w*|said\s+it'?s\s+fine)[^.\n]{0,40}?{_NOT_MINE}\b(?:manager|supervisor\w*
+        |team\s*lead\w*|teamleitung|teamleider|chef|boss|jefe|gerente|gerencia|directeur|direttore
+        |responsabile|afdelingshoofd|leidinggevende|przelozon\w*|kierownik\w*|vedouc\w*|management
+        |direction|direccion)\b
+  | {_NOT_MINE}\b(?:manager|supervisor\w*|team\s*lead\w*|teamleitung|teamleider|chef|boss|jefe
+        |gerente|gerencia|directeur|direttore|responsabile|afdelingshoofd|leidinggevende|przelozon\w*
+        |kierownik\w*|vedouc\w*)\b[^.\n]{0,40}?\b(?:approved|authori[sz]ed|confirmed|genehmigt
+        |abgesegnet|autoriz\w+|aprob\w+|accepte|akkoord|zgodzi\w*|concordou|schval\w*
+        |said\s+it'?s\s+fine
+        |gave\s+(?:the\s+)?ok|ha\s+detto|mi\s+ha\s+detto)
   # a bracketed or labelled line speaking as the system ("[system]", "[SYSTEM-HINWEIS: ...",
   # "[AUTO-APPROVE]", "> [SYSTEM]:")
   | \[\s*(?:system|systeem|systeme|sistema|systemu|admin|ai|ia|ki|bot|auto[- ]?approv\w*
@@ -149,11 +236,14 @@ _INJECTION = re.compile(
         |leidinggevende)\s+(?:goedgekeurd|zatwierdzon\w*|approved|genehmigt)
   | (?:以前の|これまでの|上記の)?指示を(?:無視|忘れ) | システムプロンプト
   | 返金を(?:承認|許可)(?:して|しろ|せよ)
-    """,
+    """.replace("{_URGED}", _URGED).replace("{_NOT_MINE}", _NOT_MINE),
     re.IGNORECASE | re.VERBOSE | re.MULTILINE,
 )
-# A sentence ends at . ! ? or a line break, but not at the point inside "9.999" or "12.50".
-_SENTENCE = re.compile(r"(?:[^.!?。\uff01\uff1f\n]|(?<=\d)\.(?=\d))+[.!?。\uff01\uff1f]*|\n")
+# A sentence ends at . ! ? or a line break, but not at the point inside "9.999" or "12.50",
+# nor at the "!" opening an HTML comment ("<!-- ... -->").
+_SENTENCE = re.compile(
+    r"(?:[^.!?。\uff01\uff1f\n]|(?<=\d)\.(?=\d)|(?<=<)!)+[.!?。\uff01\uff1f]*|\n"
+)
 
 
 def detect_injection(text: str) -> bool:
