@@ -26,6 +26,7 @@ from refund_desk.cases.lifecycle import Status
 from refund_desk.cases.ports import PaymentFacts, PaymentNotFound, ProcessorError, Provenance
 from refund_desk.governance.versions import control
 from refund_desk.storage.audit import Actor, canonical
+from refund_desk.storage.crypto import CustomerCipher
 from refund_desk.storage.db import lock_payment
 from refund_desk.storage.jobs import enqueue
 from refund_desk.storage.models import Case, Execution, IntakeKey, Payment
@@ -136,6 +137,7 @@ def submit(
     answer on, an appeal's link), so the case and its channel details commit together.
     """
     fingerprint = request.fingerprint()
+    email_hash = desk.vault.email_hash(str(request.email))
     if idempotency_key and api_key_id is not None:
         with desk.db.read() as session:
             replay = _replay(session, api_key_id, idempotency_key, fingerprint)
@@ -155,9 +157,11 @@ def submit(
         raise InvalidRequest(
             "amount_not_accepted", "The processor cannot refund this amount.", {"amount": refused}
         )
+    # Encrypted before the write transaction, which only proves the key is still the live one.
+    sealed = _Sealed.make(desk.vault.ready_cipher(email_hash), request, payment)
     for attempt in range(3):
         try:
-            return _capture(
+            submitted, cipher = _capture(
                 desk,
                 request,
                 payment,
@@ -166,13 +170,44 @@ def submit(
                 idempotency_key,
                 fingerprint,
                 requested_by,
+                sealed,
                 prepare,
             )
+            if cipher is not None:
+                desk.vault.remember(cipher)  # committed: the customer's live key
+            return submitted
         except IntegrityError:
             # A concurrent request won a unique key (payment row or Idempotency-Key); look again.
             if attempt == 2:
                 raise
     raise AssertionError("unreachable")
+
+
+@dataclass(frozen=True)
+class _Sealed:
+    """The customer's fields encrypted under the key a read saw before the capture."""
+
+    cipher: CustomerCipher
+    email: str
+    name: str | None
+    message: str | None
+    verified: bool
+
+    @classmethod
+    def make(cls, cipher: CustomerCipher, request: RefundRequest, payment: PaymentFacts) -> _Sealed:
+        return cls(
+            cipher=cipher,
+            email=cipher.encrypt(str(request.email)) or "",
+            name=cipher.encrypt(request.name or payment.customer_name),
+            message=cipher.encrypt(request.message),
+            verified=case_facts.customer_verified(str(request.email), payment),
+        )
+
+    def under(
+        self, cipher: CustomerCipher, request: RefundRequest, payment: PaymentFacts
+    ) -> _Sealed:
+        """The same fields under `cipher`: itself if that is the key they were sealed with."""
+        return self if cipher is self.cipher else _Sealed.make(cipher, request, payment)
 
 
 def fetch_payment(desk: Desk, payment_id: str) -> PaymentFacts:
@@ -211,15 +246,18 @@ def _capture(
     idempotency_key: str | None,
     fingerprint: str,
     requested_by: str | None,
+    sealed: _Sealed,
     prepare: Callable[[Session, Case], None] | None = None,
-) -> Submitted:
+) -> tuple[Submitted, CustomerCipher | None]:
     now = desk.now()
+    case_id, correlation_id = new_id("case"), new_id("req")
+    email_hash = sealed.cipher.email_hash
     with desk.db.write() as session:
         row = _upsert_payment(desk, session, payment)
         if idempotency_key and api_key_id is not None:
             replay = _replay(session, api_key_id, idempotency_key, fingerprint)
             if replay:
-                return replay
+                return replay, None
         money_left = case_facts.refundable(session, payment).left
         amount = request.amount_minor()
         if amount is None:
@@ -233,14 +271,16 @@ def _capture(
         else:
             amount_source = Provenance.customer_input
         duplicate_of = case_facts.duplicate_of(session, row.id, amount)
-        email_hash = desk.vault.email_hash(str(request.email))
-        customer = desk.vault.for_customer(session, email_hash)  # their own data key
+        # Their own data key: the row must still hold the one the fields were sealed with
+        # (an erasure since the read destroyed it: sealed again under the new one).
+        customer = desk.vault.for_customer(session, email_hash, ready=sealed.cipher)
+        sealed = sealed.under(customer, request, payment)
         case = Case(
-            id=new_id("case"),
+            id=case_id,
             status=Status.received,
             source=request.source,
             external_id=request.external_id,
-            correlation_id=new_id("req"),
+            correlation_id=correlation_id,
             payment_id=row.id,
             currency=request.currency,
             requested_amount=request.amount_minor(),
@@ -248,11 +288,11 @@ def _capture(
             amount_source=amount_source,
             reason=request.reason,
             reason_source=Provenance.customer_input if request.reason else None,
-            email_enc=customer.encrypt(str(request.email)) or "",
+            email_enc=sealed.email,
             email_hash=email_hash,
-            name_enc=customer.encrypt(request.name or payment.customer_name),
-            message_enc=customer.encrypt(request.message),
-            customer_verified=case_facts.customer_verified(str(request.email), payment),
+            name_enc=sealed.name,
+            message_enc=sealed.message,
+            customer_verified=sealed.verified,
             possible_duplicate=duplicate_of is not None,
             duplicate_of=duplicate_of,
             policy_version=control(session).active_version,
@@ -315,7 +355,7 @@ def _capture(
             money.format_money(case.amount, case.currency),
             "possible duplicate" if duplicate_of else "new",
         )
-        return Submitted(case.id, created=True, job_id=job.id)
+        return Submitted(case.id, created=True, job_id=job.id), customer
 
 
 def _upsert_payment(desk: Desk, session: Session, payment: PaymentFacts) -> Payment:
