@@ -253,12 +253,12 @@ def _capture(
     case_id, correlation_id = new_id("case"), new_id("req")
     email_hash = sealed.cipher.email_hash
     with desk.db.write() as session:
-        row = _upsert_payment(desk, session, payment)
+        row, first_sighting = _upsert_payment(desk, session, payment)
         if idempotency_key and api_key_id is not None:
             replay = _replay(session, api_key_id, idempotency_key, fingerprint)
             if replay:
                 return replay, None
-        money_left = case_facts.refundable(session, payment).left
+        money_left = case_facts.refundable(session, payment, unseen=first_sighting).left
         amount = request.amount_minor()
         if amount is None:
             if money_left <= 0:
@@ -270,7 +270,8 @@ def _capture(
             amount, amount_source = money_left, Provenance.system_of_record
         else:
             amount_source = Provenance.customer_input
-        duplicate_of = case_facts.duplicate_of(session, row.id, amount)
+        # A payment seen for the first time has no case and no refund of ours to repeat.
+        duplicate_of = None if first_sighting else case_facts.duplicate_of(session, row.id, amount)
         # Their own data key: the row must still hold the one the fields were sealed with
         # (an erasure since the read destroyed it: sealed again under the new one).
         customer = desk.vault.for_customer(session, email_hash, ready=sealed.cipher)
@@ -358,32 +359,33 @@ def _capture(
         return Submitted(case.id, created=True, job_id=job.id), customer
 
 
-def _upsert_payment(desk: Desk, session: Session, payment: PaymentFacts) -> Payment:
-    """Record what the processor said about the payment, and lock its row."""
+def _upsert_payment(desk: Desk, session: Session, payment: PaymentFacts) -> tuple[Payment, bool]:
+    """Record what the processor said about the payment, and lock its row; True if this is
+    its first sighting (then no case and no execution of ours can refer to it yet: both
+    reference the row by a foreign key)."""
     row = lock_payment(session, payment.id)
+    if row is None:
+        row = Payment(
+            id=payment.id,
+            processor=desk.processor.name,
+            currency=payment.currency.upper(),
+            amount=payment.amount,
+            refunded=payment.refunded_amount(excluding=frozenset()),
+            created_at=payment.created_at,
+            seen_at=desk.now(),
+        )
+        session.add(row)
+        # A concurrent first sighting fails here and the capture is retried; the row this
+        # transaction inserted is its own until it commits (PostgreSQL: as if locked).
+        session.flush()
+        return row, True
     ours = frozenset(  # our own refunds are counted from our executions, never twice
         session.scalars(select(col(Execution.id)).where(col(Execution.payment_id) == payment.id))
     )
     elsewhere = payment.refunded_amount(excluding=ours)
-    if row is None:
-        session.add(
-            Payment(
-                id=payment.id,
-                processor=desk.processor.name,
-                currency=payment.currency.upper(),
-                amount=payment.amount,
-                refunded=elsewhere,
-                created_at=payment.created_at,
-                seen_at=desk.now(),
-            )
-        )
-        session.flush()  # a concurrent first sighting fails here and the capture is retried
-        row = lock_payment(session, payment.id)
-        assert row is not None
-    else:
-        row.amount, row.refunded, row.seen_at = payment.amount, elsewhere, desk.now()
-        session.add(row)
-    return row
+    row.amount, row.refunded, row.seen_at = payment.amount, elsewhere, desk.now()
+    session.add(row)
+    return row, False
 
 
 def to_major_text(minor: int, currency: str) -> str:
