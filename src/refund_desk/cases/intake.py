@@ -252,6 +252,31 @@ def _capture(
     now = desk.now()
     case_id, correlation_id = new_id("case"), new_id("req")
     email_hash = sealed.cipher.email_hash
+    # Made before the writer is taken; what only the transaction knows is filled in there.
+    case = Case(
+        id=case_id,
+        status=Status.received,
+        source=request.source,
+        external_id=request.external_id,
+        correlation_id=correlation_id,
+        payment_id=payment.id,
+        currency=request.currency,
+        requested_amount=request.amount_minor(),
+        amount=0,  # and its source: below, once what is left is known
+        amount_source=Provenance.customer_input,
+        reason=request.reason,
+        reason_source=Provenance.customer_input if request.reason else None,
+        email_enc=sealed.email,
+        email_hash=email_hash,
+        name_enc=sealed.name,
+        message_enc=sealed.message,
+        customer_verified=sealed.verified,
+        callback_url=request.callback_url,
+        requested_by=requested_by,
+        created_at=now,
+        updated_at=now,
+    )
+    ready = sealed
     with desk.db.write() as session:
         row, first_sighting = _upsert_payment(desk, session, payment)
         if idempotency_key and api_key_id is not None:
@@ -276,32 +301,12 @@ def _capture(
         # (an erasure since the read destroyed it: sealed again under the new one).
         customer = desk.vault.for_customer(session, email_hash, ready=sealed.cipher)
         sealed = sealed.under(customer, request, payment)
-        case = Case(
-            id=case_id,
-            status=Status.received,
-            source=request.source,
-            external_id=request.external_id,
-            correlation_id=correlation_id,
-            payment_id=row.id,
-            currency=request.currency,
-            requested_amount=request.amount_minor(),
-            amount=amount,
-            amount_source=amount_source,
-            reason=request.reason,
-            reason_source=Provenance.customer_input if request.reason else None,
-            email_enc=sealed.email,
-            email_hash=email_hash,
-            name_enc=sealed.name,
-            message_enc=sealed.message,
-            customer_verified=sealed.verified,
-            possible_duplicate=duplicate_of is not None,
-            duplicate_of=duplicate_of,
-            policy_version=control(session).active_version,
-            callback_url=request.callback_url,
-            requested_by=requested_by,
-            created_at=now,
-            updated_at=now,
-        )
+        if sealed is not ready:
+            case.email_enc, case.name_enc = sealed.email, sealed.name
+            case.message_enc = sealed.message
+        case.amount, case.amount_source = amount, amount_source
+        case.possible_duplicate, case.duplicate_of = duplicate_of is not None, duplicate_of
+        case.policy_version = control(session).active_version
         session.add(case)
         session.flush()
         desk.audit.append(
