@@ -44,6 +44,12 @@ class Settings(BaseSettings):
     # Processes apart from the HTTP server that run the jobs (`serve --job-processes N`); 0:
     # the server's own threads run them.
     job_processes: int = Field(0, ge=0, le=64, validation_alias="REFUND_DESK_JOB_PROCESSES")
+    # Intake requests a replica captures at once (`web/admission.py`); the rest wait their
+    # turn on the event loop, holding no thread and no connection. Default: 2 with job
+    # processes, no limit when the replica's threads run the jobs; 0: no limit.
+    intake_concurrency: int | None = Field(
+        None, ge=0, le=64, validation_alias="REFUND_DESK_INTAKE_CONCURRENCY"
+    )
     secret: SecretStr | None = Field(None, validation_alias="REFUND_DESK_SECRET")
     processor: Literal["sandbox", "stripe"] = Field(
         "sandbox", validation_alias="REFUND_DESK_PROCESSOR"

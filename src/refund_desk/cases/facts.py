@@ -32,11 +32,17 @@ class Refundable:
         return max(0, self.captured - self.refunded)
 
 
-def refundable(session: Session, payment: PaymentFacts) -> Refundable:
+def refundable(session: Session, payment: PaymentFacts, *, unseen: bool = False) -> Refundable:
     """captured - the processor's refunds - our executions not yet finished (reservations).
 
     A reservation whose refund the processor already holds is counted once, not twice.
+    `unseen`: the payment's row was inserted by this transaction, so no execution of ours
+    can refer to it (a foreign key) and nothing is read.
     """
+    if unseen:
+        return Refundable(
+            payment.amount, payment.refunded_amount(excluding=frozenset()), frozenset()
+        )
     open_rows = session.execute(
         select(col(Execution.id), col(Execution.amount)).where(
             col(Execution.payment_id) == payment.id,

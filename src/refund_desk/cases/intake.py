@@ -26,6 +26,7 @@ from refund_desk.cases.lifecycle import Status
 from refund_desk.cases.ports import PaymentFacts, PaymentNotFound, ProcessorError, Provenance
 from refund_desk.governance.versions import control
 from refund_desk.storage.audit import Actor, canonical
+from refund_desk.storage.crypto import CustomerCipher
 from refund_desk.storage.db import lock_payment
 from refund_desk.storage.jobs import enqueue
 from refund_desk.storage.models import Case, Execution, IntakeKey, Payment
@@ -136,6 +137,7 @@ def submit(
     answer on, an appeal's link), so the case and its channel details commit together.
     """
     fingerprint = request.fingerprint()
+    email_hash = desk.vault.email_hash(str(request.email))
     if idempotency_key and api_key_id is not None:
         with desk.db.read() as session:
             replay = _replay(session, api_key_id, idempotency_key, fingerprint)
@@ -155,9 +157,11 @@ def submit(
         raise InvalidRequest(
             "amount_not_accepted", "The processor cannot refund this amount.", {"amount": refused}
         )
+    # Encrypted before the write transaction, which only proves the key is still the live one.
+    sealed = _Sealed.make(desk.vault.ready_cipher(email_hash), request, payment)
     for attempt in range(3):
         try:
-            return _capture(
+            submitted, cipher = _capture(
                 desk,
                 request,
                 payment,
@@ -166,13 +170,44 @@ def submit(
                 idempotency_key,
                 fingerprint,
                 requested_by,
+                sealed,
                 prepare,
             )
+            if cipher is not None:
+                desk.vault.remember(cipher)  # committed: the customer's live key
+            return submitted
         except IntegrityError:
             # A concurrent request won a unique key (payment row or Idempotency-Key); look again.
             if attempt == 2:
                 raise
     raise AssertionError("unreachable")
+
+
+@dataclass(frozen=True)
+class _Sealed:
+    """The customer's fields encrypted under the key a read saw before the capture."""
+
+    cipher: CustomerCipher
+    email: str
+    name: str | None
+    message: str | None
+    verified: bool
+
+    @classmethod
+    def make(cls, cipher: CustomerCipher, request: RefundRequest, payment: PaymentFacts) -> _Sealed:
+        return cls(
+            cipher=cipher,
+            email=cipher.encrypt(str(request.email)) or "",
+            name=cipher.encrypt(request.name or payment.customer_name),
+            message=cipher.encrypt(request.message),
+            verified=case_facts.customer_verified(str(request.email), payment),
+        )
+
+    def under(
+        self, cipher: CustomerCipher, request: RefundRequest, payment: PaymentFacts
+    ) -> _Sealed:
+        """The same fields under `cipher`: itself if that is the key they were sealed with."""
+        return self if cipher is self.cipher else _Sealed.make(cipher, request, payment)
 
 
 def fetch_payment(desk: Desk, payment_id: str) -> PaymentFacts:
@@ -211,16 +246,44 @@ def _capture(
     idempotency_key: str | None,
     fingerprint: str,
     requested_by: str | None,
+    sealed: _Sealed,
     prepare: Callable[[Session, Case], None] | None = None,
-) -> Submitted:
+) -> tuple[Submitted, CustomerCipher | None]:
     now = desk.now()
+    case_id, correlation_id = new_id("case"), new_id("req")
+    email_hash = sealed.cipher.email_hash
+    # Made before the writer is taken; what only the transaction knows is filled in there.
+    case = Case(
+        id=case_id,
+        status=Status.received,
+        source=request.source,
+        external_id=request.external_id,
+        correlation_id=correlation_id,
+        payment_id=payment.id,
+        currency=request.currency,
+        requested_amount=request.amount_minor(),
+        amount=0,  # and its source: below, once what is left is known
+        amount_source=Provenance.customer_input,
+        reason=request.reason,
+        reason_source=Provenance.customer_input if request.reason else None,
+        email_enc=sealed.email,
+        email_hash=email_hash,
+        name_enc=sealed.name,
+        message_enc=sealed.message,
+        customer_verified=sealed.verified,
+        callback_url=request.callback_url,
+        requested_by=requested_by,
+        created_at=now,
+        updated_at=now,
+    )
+    ready = sealed
     with desk.db.write() as session:
-        row = _upsert_payment(desk, session, payment)
+        row, first_sighting = _upsert_payment(desk, session, payment)
         if idempotency_key and api_key_id is not None:
             replay = _replay(session, api_key_id, idempotency_key, fingerprint)
             if replay:
-                return replay
-        money_left = case_facts.refundable(session, payment).left
+                return replay, None
+        money_left = case_facts.refundable(session, payment, unseen=first_sighting).left
         amount = request.amount_minor()
         if amount is None:
             if money_left <= 0:
@@ -232,35 +295,18 @@ def _capture(
             amount, amount_source = money_left, Provenance.system_of_record
         else:
             amount_source = Provenance.customer_input
-        duplicate_of = case_facts.duplicate_of(session, row.id, amount)
-        email_hash = desk.vault.email_hash(str(request.email))
-        customer = desk.vault.for_customer(session, email_hash)  # their own data key
-        case = Case(
-            id=new_id("case"),
-            status=Status.received,
-            source=request.source,
-            external_id=request.external_id,
-            correlation_id=new_id("req"),
-            payment_id=row.id,
-            currency=request.currency,
-            requested_amount=request.amount_minor(),
-            amount=amount,
-            amount_source=amount_source,
-            reason=request.reason,
-            reason_source=Provenance.customer_input if request.reason else None,
-            email_enc=customer.encrypt(str(request.email)) or "",
-            email_hash=email_hash,
-            name_enc=customer.encrypt(request.name or payment.customer_name),
-            message_enc=customer.encrypt(request.message),
-            customer_verified=case_facts.customer_verified(str(request.email), payment),
-            possible_duplicate=duplicate_of is not None,
-            duplicate_of=duplicate_of,
-            policy_version=control(session).active_version,
-            callback_url=request.callback_url,
-            requested_by=requested_by,
-            created_at=now,
-            updated_at=now,
-        )
+        # A payment seen for the first time has no case and no refund of ours to repeat.
+        duplicate_of = None if first_sighting else case_facts.duplicate_of(session, row.id, amount)
+        # Their own data key: the row must still hold the one the fields were sealed with
+        # (an erasure since the read destroyed it: sealed again under the new one).
+        customer = desk.vault.for_customer(session, email_hash, ready=sealed.cipher)
+        sealed = sealed.under(customer, request, payment)
+        if sealed is not ready:
+            case.email_enc, case.name_enc = sealed.email, sealed.name
+            case.message_enc = sealed.message
+        case.amount, case.amount_source = amount, amount_source
+        case.possible_duplicate, case.duplicate_of = duplicate_of is not None, duplicate_of
+        case.policy_version = control(session).active_version
         session.add(case)
         session.flush()
         desk.audit.append(
@@ -315,35 +361,36 @@ def _capture(
             money.format_money(case.amount, case.currency),
             "possible duplicate" if duplicate_of else "new",
         )
-        return Submitted(case.id, created=True, job_id=job.id)
+        return Submitted(case.id, created=True, job_id=job.id), customer
 
 
-def _upsert_payment(desk: Desk, session: Session, payment: PaymentFacts) -> Payment:
-    """Record what the processor said about the payment, and lock its row."""
+def _upsert_payment(desk: Desk, session: Session, payment: PaymentFacts) -> tuple[Payment, bool]:
+    """Record what the processor said about the payment, and lock its row; True if this is
+    its first sighting (then no case and no execution of ours can refer to it yet: both
+    reference the row by a foreign key)."""
     row = lock_payment(session, payment.id)
+    if row is None:
+        row = Payment(
+            id=payment.id,
+            processor=desk.processor.name,
+            currency=payment.currency.upper(),
+            amount=payment.amount,
+            refunded=payment.refunded_amount(excluding=frozenset()),
+            created_at=payment.created_at,
+            seen_at=desk.now(),
+        )
+        session.add(row)
+        # A concurrent first sighting fails here and the capture is retried; the row this
+        # transaction inserted is its own until it commits (PostgreSQL: as if locked).
+        session.flush()
+        return row, True
     ours = frozenset(  # our own refunds are counted from our executions, never twice
         session.scalars(select(col(Execution.id)).where(col(Execution.payment_id) == payment.id))
     )
     elsewhere = payment.refunded_amount(excluding=ours)
-    if row is None:
-        session.add(
-            Payment(
-                id=payment.id,
-                processor=desk.processor.name,
-                currency=payment.currency.upper(),
-                amount=payment.amount,
-                refunded=elsewhere,
-                created_at=payment.created_at,
-                seen_at=desk.now(),
-            )
-        )
-        session.flush()  # a concurrent first sighting fails here and the capture is retried
-        row = lock_payment(session, payment.id)
-        assert row is not None
-    else:
-        row.amount, row.refunded, row.seen_at = payment.amount, elsewhere, desk.now()
-        session.add(row)
-    return row
+    row.amount, row.refunded, row.seen_at = payment.amount, elsewhere, desk.now()
+    session.add(row)
+    return row, False
 
 
 def to_major_text(minor: int, currency: str) -> str:

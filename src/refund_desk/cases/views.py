@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import select
@@ -32,6 +33,21 @@ def case_view(
         .where(col(Execution.case_id) == case_id)
         .order_by(col(Execution.created_at))
     ).all()
+    view = _view(case, executions, slack_delivery(session, case_id))
+    if with_audit:
+        _add_audit(session, view, case, vault)
+    return view
+
+
+def new_case_view(case: Case) -> dict[str, Any]:
+    """`case_view` without the record, of a case its own transaction just inserted: nothing
+    refers to it yet (no execution, no Slack message), so nothing needs reading."""
+    return _view(case, (), None)
+
+
+def _view(
+    case: Case, executions: Sequence[Execution], slack: dict[str, Any] | None
+) -> dict[str, Any]:
     decision = case.decision or {}
     wanted = case.asked()
     refunded = sum(e.amount for e in executions if e.status == "succeeded")
@@ -82,25 +98,28 @@ def case_view(
         "created_at": case.created_at.isoformat(),
         "updated_at": case.updated_at.isoformat(),
         "erased_at": case.erased_at.isoformat() if case.erased_at else None,
-        "slack": slack_delivery(session, case_id),
+        "slack": slack,
     }
-    if with_audit:
-        view["decision"]["trace"] = decision.get("trace", [])
-        view["decision"]["approvers"] = decision.get("approvers")
-        view["decision"]["counterfactual"] = decision.get("counterfactual")
-        view["facts"] = case.facts
-        advice = dict(case.advice or {})
-        if "summary" in advice:
-            advice["summary"] = summary_text(vault, advice, session=session) if vault else None
-        view["advice"] = advice if case.advice is not None else None
-        view["provenance"] = case.provenance
-        records = session.scalars(
-            select(AuditRecord)
-            .where(col(AuditRecord.case_id) == case_id)
-            .order_by(col(AuditRecord.seq))
-        ).all()
-        view["audit"] = [record_json(r) for r in records]
     return view
+
+
+def _add_audit(session: Session, view: dict[str, Any], case: Case, vault: Vault | None) -> None:
+    decision = case.decision or {}
+    view["decision"]["trace"] = decision.get("trace", [])
+    view["decision"]["approvers"] = decision.get("approvers")
+    view["decision"]["counterfactual"] = decision.get("counterfactual")
+    view["facts"] = case.facts
+    advice = dict(case.advice or {})
+    if "summary" in advice:
+        advice["summary"] = summary_text(vault, advice, session=session) if vault else None
+    view["advice"] = advice if case.advice is not None else None
+    view["provenance"] = case.provenance
+    records = session.scalars(
+        select(AuditRecord)
+        .where(col(AuditRecord.case_id) == case.id)
+        .order_by(col(AuditRecord.seq))
+    ).all()
+    view["audit"] = [record_json(r) for r in records]
 
 
 def slack_delivery(session: Session, case_id: str) -> dict[str, Any] | None:

@@ -216,6 +216,7 @@ def erase_customer(
         # The key row's lock first (as retention takes it): an intake filing a case for this
         # customer holds it until it commits, so the cases read next include that case.
         destroyed = destroy_customer_key(session, email_hash, now)
+        desk.vault.forget(email_hash)  # nor kept in memory (an intake proves its key anyway)
         cases = list(
             session.scalars(
                 select(Case).where(col(Case.email_hash) == email_hash).order_by(col(Case.id))
@@ -282,6 +283,7 @@ def retention(desk: Desk, *, days: int, evidence: EvidenceStore | None) -> int:
                     .limit(1)
                 )
                 if live is None and destroy_customer_key(session, email_hash, now):
+                    desk.vault.forget(email_hash)
                     keys += 1
             if keys:
                 _queue_purge(session)

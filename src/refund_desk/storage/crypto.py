@@ -10,6 +10,8 @@ import base64
 import hashlib
 import hmac
 import re
+import threading
+from collections import OrderedDict
 from datetime import datetime
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
@@ -57,13 +59,27 @@ def normalize_email(email: str) -> str:
 
 
 CUSTOMER_TOKEN = "c1"  # c1.<email hash>.<key generation>.<Fernet token>
+CIPHERS_KEPT = 1024  # customers whose live key a Vault keeps in memory (`ready_cipher`)
 
 
 class CustomerCipher:
     """Encrypts one customer's fields and files under their own data key."""
 
-    def __init__(self, email_hash: str, generation: int, key: bytes) -> None:
+    def __init__(
+        self,
+        email_hash: str,
+        generation: int,
+        key: bytes,
+        *,
+        wrapped: str = "",
+        fresh: bool = False,
+    ) -> None:
+        self.email_hash = email_hash
         self.generation = generation
+        # The key as stored (wrapped): what the key row must still hold for this cipher's
+        # tokens to be readable. `fresh`: made by `Vault.ready_cipher`, never stored yet.
+        self.wrapped = wrapped
+        self.fresh = fresh
         self._prefix = f"{CUSTOMER_TOKEN}.{email_hash}.{generation}."
         self._key = key
         self._fernet = Fernet(key)
@@ -96,6 +112,9 @@ class Vault:
         self._db = db
         self._fernet = Fernet(base64.urlsafe_b64encode(derive_key(secret, "field-encryption")))
         self._wrap = Fernet(base64.urlsafe_b64encode(derive_key(secret, "customer-keys")))
+        # Customers' live keys as last proved by a write transaction (`ready_cipher`).
+        self._ciphers: OrderedDict[str, CustomerCipher] = OrderedDict()
+        self._ciphers_lock = threading.Lock()
 
     def encrypt(self, value: str | None) -> str | None:
         return None if value is None else self._fernet.encrypt(value.encode()).decode()
@@ -112,21 +131,82 @@ class Vault:
         except InvalidToken as exc:  # a different secret, or a tampered column
             raise ValueError("cannot decrypt a stored field: wrong REFUND_DESK_SECRET?") from exc
 
-    def for_customer(self, session: Session, email_hash: str) -> CustomerCipher:
+    def for_customer(
+        self, session: Session, email_hash: str, *, ready: CustomerCipher | None = None
+    ) -> CustomerCipher:
         """The customer's live data key, made in the caller's transaction if they have none
-        (or had theirs destroyed by an erasure: a returning customer starts afresh)."""
+        (or had theirs destroyed by an erasure: a returning customer starts afresh).
+
+        `ready` is a cipher prepared before the transaction (`ready_cipher`): it is returned
+        itself only if the key row, read (and on PostgreSQL locked) here, holds exactly its
+        key, or if a key had to be made and `ready` is a fresh one (then it is the key stored).
+        Anything else (the customer was erased meanwhile, or a concurrent first intake stored
+        another key) gives the cipher of the row as it is now, and the caller's tokens made
+        with `ready` must be made again."""
         row = _lock_key(session, email_hash)
+        fresh = ready if ready is not None and ready.fresh else None
         if row is None:
-            _insert_key(session, email_hash, self._wrap.encrypt(Fernet.generate_key()).decode())
+            made = fresh.wrapped if fresh is not None and fresh.generation == 1 else None
+            _insert_key(session, email_hash, made or self._new_wrapped_key())
             row = _lock_key(session, email_hash)
             assert row is not None
         if row.key_enc is None:  # erased before: a new key, a new generation
-            row.key_enc = self._wrap.encrypt(Fernet.generate_key()).decode()
-            row.generation += 1
+            generation = row.generation + 1
+            if fresh is not None and fresh.generation == generation:
+                row.key_enc = fresh.wrapped
+            else:
+                row.key_enc = self._new_wrapped_key()
+            row.generation = generation
             row.erased_at = None
             session.add(row)
             session.flush()
-        return CustomerCipher(email_hash, row.generation, self._wrap.decrypt(row.key_enc.encode()))
+        if (
+            ready is not None
+            and ready.generation == row.generation
+            and ready.wrapped == row.key_enc
+        ):
+            return ready
+        return CustomerCipher(
+            email_hash,
+            row.generation,
+            self._wrap.decrypt(row.key_enc.encode()),
+            wrapped=row.key_enc,
+        )
+
+    def ready_cipher(self, email_hash: str) -> CustomerCipher:
+        """The customer's key as this process last used it, for encrypting before the write
+        transaction; a fresh key (not stored) if it has none in memory. Never trust it alone:
+        the write transaction passes it to `for_customer`, which proves the key row still
+        holds it, so a key an erasure destroyed meanwhile (here or in another process) is
+        never used, and a fresh key is stored only if the customer has no live one."""
+        with self._ciphers_lock:
+            known = self._ciphers.get(email_hash)
+            if known is not None:
+                self._ciphers.move_to_end(email_hash)
+                return known
+        key = Fernet.generate_key()
+        wrapped = self._wrap.encrypt(key).decode()
+        return CustomerCipher(email_hash, 1, key, wrapped=wrapped, fresh=True)
+
+    def remember(self, cipher: CustomerCipher) -> None:
+        """After a commit that proved `cipher` is the customer's live key: the next intake of
+        theirs encrypts before its transaction (a bounded number of customers is kept)."""
+        stored = CustomerCipher(
+            cipher.email_hash, cipher.generation, cipher._key, wrapped=cipher.wrapped
+        )
+        with self._ciphers_lock:
+            self._ciphers[cipher.email_hash] = stored
+            self._ciphers.move_to_end(cipher.email_hash)
+            while len(self._ciphers) > CIPHERS_KEPT:
+                self._ciphers.popitem(last=False)
+
+    def forget(self, email_hash: str) -> None:
+        """The customer's key is being destroyed: it leaves this process's memory too."""
+        with self._ciphers_lock:
+            self._ciphers.pop(email_hash, None)
+
+    def _new_wrapped_key(self) -> str:
+        return self._wrap.encrypt(Fernet.generate_key()).decode()
 
     def open(self, sealed: bytes, *, session: Session | None = None) -> bytes | None:
         """What `CustomerCipher.seal` sealed; None once the customer's key is destroyed."""

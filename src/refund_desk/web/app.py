@@ -32,6 +32,7 @@ from refund_desk.cases.errors import CaseError
 from refund_desk.runtime import Runtime, install_jobs
 from refund_desk.web import customer_channels as channels
 from refund_desk.web import health, metrics, waiting
+from refund_desk.web.admission import IntakeGate, intake_limit
 from refund_desk.web.errors import error_body
 from refund_desk.web.routes import intake_api as api
 from refund_desk.web.routes import stripe_webhooks as stripe_routes
@@ -259,6 +260,11 @@ def create_app(
     app = FastAPI(title="Refund Desk", version="0.1.0", lifespan=lifespan)
     app.state.runtime = runtime
     app.state.case_waiters = waiters = waiting.CaseWaiters()  # for `Prefer: wait=N`
+    app.state.intake_gate = IntakeGate(
+        intake_limit(
+            runtime.settings.intake_concurrency, jobs_elsewhere=runtime.desk.jobs_elsewhere
+        )
+    )
     runtime.desk.jobs.listeners.append(waiters.job_finished)
 
     app.add_middleware(RequestLog)

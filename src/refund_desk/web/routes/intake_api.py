@@ -22,13 +22,14 @@ from refund_desk.cases import listing
 from refund_desk.cases.errors import InvalidRequest, Unauthorized
 from refund_desk.cases.intake import parse_request, submit
 from refund_desk.cases.lifecycle import Status
-from refund_desk.cases.views import case_view
+from refund_desk.cases.views import case_view, new_case_view
 from refund_desk.customers import addresses, erasure
 from refund_desk.customers.evidence import EvidenceStore
 from refund_desk.runtime import Runtime
 from refund_desk.storage.audit import Actor
 from refund_desk.storage.models import ApiKey, Case
 from refund_desk.web import waiting
+from refund_desk.web.admission import IntakeGate
 
 router = APIRouter(prefix="/api/v1")
 
@@ -71,7 +72,10 @@ async def create_refund_request(
         data = json.loads(await request.body() or b"null")
     except (ValueError, UnicodeDecodeError):
         raise InvalidRequest("invalid_json", "The body is not valid JSON.") from None
-    view, created = await run_in_threadpool(_create, runtime, data, api_key, idempotency_key)
+    gate: IntakeGate = request.app.state.intake_gate  # a few captures at a time
+    view, created = await gate.run(
+        lambda: run_in_threadpool(_create, runtime, data, api_key, idempotency_key)
+    )
     headers: dict[str, str] = {}
     wait = waiting.preferred_wait(prefer)
     if wait is not None:
@@ -105,8 +109,9 @@ def _create(
     answer: dict[str, Any] = {}
 
     def read_answer(session: Session, case: Case) -> None:
-        # The answer is read in the capture's transaction: one transaction fewer.
-        answer.update(case_view(session, case.id, with_audit=False))
+        # The answer is the case as the capture's transaction inserted it: no transaction
+        # more, and no read (nothing refers to the new case yet).
+        answer.update(new_case_view(case))
 
     submitted = submit(
         desk,

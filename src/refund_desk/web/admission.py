@@ -1,0 +1,66 @@
+"""At most a few intake captures run at once in a replica; the others wait on the event loop.
+
+Each capture is a write transaction (on SQLite: one writer at a time) run in a thread of the
+pool. With 16 requests in 16 threads, the thread that holds the writer shares the interpreter
+with 15 that only wait for it, so the writer's hold time stretches with the number of
+requests. Admitted here first, a waiting request holds no thread and no connection: it is a
+coroutine suspended on a semaphore, and the few threads that run compete with the jobs only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+DEFAULT_WITH_JOB_PROCESSES = 2
+
+
+def intake_limit(configured: int | None, *, jobs_elsewhere: bool) -> int | None:
+    """How many captures a replica runs at once (None: no limit).
+
+    Measured (performance.md, round 4): where the replica's own threads run the jobs, a limit
+    hands the interpreter to the job threads and intake slows down, so there is none by
+    default; where job processes run them, 2 at a time keep the throughput and cut the p99.
+    `REFUND_DESK_INTAKE_CONCURRENCY` sets it (0: no limit)."""
+    if configured is None:
+        return DEFAULT_WITH_JOB_PROCESSES if jobs_elsewhere else None
+    return configured or None
+
+
+class IntakeGate:
+    """`await gate.run(fn)`: runs `fn` (a coroutine factory) once fewer than `limit` run;
+    without a limit, at once."""
+
+    def __init__(self, limit: int | None) -> None:
+        if limit is not None and limit < 1:
+            raise ValueError("the intake gate admits at least one request at a time")
+        self.limit = limit
+        # One semaphore per event loop (a server has one; a test client may make several).
+        self._slots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
+            weakref.WeakKeyDictionary()
+        )
+        self.inside = 0  # running now
+        self.most_inside = 0  # the most that ever ran at once (tests)
+
+    async def run(self, fn: Callable[[], Awaitable[T]]) -> T:
+        if self.limit is None:
+            return await self._enter(fn)
+        loop = asyncio.get_running_loop()
+        slots = self._slots.get(loop)
+        if slots is None:
+            slots = self._slots[loop] = asyncio.Semaphore(self.limit)
+        async with slots:
+            return await self._enter(fn)
+
+    async def _enter(self, fn: Callable[[], Awaitable[T]]) -> T:
+        self.inside += 1
+        self.most_inside = max(self.most_inside, self.inside)
+        try:
+            return await fn()
+        finally:
+            self.inside -= 1
