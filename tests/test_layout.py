@@ -132,7 +132,7 @@ def test_the_core_reads_time_from_the_one_clock() -> None:
 # Slack's markup: a mention, a broadcast or link (`<@U1>`, `<!here>`, `<!subteam^S1>`), an
 # emoji code, or *bold*, written inside a string literal.
 MRKDWN = re.compile(
-    r"<[@!#][A-Za-z{]|(?<![\w:/]):[a-z][a-z0-9_+-]*[a-z0-9]:(?![\w/])|(?<![\w*])\*[{A-Za-z][^*\n]*\*(?!\w)"
+    r"(?<!\(\?)<[@!#][A-Za-z{]|(?<![\w:/]):[a-z][a-z0-9_+-]*[a-z0-9]:(?![\w/])|(?<![\w*])\*[{A-Za-z][^*\n]*\*(?!\w)"
 )
 
 
@@ -182,5 +182,5 @@ def test_slack_markup_is_written_only_by_the_bot() -> None:
 def test_the_markup_check_sees_mentions_emoji_and_bold() -> None:
     for sample in ('f"<@{user}> did"', '":rocket: published"', '"set the mode to *{mode}*"'):
         assert MRKDWN.search(ast.literal_eval(sample.removeprefix("f"))), sample
-    for sample in ('"12:30:00"', '"https://x/y"', '"a * b * c"', '"amount <= 50"'):
+    for sample in ('"12:30:00"', '"https://x/y"', '"a * b * c"', '"amount <= 50"', r'"(?<!my\s)"'):
         assert not MRKDWN.search(ast.literal_eval(sample)), sample
