@@ -9,8 +9,8 @@ import pytest
 
 from refund_desk.advisor import model as model_module
 from refund_desk.advisor.features import BUCKETS, fold, hashed_counts
-from refund_desk.advisor.model import WEIGHTS, load_model, read
-from refund_desk.advisor.train import DATA, build
+from refund_desk.advisor.model import INJECTION_WEIGHTS, WEIGHTS, load_model, read
+from refund_desk.advisor.train import DATA, build, build_injection
 from refund_desk.cases.ports import REASONS
 
 
@@ -24,6 +24,19 @@ def test_the_shipped_weights_are_what_the_training_script_builds(tmp_path: Path)
         # liblinear with a fixed seed; a different CPU may round the last float16 bit apart
         assert np.allclose(shipped["coef"], fresh["coef"], atol=2e-3)
         assert float(shipped["temperature"]) == pytest.approx(float(fresh["temperature"]), 0.02)
+
+
+def test_the_shipped_injection_weights_are_what_the_training_script_builds(
+    tmp_path: Path,
+) -> None:
+    rebuilt = tmp_path / "injection.npz"
+    rebuilt.write_bytes(build_injection((DATA / "train.jsonl", DATA / "dev.jsonl")))
+    with np.load(INJECTION_WEIGHTS) as shipped, np.load(rebuilt) as fresh:
+        assert sorted(shipped.files) == sorted(fresh.files)
+        for key in ("bits", "ngrams", "digit_run", "classes", "buckets", "idf"):
+            assert np.array_equal(shipped[key], fresh[key]), key
+        assert np.allclose(shipped["coef"], fresh["coef"], atol=2e-3)
+        assert np.allclose(shipped["intercept"], fresh["intercept"], atol=1e-3)
 
 
 def test_the_model_is_read_once_and_knows_every_reason() -> None:

@@ -11,6 +11,7 @@ from refund_desk.advisor import (
     extract_amount,
     extract_order_ref,
 )
+from refund_desk.advisor.injection import injection_patterns
 from refund_desk.advisor.offline import keyword_classify
 from refund_desk.cases.ports import REASONS, Advice, AdviceRequest, Advisor
 
@@ -267,7 +268,9 @@ def test_injection_is_flagged_in_every_language(injection: str) -> None:
     ],
 )
 def test_following_instructions_is_not_an_injection(message: str) -> None:
-    assert not detect_injection(message)
+    # The patterns never flag these; the learned half may (its false alarms, measured in
+    # tests/advisor/injection/README.md), and then a person reads the case.
+    assert not injection_patterns(message)
 
 
 def test_injection_alone_gives_other() -> None:

@@ -81,8 +81,9 @@ _AMOUNT = re.compile(
 _ASK_WORD = (
     r"refund|reimburs|back|return|credit|owed|owe me|erstatt|zuruck|rembours|reembols|devolu|devolv"
     r"|rimbors|restitu|terugbeta|terugstort|terug|zwrot|zwroc|oddac|aterbetal|tillbaka|estorn"
-    r"|vuelta|manc|manquant|brakuj|missing|fehlend|faltan|faltam|ontbreek|chybi"
-    r"|owe|dovete|deben|devem|schulden|verschuldig|winni|reclam|返金|返して"
+    r"|\bvuelta\b|\bmanca(?:no|nte|nti)?\b|\bmanquant\w*|\bbrakuj\w*|\bmissing\b|\bfehlend\w*"
+    r"|\bfalta[nm]?\b|\bontbre\w*|\bchyb[iíě]\w*|\bowe[ds]?\b|\bdovete\b|\bdeben\b|\bdevem\b"
+    r"|\bschulden\b|\bverschuldig\w*|\bwinni\b|\breclam\w*|返金|返して"
 )
 _ASK = re.compile(_ASK_WORD)
 # "the difference of 50,00 €": a price drop or a partial refund, the amount asked for
@@ -90,8 +91,9 @@ _DIFFERENCE = re.compile(
     r"differen|diferen|verschil|roznic|mellanskillnad|skillnad|差額|prijsverschil"
 )
 # Roles an amount plays that make it not the one asked for, read from the words around it.
-# ("à" is read folded: "3 Teller à 14,90 €" is "3 teller a 14,90 €")
-_UNIT_BEFORE = re.compile(r"(?:\d\s*(?:x|\u00d7|\*)|\bat|\bje|\bper|\d\s+\w+\s+a)\s*$")
+_UNIT_BEFORE = re.compile(r"(?:\d\s*(?:x|\u00d7|\*)|\bat|\bje|\bper)\s*$")
+# "3 Teller à 14,90 €": read in the text as written, as folding makes "à" the English "a"
+_A_UNIT_BEFORE = re.compile(r"\d\s+\w+\s+à\s*$")
 _UNIT_AFTER = re.compile(
     r"^\s*(?:each|apiece|per\b|/|a (?:month|piece|unit|year|week)|pro\b|chacun|cada|ciascun"
     r"|l'uno|stuck|stk|x\s*\d)"
@@ -281,6 +283,8 @@ def extract_amount(text: str, currency: str | None = None) -> tuple[int, str] | 
         role = _role(before, after)
         if role is None:
             continue
+        if not role and _A_UNIT_BEFORE.search(text[max(0, m.start() - 40) : m.start()]):
+            role = "unit"
         asked = bool(
             _ASK.search(before[-30:])
             or re.match(rf"\s*(?:de\s+)?(?:{_ASK_WORD})", after)

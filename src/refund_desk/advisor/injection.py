@@ -11,8 +11,9 @@ from __future__ import annotations
 import re
 
 from refund_desk.advisor.features import fold as _fold
+from refund_desk.advisor.model import INJECTION_CLASSES, INJECTION_WEIGHTS, load_model
 
-__all__ = ["detect_injection", "without_injection"]
+__all__ = ["MODEL_THRESHOLD", "detect_injection", "injection_patterns", "without_injection"]
 
 # ---------------------------------------------------------------- prompt injection
 
@@ -46,9 +47,10 @@ _INJECTION = re.compile(
   | \boverride\s+(?:the\s+)?(?:policy|rules|limits?|decision)
   | \bbypass\s+(?:the\s+)?(?:policy|rules|review|approval|checks?)
   | \b(?:approve|authori[sz]e|accept)\s+(?:this|the|my)\s+refund\b(?={_URGED})
-  | (?:^\s*|[.!?:\n]\s*)(?:approve|authori[sz]e|accept)\s+(?:this|the|my)\s+refund\b  # a command
+  | (?:^\s*|[.!?:\n(\[{"'“„«*•-]\s*|\b(?:now|just|so|then)\s+)(?:approve|authori[sz]e|accept)
+        \s+(?:this|the|my)\s+refund\b  # a command
   | \bauto[- ]?approve\b
-  | (?<!will\s)(?<!would\s)(?<!should\s)(?<!to\s)
+  | (?<!will\s)(?<!would\s)(?<!should\s)
       \bapprove\s+(?:it\s+)?(?:immediately|automatically|now)\b
   | \b(?:set|change|mark)\s+(?:the\s+)?(?:reason|amount|confidence|status|category|outcome)
         \s+(?:to|as)\b
@@ -246,9 +248,27 @@ _SENTENCE = re.compile(
 )
 
 
+# The learned half flags a message at this probability or more (chosen by 5-fold
+# cross-validation on its training data: recall 0.76 with 0.24% false alarms there).
+MODEL_THRESHOLD = 0.5
+
+
 def detect_injection(text: str) -> bool:
-    """Does the text try to instruct the system rather than describe a problem?"""
+    """Does the text try to instruct the system rather than describe a problem? The patterns
+    below, or the learned detector trained on attacks from writers the patterns were not
+    fitted to (`advisor.train`): patterns alone caught 46% of a new writer's attacks, the two
+    together 77% (`tests/advisor/injection/README.md`)."""
+    return injection_patterns(text) or _learned(text) >= MODEL_THRESHOLD
+
+
+def injection_patterns(text: str) -> bool:
+    """The hand-written half: a sentence that instructs the system in one of the known forms."""
     return bool(_INJECTION.search(_fold(text)))
+
+
+def _learned(text: str) -> float:
+    model = load_model(INJECTION_WEIGHTS, INJECTION_CLASSES)
+    return float(model.probabilities(text)[model.classes.index("injection")])
 
 
 def without_injection(text: str) -> str:

@@ -10,6 +10,7 @@ eight times in ten on a new writer's text.
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,9 +20,12 @@ import numpy.typing as npt
 from refund_desk.advisor.features import BITS, DIGIT_RUN, NGRAMS, hashed_counts, tfidf
 from refund_desk.cases.ports import REASONS
 
-__all__ = ["WEIGHTS", "ReasonModel", "load_model"]
+__all__ = ["INJECTION_CLASSES", "INJECTION_WEIGHTS", "WEIGHTS", "ReasonModel", "load_model"]
 
 WEIGHTS = Path(__file__).with_name("data") / "reason_model.npz"
+# The learned half of the injection detector (`advisor.injection`): two classes, same features.
+INJECTION_WEIGHTS = WEIGHTS.with_name("injection_model.npz")
+INJECTION_CLASSES = ("clean", "injection")
 
 
 @dataclass(frozen=True)
@@ -58,7 +62,7 @@ class ReasonModel:
         return self.classes[best], float(probs[best])
 
 
-def read(path: Path) -> ReasonModel:
+def read(path: Path, classes: Sequence[str] = REASONS) -> ReasonModel:
     with np.load(path, allow_pickle=False) as data:
         if (
             int(data["bits"]) != BITS
@@ -67,13 +71,13 @@ def read(path: Path) -> ReasonModel:
             or int(data["digit_run"]) != DIGIT_RUN
         ):
             raise ValueError(f"{path.name} was trained with other features; rebuild it")
-        classes = tuple(str(c) for c in data["classes"])
-        if set(classes) != set(REASONS):
-            raise ValueError(f"{path.name} knows reasons {classes}, not {REASONS}")
+        known = tuple(str(c) for c in data["classes"])
+        if set(known) != set(classes):
+            raise ValueError(f"{path.name} knows classes {known}, not {tuple(classes)}")
         buckets = [int(b) for b in data["buckets"]]
         idf = [float(v) for v in data["idf"]]
         return ReasonModel(
-            classes=classes,
+            classes=known,
             rows={b: i for i, b in enumerate(buckets)},
             idf=dict(zip(buckets, idf, strict=True)),
             unseen_idf=float(data["unseen_idf"]),
@@ -87,10 +91,10 @@ _LOCK = threading.Lock()
 _LOADED: dict[Path, ReasonModel] = {}
 
 
-def load_model(path: Path = WEIGHTS) -> ReasonModel:
+def load_model(path: Path = WEIGHTS, classes: Sequence[str] = REASONS) -> ReasonModel:
     """The model in `path`, read from disk once per process."""
     with _LOCK:
         model = _LOADED.get(path)
         if model is None:
-            model = _LOADED[path] = read(path)
+            model = _LOADED[path] = read(path, classes)
         return model

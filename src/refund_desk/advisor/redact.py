@@ -222,6 +222,8 @@ def _looks_like_phone(text: str, m: re.Match[str]) -> bool:
         return False
     if _DATE.fullmatch(span):
         return False
+    if span.lstrip().startswith("+"):
+        return True  # an international number is a phone whatever word comes before it
     before = text[max(0, m.start() - 30) : m.start()]
     return not (_REF_CONTEXT.search(before) or REFERENCE_BEFORE.search(before))
 

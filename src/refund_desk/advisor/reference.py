@@ -69,8 +69,18 @@ _ACCOUNT_WORDS = (
     r"|suscripci[oó]n|suscriptor|medlem\w*|membre|adh[ée]rent|abo|karnet\w*|plan"
 )
 _ACCOUNT_REF = re.compile(rf"(?i)\b(?:{_ACCOUNT_WORDS})\b\.?{_MARKERS}(?P<id>{_ID}){_END}")
-# Text ending in a word that introduces a reference: what follows is no phone number.
-REFERENCE_BEFORE = re.compile(rf"(?i)\b(?:{_ORDER_WORDS}|{_ACCOUNT_WORDS})\b\.?{_MARKERS}$")
+# Text ending in a word that introduces a reference: what follows is no phone number. An
+# account word counts only with a number marker ("Kundennummer", "customer no."): "Customer:"
+# or "a customer, 0176..." may well be followed by a phone number.
+REFERENCE_BEFORE = re.compile(
+    rf"(?i)(?:\b(?:{_ORDER_WORDS})\b\.?{_MARKERS}"
+    rf"|\b(?:{_ACCOUNT_WORDS})\b\.?\s*(?:number|nummer|numero|n[uú]mero|no\.|nr\.?|n[°º]|#|id)"
+    r"\.?\s*:?\s*"
+    r"|\b(?:kunden?nummer|kundennr|kundenr|abonnentennr|abonnentennummer|abonneenummer|lidnummer"
+    r"|klantnummer|medlemsnummer|mitgliedsnummer|mitgliedsnr)\b\.?\s*:?\s*"
+    rf"|\b(?:nr|no|numer|numero|n[uú]mero)\.?\s+(?:d[e']\s*)?(?:{_ACCOUNT_WORDS})\b\.?\s*:?\s*"
+    rf"|n[°º]\s*(?:d[e']\s*)?(?:{_ACCOUNT_WORDS})\b\.?\s*:?\s*)$"
+)
 # "#55231" or "Nº 77120" with no word before it.
 _HASH_REF = re.compile(
     rf"(?i)(?:(?<![\w#])#|(?<![\w.-])(?:n[°º]|n\.\s?º|nr\.?|n\.)\s*)(?P<id>\d{{3,20}}"

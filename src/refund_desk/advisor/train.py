@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 from scipy.sparse import csr_matrix
+from sklearn.linear_model import LogisticRegression
 from sklearn.svm import LinearSVC
 
 from refund_desk.advisor.features import (
@@ -35,8 +36,8 @@ from refund_desk.advisor.features import (
     hashed_counts,
     tfidf,
 )
-from refund_desk.advisor.injection import detect_injection
-from refund_desk.advisor.model import WEIGHTS, read
+from refund_desk.advisor.injection import injection_patterns
+from refund_desk.advisor.model import INJECTION_CLASSES, INJECTION_WEIGHTS, WEIGHTS, read
 from refund_desk.advisor.offline import reason_text
 from refund_desk.advisor.redact import redact
 from refund_desk.cases.ports import REASONS
@@ -46,6 +47,7 @@ __all__ = ["build", "main"]
 DATA = Path(__file__).with_name("data")
 C = 1.0  # liblinear's regularisation, chosen among 0.1-2 on 5 folds of train (see the datasheet)
 SEED = 0
+INJECTION_ATTACKS = DATA / "injection_first_writer.jsonl"
 FIRST_WRITER = "w0"  # the corpus's first writer wrote the lines that name none
 TEMPERATURES = np.exp(np.linspace(math.log(0.02), math.log(2.0), 400))
 
@@ -59,7 +61,8 @@ class _Row:
 
 
 def _as_advised(text: str) -> str:
-    return reason_text(redact(text).text, injection=detect_injection(text))
+    # the patterns decide which sentences are dropped, in training as in advice
+    return reason_text(redact(text).text, injection=injection_patterns(text))
 
 
 def _rows(path: Path) -> list[_Row]:
@@ -174,11 +177,56 @@ def build(train: Path, report: dict[str, float] | None = None) -> bytes:
     return out.getvalue()
 
 
+def build_injection(corpus: Sequence[Path], attacks: Path = INJECTION_ATTACKS) -> bytes:
+    """The learned injection detector's weights: a logistic regression on the same features,
+    trained on a writer's attacks and look-alikes (`attacks`, labelled) and on every corpus
+    line, labelled by the hand-written patterns (the corpus holds each writer's attempts)."""
+    texts: list[str] = []
+    labels: list[int] = []
+    for line in attacks.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            data = json.loads(line)
+            texts.append(data["text"])
+            labels.append(int(bool(data["injection"])))
+    for path in corpus:
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                text = json.loads(line)["text"]
+                texts.append(text)
+                labels.append(int(injection_patterns(text)))
+    counts = [hashed_counts(text) for text in texts]
+    idf, unseen = _idf(counts)
+    fit = LogisticRegression(C=10.0, max_iter=3000, class_weight="balanced")
+    fit.fit(_matrix(counts, idf, unseen), np.array(labels))
+    buckets = np.array(sorted(idf), dtype=np.int32)
+    weights = fit.coef_[0][buckets]
+    # two classes as the reason model has ten: "clean" scores 0, "injection" w.x + b
+    coef = np.stack([np.zeros_like(weights), weights], axis=1).astype(np.float16)
+    out = io.BytesIO()
+    np.savez_compressed(
+        out,
+        bits=np.int64(BITS),
+        ngrams=np.array(NGRAMS, dtype=np.int64),
+        digit_run=np.int64(DIGIT_RUN),
+        classes=np.array(INJECTION_CLASSES),
+        buckets=buckets,
+        idf=np.array([idf[int(b)] for b in buckets], dtype=np.float32),
+        unseen_idf=np.float64(unseen),
+        coef=coef,
+        intercept=np.array([0.0, float(fit.intercept_[0])], dtype=np.float64),
+        temperature=np.float64(1.0),
+    )
+    return out.getvalue()
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--train", type=Path, default=DATA / "train.jsonl")
     parser.add_argument("--out", type=Path, default=WEIGHTS)
+    parser.add_argument("--injection-out", type=Path, default=INJECTION_WEIGHTS)
     args = parser.parse_args(argv)
+    args.injection_out.write_bytes(build_injection((args.train, DATA / "dev.jsonl")))
+    print(f"wrote {args.injection_out} ({args.injection_out.stat().st_size:,} bytes)")
     report: dict[str, float] = {}
     args.out.write_bytes(build(args.train, report))
     print("reason accuracy on each writer's lines, trained without that writer:")
