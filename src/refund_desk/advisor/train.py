@@ -160,21 +160,7 @@ def build(train: Path, report: dict[str, float] | None = None) -> bytes:
     margins, y = _unseen_writer_margins(rows, classes, report)
     temperature = float(min(TEMPERATURES, key=lambda t: _log_loss(margins, y, float(t))))
 
-    out = io.BytesIO()
-    np.savez_compressed(
-        out,
-        bits=np.int64(BITS),
-        ngrams=np.array(NGRAMS, dtype=np.int64),
-        digit_run=np.int64(DIGIT_RUN),
-        classes=np.array(classes),
-        buckets=buckets,
-        idf=np.array([fit.idf[int(b)] for b in buckets], dtype=np.float32),
-        unseen_idf=np.float64(fit.unseen),
-        coef=coef,
-        intercept=intercept,
-        temperature=np.float64(round(temperature, 6)),
-    )
-    return out.getvalue()
+    return _weights_file(classes, buckets, fit.idf, fit.unseen, coef, intercept, temperature)
 
 
 def build_injection(corpus: Sequence[Path], attacks: Path = INJECTION_ATTACKS) -> bytes:
@@ -202,19 +188,34 @@ def build_injection(corpus: Sequence[Path], attacks: Path = INJECTION_ATTACKS) -
     weights = fit.coef_[0][buckets]
     # two classes as the reason model has ten: "clean" scores 0, "injection" w.x + b
     coef = np.stack([np.zeros_like(weights), weights], axis=1).astype(np.float16)
+    intercept = np.array([0.0, float(fit.intercept_[0])], dtype=np.float64)
+    return _weights_file(INJECTION_CLASSES, buckets, idf, unseen, coef, intercept, 1.0)
+
+
+def _weights_file(
+    classes: Sequence[str],
+    buckets: npt.NDArray[np.int32],
+    idf: dict[int, float],
+    unseen: float,
+    coef: npt.NDArray[np.float16],
+    intercept: npt.NDArray[np.float64],
+    temperature: float,
+) -> bytes:
+    """The bytes of a weights file `advisor.model.read` loads: the features it was trained
+    on, and a row of class weights per hashed bucket seen in training."""
     out = io.BytesIO()
     np.savez_compressed(
         out,
         bits=np.int64(BITS),
         ngrams=np.array(NGRAMS, dtype=np.int64),
         digit_run=np.int64(DIGIT_RUN),
-        classes=np.array(INJECTION_CLASSES),
+        classes=np.array(classes),
         buckets=buckets,
         idf=np.array([idf[int(b)] for b in buckets], dtype=np.float32),
         unseen_idf=np.float64(unseen),
         coef=coef,
-        intercept=np.array([0.0, float(fit.intercept_[0])], dtype=np.float64),
-        temperature=np.float64(1.0),
+        intercept=intercept,
+        temperature=np.float64(round(temperature, 6)),
     )
     return out.getvalue()
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from refund_desk.cases import advisory
 from refund_desk.cases import facts as case_facts
 from refund_desk.cases.executor import enqueue_execution, reserve_early
-from refund_desk.cases.lifecycle import Status, move, set_amount
+from refund_desk.cases.lifecycle import Status, mark_possible_duplicate, move, set_amount
 from refund_desk.cases.ports import (
     AdviceRequest,
     AdvisorError,
@@ -156,16 +156,7 @@ def _record_advice(desk: Desk, session: Session, case_id: str, asked: _Asked) ->
         set_amount(session, desk.audit, locked, in_words, Provenance.model_inference, actor=MODEL)
         repeated = case_facts.duplicate_of(session, locked.payment_id, in_words, exclude=locked.id)
         if repeated is not None and not locked.possible_duplicate:
-            locked.possible_duplicate, locked.duplicate_of = True, repeated
-            desk.audit.append(
-                session,
-                action="request.possible_duplicate",
-                actor=MODEL,
-                case_id=locked.id,
-                correlation_id=locked.correlation_id,
-                policy_version=locked.policy_version,
-                payload={"duplicate_of": repeated},
-            )
+            mark_possible_duplicate(session, desk.audit, locked, repeated, actor=MODEL)
     locked.provenance = advisory.provenance(locked)
     move(
         session,

@@ -22,7 +22,7 @@ from sqlmodel import Session, col
 from refund_desk import logs, money
 from refund_desk.cases import facts as case_facts
 from refund_desk.cases.errors import Conflict, InvalidRequest, Unavailable
-from refund_desk.cases.lifecycle import Status
+from refund_desk.cases.lifecycle import Status, mark_possible_duplicate
 from refund_desk.cases.ports import PaymentFacts, PaymentNotFound, ProcessorError, Provenance
 from refund_desk.governance.versions import control
 from refund_desk.storage.audit import Actor, canonical
@@ -328,15 +328,7 @@ def _capture(
             },
         )
         if duplicate_of:
-            desk.audit.append(
-                session,
-                action="request.possible_duplicate",
-                actor=actor,
-                case_id=case.id,
-                correlation_id=case.correlation_id,
-                policy_version=case.policy_version,
-                payload={"duplicate_of": duplicate_of},
-            )
+            mark_possible_duplicate(session, desk.audit, case, duplicate_of, actor=actor)
         if prepare is not None:
             prepare(session, case)
         if idempotency_key and api_key_id is not None:

@@ -104,6 +104,23 @@ def move(
         tell(session, case)
 
 
+def mark_possible_duplicate(
+    session: Session, audit: AuditLog, case: Case, duplicate_of: str, *, actor: Actor
+) -> None:
+    """The case may repeat a recent refund of the same amount on the same payment: flagged,
+    and `request.possible_duplicate` on the record in the same transaction."""
+    case.possible_duplicate, case.duplicate_of = True, duplicate_of
+    audit.append(
+        session,
+        action="request.possible_duplicate",
+        actor=actor,
+        case_id=case.id,
+        correlation_id=case.correlation_id,
+        policy_version=case.policy_version,
+        payload={"duplicate_of": duplicate_of},
+    )
+
+
 def set_amount(
     session: Session, audit: AuditLog, case: Case, amount: int, source: str, *, actor: Actor
 ) -> None:
