@@ -9,7 +9,7 @@ from typing import Any
 
 from sqlalchemy import event, text
 
-from refund_desk.storage.db import Database, make_engine
+from refund_desk.storage.db import Database, _Turns, make_engine
 
 
 def test_writers_through_two_databases_on_one_file_wait_for_each_other(tmp_path: Path) -> None:
@@ -91,3 +91,28 @@ def test_an_urgent_writer_goes_before_the_writers_that_can_wait(tmp_path: Path) 
     assert order[0] == "urgent", order
     assert sorted(order[1:]) == [f"normal-{i}" for i in range(5)]
     db.dispose()
+
+
+def test_writers_that_can_wait_get_their_turns_in_order_of_arrival() -> None:
+    """The turn is handed to the longest-waiting writer: none is passed over indefinitely."""
+    turns = _Turns()
+    order: list[int] = []
+    turns.acquire(False)
+
+    def write(i: int) -> None:
+        turns.acquire(False)
+        order.append(i)
+        turns.release()
+
+    threads = []
+    for i in range(6):
+        thread = threading.Thread(target=write, args=(i,))
+        thread.start()
+        threads.append(thread)
+        time.sleep(0.05)  # queued one after the other
+    turns.release()
+    for thread in threads:
+        thread.join(5)
+    assert order == list(range(6))
+    turns.acquire(True)  # free again: taken at once
+    turns.release()

@@ -128,8 +128,8 @@ def _record_advice(desk: Desk, session: Session, case_id: str, asked: _Asked) ->
     locked = load_for_update(session, case_id)
     if locked.status != Status.received:
         return  # someone else advised it meanwhile
-    locked.provenance = advisory.provenance(locked)
     if advice is None:
+        locked.provenance = advisory.provenance(locked)
         # No advice is not no policy: the policy decides on unknown facts (null means a
         # person looks) and names the tier and group, as with a working advisor.
         locked.advice = {"error": failure}
@@ -146,6 +146,7 @@ def _record_advice(desk: Desk, session: Session, case_id: str, asked: _Asked) ->
     if locked.erased_at is not None:  # erased while the advisor read it: keep no quote of it
         advice = {**advice, "summary": advisory.ERASED}
     locked.advice = advisory.seal_summary(desk.vault, session, locked, advice)
+    locked.provenance = advisory.provenance(locked)
     if locked.reason is None:
         locked.reason, locked.reason_source = advice["reason"], Provenance.model_inference
     in_words = advisory.amount_asked_in_words(locked, advice)

@@ -36,7 +36,7 @@ from refund_desk.cases.ports import (
 from refund_desk.cases.quorum import approval_count, approvals_needed
 from refund_desk.cases.rows import load_for_update
 from refund_desk.governance.review import maybe_sample as sample_for_review
-from refund_desk.governance.versions import control, evaluate, load_version
+from refund_desk.governance.versions import LoadedPolicy, control, evaluate, load_version
 from refund_desk.storage.audit import SYSTEM
 from refund_desk.storage.db import lock_payment
 from refund_desk.storage.jobs import ClaimedJob, RetryLater, backoff, enqueue
@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from sqlmodel import Session
 
     from refund_desk.cases.desk import Desk
+    from refund_desk.policy import Decision
 
 PROCESSOR_PATIENCE = 8  # transient failures in a row before the case is parked for a person
 PAUSED_RECHECK_SECONDS = 30.0
@@ -183,15 +184,22 @@ def reserve_early(
     just read from the processor). If the case cannot be reserved as it stands (parked,
     paused), nothing is written here and the execute job reserves it, or parks it, itself."""
     try:
-        reserve_in(desk, session, case_id, revision, payment)
+        reserve_in(desk, session, case_id, revision, payment, just_decided=True)
     except (Parked, RetryLater):  # raised before anything is written
         return
 
 
 def reserve_in(
-    desk: Desk, session: Session, case_id: str, revision: int | None, payment: PaymentFacts
+    desk: Desk,
+    session: Session,
+    case_id: str,
+    revision: int | None,
+    payment: PaymentFacts,
+    *,
+    just_decided: bool = False,
 ) -> Execution | None:
-    """Phase 1 in the caller's transaction, which holds the payment's lock."""
+    """Phase 1 in the caller's transaction, which holds the payment's lock. `just_decided`:
+    this transaction decided the case on `payment`, so the policy is not evaluated again."""
     case = load_for_update(session, case_id)
     if case.status == Status.executing:
         return _open_execution(session, case_id)  # another worker reserved first
@@ -207,7 +215,7 @@ def reserve_in(
     if not automatic:
         _check_approvals(session, case)
     try:
-        _recheck(desk, session, case, payment, automatic=automatic)
+        _recheck(desk, session, case, payment, automatic=automatic, just_decided=just_decided)
     except BackToPerson as back:
         # In this transaction: a breaker that tripped stays tripped with its record.
         move(
@@ -268,12 +276,23 @@ def _human_basis(session: Session, case: Case) -> bool:
 
 
 def _recheck(
-    desk: Desk, session: Session, case: Case, payment: PaymentFacts, *, automatic: bool
+    desk: Desk,
+    session: Session,
+    case: Case,
+    payment: PaymentFacts,
+    *,
+    automatic: bool,
+    just_decided: bool = False,
 ) -> None:
-    """Re-validate against the processor's current facts; anything off parks the case."""
+    """Re-validate against the processor's current facts; anything off parks the case.
+
+    `just_decided`: the policy approved the case in this transaction, on these facts (the
+    payment as just read, the same rows), so its decision stands without a second evaluation;
+    every other check here still runs."""
     if payment.currency.upper() != case.currency:
         raise Parked("The payment's currency no longer matches the case.")
-    money_left = case_facts.refundable(session, payment).left
+    refundable = case_facts.refundable(session, payment)
+    money_left = refundable.left
     if case.amount > money_left:
         raise Parked(
             f"Only {money.format_money(money_left, case.currency)} is still refundable; "
@@ -287,19 +306,11 @@ def _recheck(
         raise BackToPerson("Automatic execution is off (mode changed); a person must approve.")
     if case.possible_duplicate:
         raise Parked("Possible duplicate: never executed automatically.")
-    history = case_facts.customer_history(
-        session, email_hash=case.email_hash, now=desk.now(), exclude=case.id
-    )
-    context = case_facts.policy_context(
-        case=case,
-        payment=payment,
-        money=case_facts.refundable(session, payment),
-        history=history,
-        now=desk.now(),
-    )
     policy = load_version(session, case.policy_version) if case.policy_version else None
-    decision = evaluate(policy, context)
-    if not (decision.outcome == "approve" and decision.automatic):
+    decision = (
+        None if just_decided else _evaluate_fresh(desk, session, case, payment, refundable, policy)
+    )
+    if decision is not None and not (decision.outcome == "approve" and decision.automatic):
         detail = f"{decision.rule}: {decision.outcome}"
         if decision.error:
             detail += f"; {decision.error}"
@@ -308,6 +319,23 @@ def _recheck(
     if limit:
         breaker.trip(desk, session, limit)
         raise BackToPerson(f"Automatic refunds stopped: {limit}.")
+
+
+def _evaluate_fresh(
+    desk: Desk,
+    session: Session,
+    case: Case,
+    payment: PaymentFacts,
+    refundable: case_facts.Refundable,
+    policy: LoadedPolicy | None,
+) -> Decision:
+    history = case_facts.customer_history(
+        session, email_hash=case.email_hash, now=desk.now(), exclude=case.id
+    )
+    context = case_facts.policy_context(
+        case=case, payment=payment, money=refundable, history=history, now=desk.now()
+    )
+    return evaluate(policy, context)
 
 
 # ---------------------------------------------------------------- phase 2: pay

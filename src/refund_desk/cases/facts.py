@@ -82,24 +82,18 @@ def customer_verified(email: str, payment: PaymentFacts) -> bool:
 def customer_history(
     session: Session, *, email_hash: str, now: datetime, exclude: str
 ) -> dict[str, int]:
-    refunds_90d = session.scalar(
-        select(func.count())
-        .select_from(Case)
-        .where(
-            col(Case.email_hash) == email_hash,
-            col(Case.status) == Status.refunded,
-            col(Case.created_at) >= now - timedelta(days=90),
-        )
-    )
-    open_cases = session.scalar(
-        select(func.count())
-        .select_from(Case)
-        .where(
-            col(Case.email_hash) == email_hash,
-            col(Case.status).not_in([str(s) for s in FINAL]),
-            col(Case.id) != exclude,
-        )
-    )
+    refunds_90d, open_cases = session.execute(  # one pass over the customer's cases
+        select(
+            func.count().filter(
+                col(Case.status) == Status.refunded,
+                col(Case.created_at) >= now - timedelta(days=90),
+            ),
+            func.count().filter(
+                col(Case.status).not_in([str(s) for s in FINAL]),
+                col(Case.id) != exclude,
+            ),
+        ).where(col(Case.email_hash) == email_hash)
+    ).one()
     return {"refunds_90d": int(refunds_90d or 0), "open_cases": int(open_cases or 0)}
 
 

@@ -26,6 +26,7 @@ from refund_desk.policy import (
     run_policy_tests,
 )
 from refund_desk.storage.audit import Actor, AuditLog
+from refund_desk.storage.db import held_get
 from refund_desk.storage.models import Control, PolicyVersion
 from refund_desk.text import Code, Text, lines, text
 
@@ -46,14 +47,14 @@ def _compile(version: int, content_hash: str, source: str) -> LoadedPolicy:
 
 
 def load_version(session: Session, version: int) -> LoadedPolicy:
-    row = session.get(PolicyVersion, version)
+    row = held_get(session, PolicyVersion, version)
     if row is None:
         raise CaseError("policy_version_missing", f"Policy version {version} does not exist.")
     return _compile(row.version, row.content_hash, row.source)
 
 
 def control(session: Session) -> Control:
-    row = session.get(Control, 1)
+    row = held_get(session, Control, 1)
     if row is None:  # the migration seeds it; a damaged database should say so
         raise CaseError("control_missing", "The control row is missing; run `db upgrade`.")
     return row

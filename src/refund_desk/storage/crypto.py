@@ -26,6 +26,7 @@ from sqlalchemy.exc import OperationalError
 from sqlmodel import Session, col
 
 from refund_desk import clock
+from refund_desk.storage.db import held_get
 from refund_desk.storage.models import CustomerKey
 
 if TYPE_CHECKING:
@@ -315,10 +316,8 @@ def _insert_key(session: Session, email_hash: str, key_enc: str) -> None:
 
 
 def _read_key(session: Session | None, db: Database | None, email_hash: str) -> CustomerKey | None:
-    if session is not None:
-        return session.scalars(
-            select(CustomerKey).where(col(CustomerKey.email_hash) == email_hash)
-        ).first()
+    if session is not None:  # read once per transaction, however many fields it opens
+        return held_get(session, CustomerKey, email_hash)
     if db is None:
         raise ValueError("a customer's field needs the database to be read")
     with db.read() as own:

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import os
 import threading
+from collections import deque
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from contextvars import ContextVar
-from typing import Any
+from typing import Any, TypeVar
 
 try:
     import fcntl
@@ -24,6 +25,8 @@ from sqlmodel import Session, col
 
 from refund_desk import logs
 from refund_desk.storage.models import Case, Payment
+
+_Row = TypeVar("_Row")
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 
@@ -73,29 +76,46 @@ _URGENT: ContextVar[bool] = ContextVar("urgent_write", default=False)
 
 
 class _Turns:
-    """The threads of one process, one writer at a time; urgent writers go first."""
+    """The threads of one process, one writer at a time; urgent writers go first.
+
+    The turn is handed straight to the next waiter (urgent ones first, then in order of
+    arrival), each waiting on a lock of its own: a release wakes one thread, not every
+    waiting one to find that one of them may go.
+    """
 
     def __init__(self) -> None:
-        self._changed = threading.Condition()
+        self._lock = threading.Lock()
         self._busy = False
-        self._urgent_waiting = 0
+        self._urgent: deque[threading.Lock] = deque()
+        self._waiting: deque[threading.Lock] = deque()
 
     def acquire(self, urgent: bool) -> None:
-        with self._changed:
-            if urgent:
-                self._urgent_waiting += 1
-            try:
-                while self._busy or (not urgent and self._urgent_waiting):
-                    self._changed.wait()
+        with self._lock:
+            if not self._busy:
                 self._busy = True
-            finally:
-                if urgent:
-                    self._urgent_waiting -= 1
+                return
+            queue = self._urgent if urgent else self._waiting
+            turn = threading.Lock()
+            turn.acquire()
+            queue.append(turn)
+        try:
+            turn.acquire()  # released by `release`, which hands the turn over to this thread
+        except BaseException:  # interrupted: leave the queue, or pass on a turn just handed over
+            with self._lock:
+                handed = turn not in queue
+                if not handed:
+                    queue.remove(turn)
+            if handed:
+                self.release()
+            raise
 
     def release(self) -> None:
-        with self._changed:
-            self._busy = False
-            self._changed.notify_all()
+        with self._lock:
+            queue = self._urgent or self._waiting
+            if queue:
+                queue.popleft().release()  # still busy: the turn is theirs now
+            else:
+                self._busy = False
 
 
 class SqliteWriters:
@@ -186,6 +206,41 @@ class Database:
         self.engine.dispose()
         if isinstance(self._write_lock, SqliteWriters):
             self._write_lock.close()
+
+
+_MEMO = "db.memo"  # session.info key: what one transaction remembers, gone at its end
+
+
+def memo(session: Session, name: str) -> dict[Any, Any]:
+    """A dict that lives as long as the session's current transaction (`Database.write` and
+    `read` open one session per transaction; a session used for several forgets at each end)."""
+    memos: dict[str, dict[Any, Any]] = session.info.setdefault(_MEMO, {})
+    return memos.setdefault(name, {})
+
+
+@event.listens_for(Session, "after_transaction_end")
+def _forget_memo(session: Session, transaction: Any) -> None:
+    if transaction.parent is None:
+        session.info.pop(_MEMO, None)
+
+
+def hold(session: Session, row: _Row) -> _Row:
+    """Keep `row` in the session's identity map for the rest of the transaction.
+
+    The identity map holds rows weakly: a row read and dropped (`control(session).paused`) is
+    read again by the next `get`. Rows that many steps of one transaction look at (the control
+    row, a policy version, a customer's key, a job just queued) are kept, so each is read once
+    per transaction. The caller sees what `get` gives one who kept the row: the same object,
+    with this transaction's changes to it.
+    """
+    memo(session, "held")[id(row)] = row
+    return row
+
+
+def held_get(session: Session, model: type[_Row], key: Any) -> _Row | None:
+    """`session.get`, keeping the row for the rest of the transaction (`hold`)."""
+    row = session.get(model, key)
+    return hold(session, row) if row is not None else None
 
 
 def lock_payment(session: Session, payment_id: str) -> Payment | None:

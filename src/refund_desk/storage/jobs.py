@@ -20,7 +20,7 @@ from sqlalchemy import and_, case, event, func, or_, select, update
 from sqlmodel import Session, col
 
 from refund_desk import clock, logs, tracing
-from refund_desk.storage.db import Database
+from refund_desk.storage.db import Database, hold
 from refund_desk.storage.models import Job
 
 log = logging.getLogger(__name__)
@@ -78,7 +78,7 @@ def enqueue(
     )
     session.add(job)
     session.flush()
-    return job
+    return hold(session, job)  # its creator often looks at it again in this transaction
 
 
 def backoff(attempt: int, *, base: float = 2.0, cap: float = 300.0) -> float:
