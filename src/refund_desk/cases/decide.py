@@ -30,7 +30,7 @@ from refund_desk.policy import Decision
 from refund_desk.storage.audit import MODEL, POLICY, SYSTEM, Actor
 from refund_desk.storage.db import lock_payment
 from refund_desk.storage.jobs import ClaimedJob, RetryLater, backoff
-from refund_desk.storage.models import Case, Job
+from refund_desk.storage.models import Case
 
 if TYPE_CHECKING:
     from sqlmodel import Session
@@ -75,7 +75,8 @@ def advance(desk: Desk, job: ClaimedJob) -> None:
             if exec_job is not None and desk.run_inline:
                 # Approved by the policy: reserve now, on the facts just read, and take the
                 # execute job here; it only pays and records. This job ends in this commit.
-                revision = session.get_one(Job, exec_job).payload.get("revision")
+                # queued at the case's revision as this transaction left it (`route`, last)
+                revision = load_for_update(session, case.id).revision
                 reserve_early(desk, session, case.id, revision, payment)
                 claimed = desk.jobs.claim_in(session, exec_job)
             desk.jobs.finish_in(session, job)

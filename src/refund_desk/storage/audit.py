@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import IO, Any
 
-from sqlalchemy import event, select
+from sqlalchemy import event, insert, select, update
 from sqlmodel import Session, col
 
 from refund_desk import clock
@@ -122,21 +122,32 @@ class AuditLog:
         return record
 
     def _seal(self, session: Session) -> None:
-        """Link this transaction's records into the chain, in the order they were appended."""
+        """Link this transaction's records into the chain, in the order they were appended.
+
+        The transaction's other changes are flushed first, so the head is locked (PostgreSQL)
+        only for the records' own INSERT and the commit; the records and the head are written
+        as plain statements, not through the ORM's unit of work."""
         pending: list[AuditRecord] = session.info.pop(PENDING, None) or []
         if not pending:
             return
-        stmt = select(AuditHead).where(col(AuditHead.id) == 1)
+        session.flush()
+        stmt = select(_HEAD.c.seq, _HEAD.c.hash).where(_HEAD.c.id == 1)
         if session.get_bind().dialect.name == "postgresql":
             stmt = stmt.with_for_update()
-        head = session.scalars(stmt).one()
+        seq, prev = session.execute(stmt).one()
         for record in pending:
-            record.seq, record.prev_hash = head.seq + 1, head.hash
-            record.hash = record_hash(self._secret, record)
-            head.seq, head.hash = record.seq, record.hash
-            session.add(record)
-        session.add(head)
-        session.flush()
+            seq += 1
+            record.seq, record.prev_hash = seq, prev
+            record.hash = prev = record_hash(self._secret, record)
+        session.execute(
+            insert(_RECORDS), [{c: getattr(r, c) for c in _RECORD_COLUMNS} for r in pending]
+        )
+        session.execute(update(_HEAD).where(_HEAD.c.id == 1).values(seq=seq, hash=prev))
+
+
+_HEAD = AuditHead.__table__  # type: ignore[attr-defined]
+_RECORDS = AuditRecord.__table__  # type: ignore[attr-defined]
+_RECORD_COLUMNS = tuple(c.name for c in _RECORDS.columns)
 
 
 def _forget(session: Session, *_: Any) -> None:

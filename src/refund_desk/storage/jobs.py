@@ -16,11 +16,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, case, event, func, or_, select, update
+from sqlalchemy import and_, case, event, func, insert, or_, select, update
+from sqlalchemy.orm import make_transient_to_detached
 from sqlmodel import Session, col
 
 from refund_desk import clock, logs, tracing
-from refund_desk.storage.db import Database, hold
+from refund_desk.storage.db import Database
 from refund_desk.storage.models import Job
 
 log = logging.getLogger(__name__)
@@ -68,7 +69,11 @@ def enqueue(
     dedupe_key: str | None = None,
     max_attempts: int = 20,
 ) -> Job:
-    """Add a job inside the caller's transaction, so it exists exactly when the change does."""
+    """Add a job inside the caller's transaction, so it exists exactly when the change does.
+
+    One INSERT of the row, not the ORM's unit of work: the job is returned as written, with
+    its id, in the session (a repeated `dedupe_key` raises IntegrityError here, as a flush
+    would)."""
     job = Job(
         kind=kind,
         payload=payload,
@@ -76,9 +81,15 @@ def enqueue(
         dedupe_key=dedupe_key,
         max_attempts=max_attempts,
     )
+    values = {column: getattr(job, column) for column in _JOB_COLUMNS}
+    job.id = session.execute(insert(_JOBS).values(values).returning(_JOBS.c.id)).scalar_one()
+    make_transient_to_detached(job)  # the row as written, now the session's like one it read
     session.add(job)
-    session.flush()
-    return hold(session, job)  # its creator often looks at it again in this transaction
+    return job
+
+
+_JOBS = Job.__table__  # type: ignore[attr-defined]
+_JOB_COLUMNS = tuple(c.name for c in _JOBS.columns if c.name != "id")
 
 
 def backoff(attempt: int, *, base: float = 2.0, cap: float = 300.0) -> float:
