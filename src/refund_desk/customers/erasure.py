@@ -7,7 +7,8 @@ any (its payloads carry ids, amounts, rules and counts). So erasing a customer:
 * destroys their data key (`customer_keys`): every copy of their fields, in this database and
   in every backup, becomes unreadable;
 * blanks those fields on their cases and their replies, and the advisor's quote of their
-  words (`advice.summary`, in the explanation), and the links they sent;
+  words (`advice.summary`), and the links and file names they sent (all sealed under the key
+  too, so a copy of an older row version is unreadable anyway);
 * deletes their evidence files (sealed under that key: a copy of the folder is unreadable),
   unless another of their cases that keeps its personal data holds the same file;
 * records `customer.erased` (the case ids and how many files; never the email) in the audit
@@ -32,6 +33,7 @@ from sqlmodel import Session, col
 
 from refund_desk.cases import advisory
 from refund_desk.cases.errors import NotFound
+from refund_desk.cases.evidence_items import PERSONAL
 from refund_desk.cases.lifecycle import FINAL
 from refund_desk.cases.notify import notify
 from refund_desk.customers.evidence import EvidenceStore, stored_name
@@ -83,7 +85,7 @@ def scrub(session: Session, case: Case, now: datetime) -> set[str]:
         if name:
             files.add(name)
         kept.pop("file", None)
-        for key in ("url", "filename", "name"):
+        for key in PERSONAL:
             if key in kept:
                 kept[key] = ERASED
         evidence.append(kept)

@@ -49,6 +49,7 @@ class ChannelRequest:
     uploads: list[evidence.Upload] = field(default_factory=list)
     links: list[str] = field(default_factory=list)
     reply: dict[str, Any] = field(default_factory=dict)  # how to answer: thread, ticket
+    # In the capture's transaction, before this request's evidence is attached (an appeal).
     prepare: Callable[[Session, Case], None] | None = None
 
 
@@ -105,6 +106,8 @@ def receive(
         if req.reply:
             customer = desk.vault.for_customer(session, case.email_hash)
             case.reply_enc = customer.encrypt(json.dumps(req.reply))
+        if req.prepare is not None:  # first: an appeal's carried evidence, then this request's
+            req.prepare(session, case)
         evidence.attach(
             desk,
             session,
@@ -115,8 +118,6 @@ def receive(
             actor=req.actor,
             base_url=base_url,
         )
-        if req.prepare is not None:
-            req.prepare(session, case)
 
     try:
         return submit(
