@@ -23,9 +23,14 @@ import hashlib
 import os
 import re
 import tempfile
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import Text, cast, select
+from sqlmodel import col
 
 from refund_desk.cases.advisory import ERASED
 from refund_desk.cases.errors import EvidenceRefused, InvalidRequest, NotFound
@@ -34,6 +39,7 @@ from refund_desk.cases.ports import Provenance
 from refund_desk.cases.rows import load_for_update
 from refund_desk.storage.audit import Actor
 from refund_desk.storage.crypto import CUSTOMER_TOKEN, CustomerCipher, Vault, keyed_hash, same
+from refund_desk.storage.jobs import enqueue
 from refund_desk.storage.models import Case
 
 if TYPE_CHECKING:
@@ -47,6 +53,8 @@ MAX_LINKS = 5
 IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")
 _LINK = re.compile(r"https?://[^\s<>\"')\]]+", re.IGNORECASE)
 MAX_FILENAME = 200
+UNCLAIMED_JOB = "evidence.unclaimed"  # files written for a request: gone unless a case holds them
+CLAIM_WITHIN = timedelta(hours=1)
 SEALED = CUSTOMER_TOKEN + "."  # how a value sealed under the customer's key begins
 
 
@@ -193,23 +201,54 @@ def stored_name(item: dict[str, Any]) -> str | None:
 
 @dataclass(frozen=True)
 class Stored:
-    """Uploads already in the folder, sealed under one generation of the customer's key."""
+    """Uploads already in the folder, sealed under the customer's key as it was then."""
 
     store: EvidenceStore
     uploads: list[Upload]
     names: dict[str, str]  # sha256 -> stored name
-    generation: int
+    email_hash: str
+    # Every name this request wrote (or found there): what a refusal lets go of (`release`).
+    written: set[str] = field(default_factory=set)
 
 
 def store_files(desk: Desk, store: EvidenceStore, email_hash: str, uploads: list[Upload]) -> Stored:
     """Seal and write the files before the case's transaction (a short one fetches or makes
-    the customer's key), so no transaction waits on the disk."""
+    the customer's key), so no transaction waits on the disk. That short transaction also
+    commits a job that deletes them in an hour unless a case refers to them by then
+    (`customers/unclaimed.py`): files of a request that never became a case do not stay."""
     if not uploads:
-        return Stored(store, [], {}, 0)
+        return Stored(store, [], {}, email_hash)
     with desk.db.write() as session:
         cipher = desk.vault.for_customer(session, email_hash)
-    names = {u.sha256: store.put(u, cipher) for u in uploads}
-    return Stored(store, list(uploads), names, cipher.generation)
+        names = {u.sha256: sealed_name(cipher, u.sha256) for u in uploads}
+        enqueue(
+            session,
+            kind=UNCLAIMED_JOB,
+            payload={"customer": email_hash, "files": sorted(set(names.values()))},
+            due_at=desk.now() + CLAIM_WITHIN,
+        )
+    for upload in uploads:
+        store.put(upload, cipher)
+    return Stored(store, list(uploads), names, email_hash, set(names.values()))
+
+
+def unreferenced(
+    session: Session, names: Iterable[str], *, customer: str | None = None
+) -> list[str]:
+    """Of `names`, the files no case with personal data refers to (one customer's cases may
+    share one), sorted. `customer` (an email hash) narrows the search to that customer's
+    cases: enough for sealed files, whose names no other customer's key makes."""
+    free = []
+    for name in sorted(set(names)):
+        query = select(col(Case.evidence)).where(
+            col(Case.erased_at).is_(None), cast(col(Case.evidence), Text).like(f"%{name}%")
+        )
+        if customer is not None:
+            query = query.where(col(Case.email_hash) == customer)
+        holders = session.scalars(query).all()
+        if not any(stored_name(item) == name for items in holders for item in items or []):
+            free.append(name)
+    return free
 
 
 # ---------------------------------------------------------------- on the case
@@ -279,10 +318,13 @@ def attach(
     uploads = files.uploads if files else []
     if not uploads and not links:
         return
+    # The key row, locked: a refusal's or a sweep's deletion of unclaimed files waits for
+    # this transaction, or ran before it; then `put` writes a file it deleted again. Under
+    # a key an erasure replaced since the files were sealed, `put` seals them anew.
     cipher = desk.vault.for_customer(session, case.email_hash)
-    names = dict(files.names) if files else {}
-    if files and cipher.generation != files.generation:  # erased since the files were sealed
-        names = {u.sha256: files.store.put(u, cipher) for u in uploads}
+    names = {u.sha256: files.store.put(u, cipher) for u in uploads} if files else {}
+    if files:
+        files.written.update(names.values())
     items = list(case.evidence or [])
     known = {i.get("sha256") or i.get("url") for i in shown(desk.vault, items, session=session)}
     added: list[dict[str, Any]] = []
