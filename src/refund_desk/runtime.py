@@ -16,7 +16,7 @@ from refund_desk.cases import anchor, decide, executor, intake, sla
 from refund_desk.cases.desk import Desk
 from refund_desk.cases.notify import NOTIFY
 from refund_desk.cases.ports import Advisor, Processor
-from refund_desk.customers import appeals, couriers, erasure
+from refund_desk.customers import appeals, couriers, erasure, evidence, unclaimed
 from refund_desk.customers.evidence import EvidenceStore
 from refund_desk.customers.outcomes import TELL, Delivery
 from refund_desk.payments import reconcile, webhooks
@@ -144,6 +144,9 @@ def job_table(runtime: Runtime, *, slack: Surface | None = None) -> dict[str, Ha
             erasure.run_delete_files, evidence=EvidenceStore(runtime.settings.evidence_path())
         ),
         erasure.PURGE_KEYS_JOB: partial(erasure.run_purge_keys, desk),  # destroyed keys' rows
+        evidence.UNCLAIMED_JOB: partial(  # files of a request that never became a case
+            unclaimed.run, desk, store=EvidenceStore(runtime.settings.evidence_path())
+        ),
         NOTIFY: nothing_to_do,  # without a chat surface the case itself is the record
     }
     if slack is not None:

@@ -40,6 +40,7 @@ def test_card_shows_evidence_and_an_approver_marks_it_checked(
     text = str(card.blocks)
     assert "*Evidence* (2, 0 checked)" in text
     assert f"/evidence/{case_id}/" in text and "https://photos.example/a1" in text
+    assert "photo 1> `p.png`" in text  # the link and the file's name, opened for the card
     buttons = desk.buttons()
     assert set(buttons) >= {"approve", "deny", "evidence_checked:1", "evidence_checked:2"}
     photo_url = re.search(r"<(http[^|>]+/evidence/[^|>]+)\|photo 1>", text)

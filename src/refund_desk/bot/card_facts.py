@@ -15,6 +15,7 @@ from refund_desk.bot.blocks.cards import CardContext, Decider, Told
 from refund_desk.cases import advisory
 from refund_desk.cases.advisory import why
 from refund_desk.cases.desk import Desk
+from refund_desk.cases.evidence_items import shown
 from refund_desk.cases.facts import left_on_record
 from refund_desk.cases.quorum import approval_count, approvals_needed
 from refund_desk.governance.versions import LoadedPolicy, control
@@ -44,6 +45,7 @@ def card_context(
         told=_told(session, case.id),
         paused=control(session).paused,
         summary=advisory.summary_text(desk.vault, case.advice or {}, session=session),
+        evidence=tuple(shown(desk.vault, case.evidence, session=session)),
     )
 
 

@@ -19,7 +19,7 @@ from refund_desk import logs, money
 from refund_desk.cases.ports import Advisor, AdvisorError, PolicyText, Provenance
 from refund_desk.governance.versions import LoadedPolicy
 from refund_desk.policy import Decision, PolicyDocument
-from refund_desk.storage.crypto import CUSTOMER_TOKEN, Vault
+from refund_desk.storage.crypto import Vault
 from refund_desk.storage.models import AdvisorCall, Case
 
 ANSWER_RULE = "policy-question"
@@ -80,9 +80,8 @@ def summary_text(vault: Vault, advice: dict[str, Any], *, session: Session | Non
     summary = advice.get("summary")
     if not isinstance(summary, str) or not summary:
         return ""
-    if not summary.startswith(CUSTOMER_TOKEN + "."):
-        return summary  # ERASED, or a summary stored before summaries were sealed
-    return vault.decrypt(summary, session=session) or ERASED
+    # ERASED, or a summary stored before summaries were sealed, stays as it is.
+    return vault.unseal(summary, session=session) or ERASED
 
 
 def amount_asked_in_words(case: Case, advice: dict[str, Any]) -> int | None:

@@ -11,6 +11,7 @@ from sqlmodel import Session, col
 from refund_desk import money
 from refund_desk.cases.advisory import summary_text
 from refund_desk.cases.errors import NotFound
+from refund_desk.cases.evidence_items import shown
 from refund_desk.storage.audit import record_json
 from refund_desk.storage.crypto import Vault
 from refund_desk.storage.models import AuditRecord, Case, Execution, SlackMessage
@@ -23,8 +24,9 @@ def major(minor: int | None, currency: str) -> str | None:
 def case_view(
     session: Session, case_id: str, *, with_audit: bool, vault: Vault | None = None
 ) -> dict[str, Any]:
-    """The case as the API shows it; `with_audit` adds the record, the facts and the advice,
-    whose summary (the customer's words) is unsealed with `vault`, and left out without one."""
+    """The case as the API shows it; `with_audit` adds the record, the facts and the advice.
+    What the customer wrote (the advice's summary, evidence links and file names) is unsealed
+    with `vault`, and left out (None) without one."""
     case = session.get(Case, case_id)
     if case is None:
         raise NotFound("case_not_found", f"No case {case_id} exists.")
@@ -33,7 +35,7 @@ def case_view(
         .where(col(Execution.case_id) == case_id)
         .order_by(col(Execution.created_at))
     ).all()
-    view = _view(case, executions, slack_delivery(session, case_id))
+    view = _view(case, executions, slack_delivery(session, case_id), vault, session)
     if with_audit:
         _add_audit(session, view, case, vault)
     return view
@@ -42,11 +44,15 @@ def case_view(
 def new_case_view(case: Case) -> dict[str, Any]:
     """`case_view` without the record, of a case its own transaction just inserted: nothing
     refers to it yet (no execution, no Slack message), so nothing needs reading."""
-    return _view(case, (), None)
+    return _view(case, (), None, None, None)
 
 
 def _view(
-    case: Case, executions: Sequence[Execution], slack: dict[str, Any] | None
+    case: Case,
+    executions: Sequence[Execution],
+    slack: dict[str, Any] | None,
+    vault: Vault | None,
+    session: Session | None,
 ) -> dict[str, Any]:
     decision = case.decision or {}
     wanted = case.asked()
@@ -73,7 +79,7 @@ def _view(
         "appeal_of": case.appeal_of,
         "evidence": [
             {k: v for k, v in item.items() if k not in ("view_url", "file")}
-            for item in case.evidence or []
+            for item in shown(vault, case.evidence, session=session)
         ],
         "decision": {
             "outcome": decision.get("outcome"),

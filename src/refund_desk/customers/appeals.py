@@ -115,7 +115,8 @@ def create(
         case.appeal_of = original.id
         case.requested_by = original.requested_by  # who filed the first case never approves
         case.callback_url = original.callback_url
-        case.evidence = [dict(i) for i in original.evidence or []] or None
+        cipher = desk.vault.for_customer(session, case.email_hash)
+        case.evidence = evidence.sealed_copy(cipher, original.evidence) or None
         case.facts = original.facts  # what the first decision knew; execution re-checks anyway
         if original.requested_amount is None and case.amount_source != original.amount_source:
             # The customer never typed the amount: it keeps the first case's provenance (the

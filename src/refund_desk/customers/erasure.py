@@ -7,7 +7,8 @@ any (its payloads carry ids, amounts, rules and counts). So erasing a customer:
 * destroys their data key (`customer_keys`): every copy of their fields, in this database and
   in every backup, becomes unreadable;
 * blanks those fields on their cases and their replies, and the advisor's quote of their
-  words (`advice.summary`, in the explanation), and the links they sent;
+  words (`advice.summary`), and the links and file names they sent (all sealed under the key
+  too, so a copy of an older row version is unreadable anyway);
 * deletes their evidence files (sealed under that key: a copy of the folder is unreadable),
   unless another of their cases that keeps its personal data holds the same file;
 * records `customer.erased` (the case ids and how many files; never the email) in the audit
@@ -26,15 +27,16 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Text, cast, select
+from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col
 
 from refund_desk.cases import advisory
 from refund_desk.cases.errors import NotFound
+from refund_desk.cases.evidence_items import PERSONAL
 from refund_desk.cases.lifecycle import FINAL
 from refund_desk.cases.notify import notify
-from refund_desk.customers.evidence import EvidenceStore, stored_name
+from refund_desk.customers.evidence import EvidenceStore, stored_name, unreferenced
 from refund_desk.storage.audit import SYSTEM, Actor
 from refund_desk.storage.crypto import (
     PurgeBusy,
@@ -83,7 +85,7 @@ def scrub(session: Session, case: Case, now: datetime) -> set[str]:
         if name:
             files.add(name)
         kept.pop("file", None)
-        for key in ("url", "filename", "name"):
+        for key in PERSONAL:
             if key in kept:
                 kept[key] = ERASED
         evidence.append(kept)
@@ -115,20 +117,6 @@ def _rerender(session: Session, case_ids: Sequence[str]) -> None:
         notify(session, event="case.erased", case_id=case_id)
 
 
-def _unused(session: Session, names: set[str]) -> list[str]:
-    """Files no case with personal data still refers to (one customer's cases may share one)."""
-    free = []
-    for name in sorted(names):
-        holders = session.scalars(
-            select(col(Case.evidence)).where(
-                col(Case.erased_at).is_(None), cast(col(Case.evidence), Text).like(f"%{name}%")
-            )
-        ).all()
-        if not any(stored_name(item) == name for items in holders for item in items or []):
-            free.append(name)
-    return free
-
-
 def _erase_cases(desk: Desk, session: Session, cases: Sequence[Case], now: datetime) -> list[str]:
     """The one path of every erasure, in the caller's transaction: blank the cases, queue
     the deletion of the files no one else holds (returned) and redraw the Slack cards."""
@@ -136,7 +124,7 @@ def _erase_cases(desk: Desk, session: Session, cases: Sequence[Case], now: datet
     for case in cases:
         names |= scrub(session, case, now)
     session.flush()
-    free = _unused(session, names)
+    free = unreferenced(session, names)  # files of earlier versions may be shared
     if free:  # committed with the erasure: the files go even if the process dies next
         enqueue(session, kind=DELETE_FILES_JOB, payload={"files": free})
     ids = [c.id for c in cases]

@@ -5,12 +5,16 @@ customer who sent it, like their other fields: destroying the key at an erasure 
 copy of the file unreadable (a backup of the folder, a snapshot). A file's name is a MAC of
 its SHA-256 under that key, so the same photo sent twice by one customer is stored once, the
 name tells nothing about the content, and nothing is shared across customers. The case keeps
-the hash, the stored name, the sniffed type and the size. The type is decided by the file's
-first bytes, never by its name. Evidence starts as the customer's word (`customer_input`) and
-becomes a `verified_document` only when a person marks it checked.
+the hash, the stored name, the sniffed type and the size in clear (what the policy counts needs
+no key); what the customer chose, a link's URL and a file's own name, is sealed on the item
+under their key (the same `c1.` token as their other fields) and opened for those who may
+read it (`cases/evidence_items.shown`). The type is decided by the file's first bytes.
+Evidence starts as the customer's word (`customer_input`) and becomes a `verified_document`
+only when a person marks it checked.
 
 Files stored by earlier versions are plaintext named by their SHA-256 (their item has no
-`file`); they are read as they are and deleted by an erasure like the others.
+`file`); they are read as they are and deleted by an erasure like the others. Items written
+by earlier versions hold their URL in plain text: `shown` reads both layouts.
 """
 
 from __future__ import annotations
@@ -19,15 +23,23 @@ import hashlib
 import os
 import re
 import tempfile
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sqlalchemy import Text, cast, select
+from sqlmodel import col
+
+from refund_desk.cases.advisory import ERASED
 from refund_desk.cases.errors import EvidenceRefused, InvalidRequest, NotFound
+from refund_desk.cases.evidence_items import PERSONAL, shown
 from refund_desk.cases.ports import Provenance
 from refund_desk.cases.rows import load_for_update
 from refund_desk.storage.audit import Actor
-from refund_desk.storage.crypto import CustomerCipher, Vault, keyed_hash, same
+from refund_desk.storage.crypto import CUSTOMER_TOKEN, CustomerCipher, Vault, keyed_hash, same
+from refund_desk.storage.jobs import enqueue
 from refund_desk.storage.models import Case
 
 if TYPE_CHECKING:
@@ -40,6 +52,10 @@ MAX_FILES = 5
 MAX_LINKS = 5
 IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")
 _LINK = re.compile(r"https?://[^\s<>\"')\]]+", re.IGNORECASE)
+MAX_FILENAME = 200
+UNCLAIMED_JOB = "evidence.unclaimed"  # files written for a request: gone unless a case holds them
+CLAIM_WITHIN = timedelta(hours=1)
+SEALED = CUSTOMER_TOKEN + "."  # how a value sealed under the customer's key begins
 
 
 def sniff(data: bytes) -> str | None:
@@ -64,14 +80,16 @@ class Upload:
     data: bytes
     content_type: str
     sha256: str
+    filename: str | None = None  # the name the customer gave the file, if any
 
     @property
     def size(self) -> int:
         return len(self.data)
 
 
-def check_upload(data: bytes, *, name: str = "file") -> Upload:
-    """Size and type by content; raises InvalidRequest (field `evidence`) with a sentence."""
+def check_upload(data: bytes, *, name: str = "file", filename: str | None = None) -> Upload:
+    """Size and type by content; raises InvalidRequest (field `evidence`) with a sentence.
+    `name` is how an error calls the file; `filename` is the customer's own name for it."""
     if not data:
         raise InvalidRequest(
             "invalid_evidence", "An attachment is empty.", {"evidence": f"{name} is empty"}
@@ -89,7 +107,19 @@ def check_upload(data: bytes, *, name: str = "file") -> Upload:
             "An attachment is not a photo or PDF.",
             {"evidence": f"{name} is not a PNG, JPEG, GIF, WebP or PDF file"},
         )
-    return Upload(data=data, content_type=kind, sha256=hashlib.sha256(data).hexdigest())
+    return Upload(
+        data=data,
+        content_type=kind,
+        sha256=hashlib.sha256(data).hexdigest(),
+        filename=customer_filename(filename),
+    )
+
+
+def customer_filename(raw: str | None) -> str | None:
+    """The last part of a sent file's name, without control characters, at most 200 long."""
+    base = re.split(r"[/\\]", raw or "")[-1]
+    cleaned = "".join(ch for ch in base if ch.isprintable()).strip()
+    return cleaned[:MAX_FILENAME] or None
 
 
 def links_in(text: str | None) -> list[str]:
@@ -114,8 +144,9 @@ class EvidenceStore:
         return self.directory / name
 
     def put(self, upload: Upload, cipher: CustomerCipher) -> str:
-        """Store the file sealed under the customer's key; returns its stored name."""
-        name = cipher.name("evidence", upload.sha256)
+        """Store the file sealed under the customer's key; returns its stored name. A file
+        already there is kept (one customer's same photo is stored once)."""
+        name = sealed_name(cipher, upload.sha256)
         target = self.path(name)
         if target.exists():
             return name
@@ -155,6 +186,11 @@ class EvidenceStore:
         return removed
 
 
+def sealed_name(cipher: CustomerCipher, sha256: str) -> str:
+    """The name of a file sealed under `cipher`: a MAC of its hash under the customer's key."""
+    return cipher.name("evidence", sha256)
+
+
 def stored_name(item: dict[str, Any]) -> str | None:
     """The name of an item's file in the folder (its hash for a file of an earlier version)."""
     if item.get("kind") != "file":
@@ -165,30 +201,63 @@ def stored_name(item: dict[str, Any]) -> str | None:
 
 @dataclass(frozen=True)
 class Stored:
-    """Uploads already in the folder, sealed under one generation of the customer's key."""
+    """Uploads already in the folder, sealed under the customer's key as it was then."""
 
     store: EvidenceStore
     uploads: list[Upload]
     names: dict[str, str]  # sha256 -> stored name
-    generation: int
+    email_hash: str
+    # Every name this request wrote (or found there): what a refusal lets go of (`release`).
+    written: set[str] = field(default_factory=set)
 
 
 def store_files(desk: Desk, store: EvidenceStore, email_hash: str, uploads: list[Upload]) -> Stored:
     """Seal and write the files before the case's transaction (a short one fetches or makes
-    the customer's key), so no transaction waits on the disk."""
+    the customer's key), so no transaction waits on the disk. That short transaction also
+    commits a job that deletes them in an hour unless a case refers to them by then
+    (`customers/unclaimed.py`): files of a request that never became a case do not stay."""
     if not uploads:
-        return Stored(store, [], {}, 0)
+        return Stored(store, [], {}, email_hash)
     with desk.db.write() as session:
         cipher = desk.vault.for_customer(session, email_hash)
-    names = {u.sha256: store.put(u, cipher) for u in uploads}
-    return Stored(store, list(uploads), names, cipher.generation)
+        names = {u.sha256: sealed_name(cipher, u.sha256) for u in uploads}
+        enqueue(
+            session,
+            kind=UNCLAIMED_JOB,
+            payload={"customer": email_hash, "files": sorted(set(names.values()))},
+            due_at=desk.now() + CLAIM_WITHIN,
+        )
+    for upload in uploads:
+        store.put(upload, cipher)
+    return Stored(store, list(uploads), names, email_hash, set(names.values()))
+
+
+def unreferenced(
+    session: Session, names: Iterable[str], *, customer: str | None = None
+) -> list[str]:
+    """Of `names`, the files no case with personal data refers to (one customer's cases may
+    share one), sorted. `customer` (an email hash) narrows the search to that customer's
+    cases: enough for sealed files, whose names no other customer's key makes."""
+    free = []
+    for name in sorted(set(names)):
+        query = select(col(Case.evidence)).where(
+            col(Case.erased_at).is_(None), cast(col(Case.evidence), Text).like(f"%{name}%")
+        )
+        if customer is not None:
+            query = query.where(col(Case.email_hash) == customer)
+        holders = session.scalars(query).all()
+        if not any(stored_name(item) == name for items in holders for item in items or []):
+            free.append(name)
+    return free
 
 
 # ---------------------------------------------------------------- on the case
 
 
-def file_item(upload: Upload, *, name: str, source: str, index: int) -> dict[str, Any]:
-    return {
+def file_item(
+    upload: Upload, *, name: str, source: str, index: int, cipher: CustomerCipher
+) -> dict[str, Any]:
+    item: dict[str, Any] = {
         "id": f"f{index}-{upload.sha256[:12]}",
         "kind": "file",
         "sha256": upload.sha256,
@@ -199,17 +268,36 @@ def file_item(upload: Upload, *, name: str, source: str, index: int) -> dict[str
         "provenance": str(Provenance.customer_input),
         "checked_by": None,
     }
+    if upload.filename:
+        item["filename"] = cipher.encrypt(upload.filename)
+    return item
 
 
-def link_item(url: str, *, source: str, index: int) -> dict[str, Any]:
+def link_item(url: str, *, source: str, index: int, cipher: CustomerCipher) -> dict[str, Any]:
+    """A link item: the URL sealed, its id a MAC under the customer's key (a plain hash of
+    a guessable URL would confirm it long after the erasure)."""
     return {
-        "id": f"l{index}-{hashlib.sha256(url.encode()).hexdigest()[:12]}",
+        "id": f"l{index}-{cipher.name('link', url)[:12]}",
         "kind": "link",
-        "url": url,
+        "url": cipher.encrypt(url),
         "source": source,
         "provenance": str(Provenance.customer_input),
         "checked_by": None,
     }
+
+
+def sealed_copy(cipher: CustomerCipher, items: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    """Items for another case of the same customer (an appeal carries its first case's), with
+    what an earlier version left plain sealed under `cipher`: a new row holds no plain link."""
+    out = []
+    for item in items or []:
+        copy = dict(item)
+        for key in PERSONAL:
+            value = copy.get(key)
+            if isinstance(value, str) and value != ERASED and not value.startswith(SEALED):
+                copy[key] = cipher.encrypt(value)
+        out.append(copy)
+    return out
 
 
 def attach(
@@ -227,26 +315,37 @@ def attach(
 
     Each file gets a signed view link under `base_url`, so the Slack card can show it.
     """
-    names = dict(files.names) if files else {}
-    if files and files.uploads:
-        cipher = desk.vault.for_customer(session, case.email_hash)
-        if cipher.generation != files.generation:  # erased since the files were sealed
-            names = {u.sha256: files.store.put(u, cipher) for u in files.uploads}
+    uploads = files.uploads if files else []
+    if not uploads and not links:
+        return
+    # The key row, locked: a refusal's or a sweep's deletion of unclaimed files waits for
+    # this transaction, or ran before it; then `put` writes a file it deleted again. Under
+    # a key an erasure replaced since the files were sealed, `put` seals them anew.
+    cipher = desk.vault.for_customer(session, case.email_hash)
+    names = {u.sha256: files.store.put(u, cipher) for u in uploads} if files else {}
+    if files:
+        files.written.update(names.values())
     items = list(case.evidence or [])
-    known = {i.get("sha256") or i.get("url") for i in items}
+    known = {i.get("sha256") or i.get("url") for i in shown(desk.vault, items, session=session)}
     added: list[dict[str, Any]] = []
-    for upload in files.uploads if files else []:
+    for upload in uploads:
         if upload.sha256 not in known:
             known.add(upload.sha256)
             item = file_item(
-                upload, name=names[upload.sha256], source=source, index=len(items) + len(added)
+                upload,
+                name=names[upload.sha256],
+                source=source,
+                index=len(items) + len(added),
+                cipher=cipher,
             )
             item["view_url"] = base_url.rstrip("/") + view_path(desk.secret, case.id, upload.sha256)
             added.append(item)
     for url in links:
         if url not in known:
             known.add(url)
-            added.append(link_item(url, source=source, index=len(items) + len(added)))
+            added.append(
+                link_item(url, source=source, index=len(items) + len(added), cipher=cipher)
+            )
     if not added:
         return
     case.evidence = items + added

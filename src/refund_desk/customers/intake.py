@@ -20,10 +20,17 @@ from sqlmodel import Session, col
 from refund_desk import clock
 from refund_desk.cases.errors import Conflict, InvalidRequest, NotMatched
 from refund_desk.cases.facts import customer_verified
-from refund_desk.cases.intake import Submitted, fetch_payment, parse_request, submit, to_major_text
+from refund_desk.cases.intake import (
+    RefundRequest,
+    Submitted,
+    fetch_payment,
+    parse_request,
+    submit,
+    to_major_text,
+)
 from refund_desk.cases.notify import notify
 from refund_desk.cases.rows import load_for_update
-from refund_desk.customers import evidence
+from refund_desk.customers import evidence, unclaimed
 from refund_desk.storage.audit import Actor
 from refund_desk.storage.models import ApiKey, Case, CustomerMessage, IntakeKey
 
@@ -49,6 +56,7 @@ class ChannelRequest:
     uploads: list[evidence.Upload] = field(default_factory=list)
     links: list[str] = field(default_factory=list)
     reply: dict[str, Any] = field(default_factory=dict)  # how to answer: thread, ticket
+    # In the capture's transaction, before this request's evidence is attached (an appeal).
     prepare: Callable[[Session, Case], None] | None = None
 
 
@@ -98,13 +106,15 @@ def receive(
         "name": req.name,
     }
     request = parse_request({k: v for k, v in body.items() if v is not None})
-    # After the checks: files of refused requests are never kept.
+    # After the checks; a refusal after the write lets the files go (`unclaimed`).
     files = evidence.store_files(desk, store, desk.vault.email_hash(req.email), req.uploads)
 
     def prepare(session: Session, case: Case) -> None:
         if req.reply:
             customer = desk.vault.for_customer(session, case.email_hash)
             case.reply_enc = customer.encrypt(json.dumps(req.reply))
+        if req.prepare is not None:  # first: an appeal's carried evidence, then this request's
+            req.prepare(session, case)
         evidence.attach(
             desk,
             session,
@@ -115,9 +125,24 @@ def receive(
             actor=req.actor,
             base_url=base_url,
         )
-        if req.prepare is not None:
-            req.prepare(session, case)
 
+    try:
+        submitted = _submit(desk, req, request, key, prepare)
+    except BaseException:
+        unclaimed.release(desk, files)
+        raise
+    if not submitted.created:  # an earlier delivery's case: these files are not on it
+        unclaimed.release(desk, files)
+    return submitted
+
+
+def _submit(
+    desk: Desk,
+    req: ChannelRequest,
+    request: RefundRequest,
+    key: int,
+    prepare: Callable[[Session, Case], None],
+) -> Submitted:
     try:
         return submit(
             desk,
@@ -165,6 +190,26 @@ def record_reply(
         if case is None or case.email_hash != desk.vault.email_hash(sender):
             return False
     files = evidence.store_files(desk, store, desk.vault.email_hash(sender), uploads)
+    try:
+        placed = _place_reply(desk, case_id, text, message_id, uploads, files, base_url)
+    except BaseException:
+        unclaimed.release(desk, files)
+        raise
+    if not placed:  # a repeated delivery: its files are on the case already, or go
+        unclaimed.release(desk, files)
+    return True
+
+
+def _place_reply(
+    desk: Desk,
+    case_id: str,
+    text: str,
+    message_id: str | None,
+    uploads: list[evidence.Upload],
+    files: evidence.Stored,
+    base_url: str,
+) -> bool:
+    """The reply and its evidence on the case; False if this delivery was recorded before."""
     ref = (message_id or "")[:300] or None
     actor = Actor("customer", "email")
     with desk.db.write() as session:
@@ -180,7 +225,7 @@ def record_reply(
             ).first()
         )
         if seen:
-            return True
+            return False
         row = CustomerMessage(
             case_id=case_id,
             direction="in",

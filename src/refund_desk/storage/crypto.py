@@ -132,6 +132,14 @@ class Vault:
         except InvalidToken as exc:  # a different secret, or a tampered column
             raise ValueError("cannot decrypt a stored field: wrong REFUND_DESK_SECRET?") from exc
 
+    def unseal(self, value: str, *, session: Session | None = None) -> str | None:
+        """A value the customer gave that is stored sealed under their key (a `c1.` token),
+        or as it came when written before such values were sealed; None once the key is
+        gone. Unlike `decrypt`, plain text is the earlier layout, not the deployment key's."""
+        if not value.startswith(CUSTOMER_TOKEN + "."):
+            return value
+        return self.decrypt(value, session=session)
+
     def for_customer(
         self, session: Session, email_hash: str, *, ready: CustomerCipher | None = None
     ) -> CustomerCipher:

@@ -85,6 +85,7 @@ class CardContext:
     paused: bool = False
     notes: tuple[str, ...] = field(default_factory=tuple)
     summary: str = ""  # the advisor's summary, unsealed (it quotes the customer)
+    evidence: tuple[dict[str, Any], ...] = ()  # the case's evidence, its links and names unsealed
 
 
 def mask_email(email: str | None) -> str:
@@ -338,7 +339,7 @@ def case_blocks(ctx: CardContext, *, secret: str) -> list[Block]:
         notes.append(f":bulb: {escape(str(decision['counterfactual']))}")
     if notes:
         blocks.append(SectionBlock(text=MarkdownTextObject(text=_clip("\n".join(notes)))))
-    blocks.extend(evidence_blocks(case, decidable=case.status in DECIDABLE))
+    blocks.extend(evidence_blocks(case, ctx.evidence, decidable=case.status in DECIDABLE))
     advisory = _advisory(case, ctx.summary)
     if advisory:
         blocks.append(ContextBlock(elements=[MarkdownTextObject(text=_clip(advisory, 1900))]))

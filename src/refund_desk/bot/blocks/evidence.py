@@ -1,10 +1,14 @@
 """Evidence on the case card: links (thumbnails where Slack can fetch them) and `Mark checked`.
 
 Thumbnails only for https links: Slack fetches images itself, and a link it cannot reach makes
-the whole card fail to post.
+the whole card fail to post. The items come opened (`evidence.shown`): the customer's link
+and file name in plain text, or "[erased]" once their key is gone.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
 
 from slack_sdk.models.blocks import (
     ActionsBlock,
@@ -15,29 +19,37 @@ from slack_sdk.models.blocks import (
     SectionBlock,
 )
 
+from refund_desk.bot.mrkdwn import escape
+from refund_desk.cases.advisory import ERASED
 from refund_desk.storage.models import Case
 
 MAX_ITEMS = 5
 ACTION = "evidence_checked"
 
 
-def _label(item: dict[str, object], number: int) -> str:
+def _label(item: dict[str, Any], number: int) -> str:
     checked = f"checked by <@{item['checked_by']}>" if item.get("checked_by") else "not checked"
     if item.get("kind") == "link":
-        return f"<{item.get('url')}|link {number}> (customer's link, {checked})"
+        url = item.get("url")
+        if not url or url == ERASED:
+            return f"link {number} (customer's link, erased, {checked})"
+        return f"<{url}|link {number}> (customer's link, {checked})"
     size = int(str(item.get("size") or 0)) // 1024
     name = "photo" if str(item.get("content_type", "")).startswith("image/") else "document"
     target = item.get("view_url")
     shown = f"<{target}|{name} {number}>" if target else f"{name} {number}"
-    return f"{shown} ({item.get('content_type')}, {size} KB, {checked})"
+    filename = escape(str(item.get("filename") or "")).replace("`", "'")
+    named = f" `{filename}`" if filename else ""
+    return f"{shown}{named} ({item.get('content_type')}, {size} KB, {checked})"
 
 
-def evidence_blocks(case: Case, *, decidable: bool) -> list[Block]:
-    items = list(case.evidence or [])[:MAX_ITEMS]
+def evidence_blocks(case: Case, items: Sequence[dict[str, Any]], *, decidable: bool) -> list[Block]:
+    """The card's evidence section for `items`, the case's evidence opened for its readers."""
+    total, checked = len(items), sum(1 for i in items if i.get("checked_by"))
+    items = list(items)[:MAX_ITEMS]
     if not items:
         return []
-    checked = sum(1 for i in items if i.get("checked_by"))
-    lines = [f"*Evidence* ({len(case.evidence or [])}, {checked} checked)"]
+    lines = [f"*Evidence* ({total}, {checked} checked)"]
     lines += [f"• {_label(item, n)}" for n, item in enumerate(items, start=1)]
     blocks: list[Block] = [SectionBlock(text=MarkdownTextObject(text="\n".join(lines)[:2900]))]
     for n, item in enumerate(items, start=1):

@@ -6,12 +6,16 @@ nothing; only the form's POST, with its CSRF pair, creates the appeal.
 
 from __future__ import annotations
 
+from urllib.parse import quote
+
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 from refund_desk import money
+from refund_desk.cases.advisory import ERASED
 from refund_desk.cases.errors import CaseError
+from refund_desk.cases.evidence_items import shown
 from refund_desk.customers import appeals, evidence
 from refund_desk.runtime import Runtime
 from refund_desk.storage.models import Case
@@ -153,6 +157,7 @@ def evidence_file(request: Request, case_id: str, sha256: str, sig: str = "") ->
     desk = runtime.desk
     if not evidence.view_allowed(desk.secret, case_id, sha256, sig):
         return pages.json_error("not_found", "No such evidence.", {}, 404)
+    filename = None
     with desk.db.read() as session:
         case = session.get(Case, case_id)
         item = (
@@ -163,16 +168,18 @@ def evidence_file(request: Request, case_id: str, sha256: str, sig: str = "") ->
         try:
             store = evidence.EvidenceStore(runtime.settings.evidence_path())
             data = store.read(item, desk.vault, session) if item is not None else None
+            if item is not None and data is not None:
+                [opened] = shown(desk.vault, [item], session=session)
+                filename = opened.get("filename")
         except ValueError:
             data = None
     if item is None or data is None:
         return pages.json_error("not_found", "No such evidence.", {}, 404)
-    return Response(
-        data,
-        media_type=str(item["content_type"]),
-        headers={
-            "Cache-Control": "private, max-age=3600",
-            "X-Content-Type-Options": "nosniff",
-            "Content-Security-Policy": "default-src 'none'; sandbox",
-        },
-    )
+    headers = {
+        "Cache-Control": "private, max-age=3600",
+        "X-Content-Type-Options": "nosniff",
+        "Content-Security-Policy": "default-src 'none'; sandbox",
+    }
+    if filename and filename != ERASED:  # the name the customer gave it
+        headers["Content-Disposition"] = f"inline; filename*=UTF-8''{quote(filename, safe='')}"
+    return Response(data, media_type=str(item["content_type"]), headers=headers)

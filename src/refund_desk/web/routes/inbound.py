@@ -146,9 +146,11 @@ async def _raw_message(request: Request) -> bytes:
 
 def _email(runtime: Runtime, message: mail.InboundMail, raw: bytes) -> JSONResponse:
     uploads, skipped = [], 0
-    for number, (_name, data) in enumerate(message.attachments, start=1):
+    for number, (filename, data) in enumerate(message.attachments, start=1):
         try:
-            uploads.append(evidence.check_upload(data, name=f"attachment {number}"))
+            uploads.append(
+                evidence.check_upload(data, name=f"attachment {number}", filename=filename)
+            )
         except InvalidRequest:
             skipped += 1  # signatures, calendar files: not evidence, not an error
     uploads = uploads[: evidence.MAX_FILES]

@@ -92,7 +92,7 @@ async def create_refund_request(
 
 def _view(runtime: Runtime, case_id: str) -> dict[str, Any]:
     with runtime.db.read() as session:
-        return case_view(session, case_id, with_audit=False)
+        return case_view(session, case_id, with_audit=False, vault=runtime.desk.vault)
 
 
 def _create(
@@ -157,7 +157,9 @@ def list_cases(
     )
     with runtime.db.read() as session:
         cases, next_cursor = listing.page(session, filters, cursor=cursor, limit=limit)
-        views = [case_view(session, c.id, with_audit=False) for c in cases]
+        views = [
+            case_view(session, c.id, with_audit=False, vault=runtime.desk.vault) for c in cases
+        ]
     return {"cases": views, "next_cursor": next_cursor}
 
 

@@ -233,7 +233,9 @@ async def _read_files(form: FormData) -> tuple[list[evidence.Upload], dict[str, 
     for number, upload in enumerate(files, start=1):
         data = await upload.read(evidence.MAX_BYTES + 1)
         try:
-            uploads.append(evidence.check_upload(data, name=f"File {number}"))
+            uploads.append(
+                evidence.check_upload(data, name=f"File {number}", filename=upload.filename)
+            )
         except CaseError as exc:
             return [], {"evidence": exc.fields.get("evidence", exc.message)}
     return uploads, {}
