@@ -39,7 +39,7 @@ from refund_desk.governance.review import maybe_sample as sample_for_review
 from refund_desk.governance.versions import LoadedPolicy, control, evaluate, load_version
 from refund_desk.storage.audit import SYSTEM
 from refund_desk.storage.db import lock_payment
-from refund_desk.storage.jobs import ClaimedJob, RetryLater, backoff, enqueue
+from refund_desk.storage.jobs import ClaimedJob, RetryLater, backoff, enqueue, queue
 from refund_desk.storage.models import Case, Execution
 
 if TYPE_CHECKING:
@@ -84,15 +84,13 @@ def enqueue_execution(session: Session, case: Case, due_at: datetime | None = No
     executors side by side for one case. `due_at` is `Desk.due_for_hand_off()`: whoever
     queues it runs it at once (`Desk.kick`), or a job process does.
     """
-    job = enqueue(
+    return queue(
         session,
         kind=EXECUTE,
         payload={"case_id": case.id, "revision": case.revision},
         dedupe_key=f"execute:{case.id}:{case.revision}",
         due_at=due_at or clock.now() + INLINE_GRACE,
     )
-    assert job.id is not None  # flushed by enqueue
-    return job.id
 
 
 def execute(desk: Desk, job: ClaimedJob) -> None:

@@ -28,7 +28,7 @@ from refund_desk.governance.versions import control
 from refund_desk.storage.audit import Actor, canonical
 from refund_desk.storage.crypto import CustomerCipher
 from refund_desk.storage.db import lock_payment
-from refund_desk.storage.jobs import enqueue
+from refund_desk.storage.jobs import queue
 from refund_desk.storage.models import Case, Execution, IntakeKey, Payment
 
 if TYPE_CHECKING:
@@ -342,7 +342,7 @@ def _capture(
                 )
             )
         # Handed to this process's worker (Desk.hand_off); a sweep takes over after the grace.
-        job = enqueue(
+        job_id = queue(
             session, kind=ADVANCE, payload={"case_id": case.id}, due_at=desk.due_for_hand_off()
         )
         logs.bind(case.id, case.correlation_id)  # the rest of this request is about the case
@@ -353,7 +353,7 @@ def _capture(
             money.format_money(case.amount, case.currency),
             "possible duplicate" if duplicate_of else "new",
         )
-        return Submitted(case.id, created=True, job_id=job.id), customer
+        return Submitted(case.id, created=True, job_id=job_id), customer
 
 
 def _upsert_payment(desk: Desk, session: Session, payment: PaymentFacts) -> tuple[Payment, bool]:

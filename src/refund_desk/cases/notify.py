@@ -17,7 +17,7 @@ from typing import Any
 
 from sqlmodel import Session
 
-from refund_desk.storage.jobs import enqueue
+from refund_desk.storage.jobs import queue
 from refund_desk.text import Text
 
 NOTIFY = "notify"
@@ -27,6 +27,4 @@ NOTIFY_ON = frozenset({"awaiting_approval", "approved", "parked", "refunded", "d
 def notify(session: Session, *, event: str, case_id: str | None = None, **data: Any) -> int:
     """Queue ``event``; a ``Text`` in ``data`` travels as JSON (``Text.from_json`` reads it)."""
     data = {k: v.to_json() if isinstance(v, Text) else v for k, v in data.items()}
-    job = enqueue(session, kind=NOTIFY, payload={"event": event, "case_id": case_id, "data": data})
-    assert job.id is not None  # flushed by enqueue
-    return job.id
+    return queue(session, kind=NOTIFY, payload={"event": event, "case_id": case_id, "data": data})

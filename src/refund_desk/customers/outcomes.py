@@ -22,7 +22,7 @@ from sqlmodel import Session, col
 from refund_desk import clock, money
 from refund_desk.cases.notify import notify
 from refund_desk.storage.audit import SYSTEM
-from refund_desk.storage.jobs import ClaimedJob, RetryLater, backoff, enqueue
+from refund_desk.storage.jobs import ClaimedJob, RetryLater, backoff, queue
 from refund_desk.storage.models import Approval, Case, CustomerMessage
 
 if TYPE_CHECKING:
@@ -102,13 +102,12 @@ def tell(session: Session, case: Case) -> int | None:
     )
     session.add(message)
     session.flush()
-    job = enqueue(
+    return queue(
         session,
         kind=TELL,
         payload={"case_id": case.id, "message_id": message.id},
         dedupe_key=f"tell:{case.id}:{case.status}:{case.revision}",
     )
-    return job.id
 
 
 def compose(session: Session, case: Case) -> tuple[str, str, datetime | None]:

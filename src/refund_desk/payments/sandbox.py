@@ -182,51 +182,71 @@ class SandboxProcessor:
         idempotency_key: str,
         metadata: dict[str, str],
     ) -> ProcessorRefund:
-        fault = self._take_fault(
-            ("down", "decline", "timeout-after-success", "crash-after-success")
-        )
+        with self.db.write() as session:  # a fault that applies is used up in this commit
+            fault = self._use_fault(
+                session, ("down", "decline", "timeout-after-success", "crash-after-success")
+            )
+            if fault in ("down", "decline"):
+                refund = None
+            else:
+                refund = self._refund_in(session, payment_id, amount, currency,
+                                         idempotency_key, metadata)  # fmt: skip
+        if fault == "down":
+            raise ProcessorUnavailable("processor_unavailable", "The processor is unavailable.")
         if fault == "decline":
             raise RefundDeclined("refund_declined", "The processor declined the refund.")
-        with self.db.write() as session:
-            payment = session.scalars(self._locked(session, payment_id)).first()
-            if payment is None:
-                raise PaymentNotFound("payment_not_found", f"No payment {payment_id} exists.")
-            if self.honour_idempotency_keys:
-                seen = session.scalars(
-                    select(SandboxRefund).where(
-                        col(SandboxRefund.payment_id) == payment_id,
-                        col(SandboxRefund.idempotency_key) == idempotency_key,
-                    )
-                ).first()
-                if seen is not None:
-                    return self._to_refund(seen)
-            if currency.lower() != payment.currency:
-                raise RefundDeclined("currency_mismatch", "Refund currency differs from payment.")
-            if amount <= 0:
-                raise RefundDeclined("invalid_amount", "A refund amount must be positive.")
-            refunded = sum(
-                r.amount for r in self._refunds(session, payment_id) if r.status == "succeeded"
-            )
-            if amount > payment.amount - refunded:
-                raise RefundDeclined(
-                    "amount_too_large", "The refund is more than what is left on the payment."
-                )
-            refund = SandboxRefund(
-                id="re_" + secrets.token_hex(12),
-                payment_id=payment_id,
-                amount=amount,
-                currency=payment.currency,
-                status="succeeded",
-                idempotency_key=idempotency_key,
-                meta=dict(metadata),
-                created_at=clock.now(),
-            )
-            session.add(refund)
+        assert refund is not None
         if fault == "crash-after-success":
             self._crash()
         if fault == "timeout-after-success":
             raise ProcessorTimeout("processor_timeout", "The processor did not answer in time.")
         return self._to_refund(refund)
+
+    def _refund_in(
+        self,
+        session: Session,
+        payment_id: str,
+        amount: int,
+        currency: str,
+        idempotency_key: str,
+        metadata: dict[str, str],
+    ) -> SandboxRefund:
+        payment = session.scalars(self._locked(session, payment_id)).first()
+        if payment is None:
+            raise PaymentNotFound("payment_not_found", f"No payment {payment_id} exists.")
+        if self.honour_idempotency_keys:
+            seen = session.scalars(
+                select(SandboxRefund).where(
+                    col(SandboxRefund.payment_id) == payment_id,
+                    col(SandboxRefund.idempotency_key) == idempotency_key,
+                )
+            ).first()
+            if seen is not None:
+                return seen
+        if currency.lower() != payment.currency:
+            raise RefundDeclined("currency_mismatch", "Refund currency differs from payment.")
+        if amount <= 0:
+            raise RefundDeclined("invalid_amount", "A refund amount must be positive.")
+        refunded = sum(
+            r.amount for r in self._refunds(session, payment_id) if r.status == "succeeded"
+        )
+        if amount > payment.amount - refunded:
+            raise RefundDeclined(
+                "amount_too_large", "The refund is more than what is left on the payment."
+            )
+        refund = SandboxRefund(
+            id="re_" + secrets.token_hex(12),
+            payment_id=payment_id,
+            amount=amount,
+            currency=payment.currency,
+            status="succeeded",
+            idempotency_key=idempotency_key,
+            meta=dict(metadata),
+            created_at=clock.now(),
+        )
+        session.add(refund)
+        session.flush()
+        return refund
 
     def retrieve_refund(self, refund_id: str) -> ProcessorRefund:
         with self.db.read() as session:
@@ -305,15 +325,21 @@ class SandboxProcessor:
             if self._armed(session, applies_to) is None:
                 return None  # the common case costs a read, not a write lock
         with self.db.write() as session:
-            fault = session.get(SandboxFault, 1)
-            if fault is None or fault.mode == "none" or fault.mode not in applies_to:
-                return None
-            mode = fault.mode
-            if fault.remaining is not None:
-                fault.remaining -= 1
-                if fault.remaining <= 0:
-                    fault.mode, fault.remaining = "none", None
-                session.add(fault)
+            mode = self._use_fault(session, applies_to)
         if mode == "down":
             raise ProcessorUnavailable("processor_unavailable", "The processor is unavailable.")
+        return mode
+
+    @staticmethod
+    def _use_fault(session: Session, applies_to: tuple[str, ...]) -> str | None:
+        """One use of the current fault, in the caller's write transaction, if it applies."""
+        fault = session.get(SandboxFault, 1)
+        if fault is None or fault.mode == "none" or fault.mode not in applies_to:
+            return None
+        mode = fault.mode
+        if fault.remaining is not None:
+            fault.remaining -= 1
+            if fault.remaining <= 0:
+                fault.mode, fault.remaining = "none", None
+            session.add(fault)
         return mode

@@ -60,6 +60,21 @@ def nothing_to_do(job: ClaimedJob) -> None:
     in bulk in its claim's transaction, with no run and no transaction of their own."""
 
 
+def queue(
+    session: Session,
+    *,
+    kind: str,
+    payload: dict[str, Any],
+    due_at: datetime | None = None,
+    dedupe_key: str | None = None,
+    max_attempts: int = 20,
+) -> int:
+    """Add a job inside the caller's transaction, so it exists exactly when the change does;
+    returns its id. One INSERT, not the ORM's unit of work (a repeated `dedupe_key` raises
+    IntegrityError here, as a flush would)."""
+    return _insert(session, _row(kind, payload, due_at, dedupe_key, max_attempts))
+
+
 def enqueue(
     session: Session,
     *,
@@ -69,27 +84,34 @@ def enqueue(
     dedupe_key: str | None = None,
     max_attempts: int = 20,
 ) -> Job:
-    """Add a job inside the caller's transaction, so it exists exactly when the change does.
-
-    One INSERT of the row, not the ORM's unit of work: the job is returned as written, with
-    its id, in the session (a repeated `dedupe_key` raises IntegrityError here, as a flush
-    would)."""
-    job = Job(
-        kind=kind,
-        payload=payload,
-        due_at=due_at or clock.now(),
-        dedupe_key=dedupe_key,
-        max_attempts=max_attempts,
-    )
-    values = {column: getattr(job, column) for column in _JOB_COLUMNS}
-    job.id = session.execute(insert(_JOBS).values(values).returning(_JOBS.c.id)).scalar_one()
+    """`queue`, returning the job as written, in the session (for callers that look at it)."""
+    row = _row(kind, payload, due_at, dedupe_key, max_attempts)
+    job = Job(**row)
+    job.id = _insert(session, row)
     make_transient_to_detached(job)  # the row as written, now the session's like one it read
     session.add(job)
     return job
 
 
+def _row(
+    kind: str,
+    payload: dict[str, Any],
+    due_at: datetime | None,
+    dedupe_key: str | None,
+    max_attempts: int,
+) -> dict[str, Any]:
+    now = clock.now()
+    return {"kind": kind, "payload": payload, "dedupe_key": dedupe_key, "status": "pending",
+            "due_at": due_at or now, "attempt": 0, "failures": 0, "max_attempts": max_attempts,
+            "lease_owner": None, "lease_expires_at": None, "last_error": None,
+            "created_at": now, "finished_at": None}  # fmt: skip
+
+
+def _insert(session: Session, row: dict[str, Any]) -> int:
+    return int(session.execute(insert(_JOBS).values(row).returning(_JOBS.c.id)).scalar_one())
+
+
 _JOBS = Job.__table__  # type: ignore[attr-defined]
-_JOB_COLUMNS = tuple(c.name for c in _JOBS.columns if c.name != "id")
 
 
 def backoff(attempt: int, *, base: float = 2.0, cap: float = 300.0) -> float:
