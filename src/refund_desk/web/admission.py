@@ -12,7 +12,10 @@ from __future__ import annotations
 import asyncio
 import weakref
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
 
 T = TypeVar("T")
 
@@ -64,3 +67,11 @@ class IntakeGate:
             return await fn()
         finally:
             self.inside -= 1
+
+
+async def admitted(request: Request, fn: Callable[..., T], *args: Any) -> T:
+    """Run a capture (`fn(*args)`, blocking) in the thread pool once the replica's intake gate
+    admits it: the API, the web form, email and the storefront and helpdesk webhooks share
+    one gate, so no channel's burst takes every thread from the others."""
+    gate: IntakeGate = request.app.state.intake_gate
+    return await gate.run(lambda: run_in_threadpool(fn, *args))

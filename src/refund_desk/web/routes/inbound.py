@@ -19,7 +19,6 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
-from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile
 
 from refund_desk import clock
@@ -31,6 +30,7 @@ from refund_desk.runtime import Runtime
 from refund_desk.storage import crypto
 from refund_desk.storage.audit import Actor
 from refund_desk.storage.models import Case
+from refund_desk.web.admission import admitted
 from refund_desk.web.errors import error_response
 
 log = logging.getLogger(__name__)
@@ -101,9 +101,9 @@ def _receive(runtime: Runtime, req: channels.ChannelRequest) -> Any:
     return submitted
 
 
-async def _run(runtime: Runtime, fn: Any, *args: Any) -> JSONResponse:
+async def _run(request: Request, runtime: Runtime, fn: Any, *args: Any) -> JSONResponse:
     try:
-        return await run_in_threadpool(fn, runtime, *args)
+        return await admitted(request, fn, runtime, *args)
     except CaseError as exc:
         return _error(exc.code, exc.message, exc.status, exc.fields)
 
@@ -126,7 +126,7 @@ async def email_webhook(request: Request) -> JSONResponse:
         message = mail.parse(raw)
     except mail.NotAnEmail as exc:
         return _refuse("email", "invalid_email", f"Not a usable RFC 822 message: {exc}.", 422)
-    return await _run(runtime, _email, message, raw)
+    return await _run(request, runtime, _email, message, raw)
 
 
 async def _raw_message(request: Request) -> bytes:
@@ -226,7 +226,7 @@ async def shopify_webhook(request: Request) -> JSONResponse:
     if payload is None:
         return _refuse("shopify", "invalid_json", "The body is not a JSON object.", 400)
     shop = request.headers.get("x-shopify-shop-domain", "shop")[:100]
-    return await _run(runtime, _shopify, payload, shop)
+    return await _run(request, runtime, _shopify, payload, shop)
 
 
 def _shopify(runtime: Runtime, payload: dict[str, Any], shop: str) -> JSONResponse:
@@ -304,7 +304,7 @@ async def zendesk_webhook(request: Request) -> JSONResponse:
     payload = _json(body)
     if payload is None:
         return _refuse("zendesk", "invalid_json", "The body is not a JSON object.", 400)
-    return await _run(runtime, _ticket, "zendesk", payload)
+    return await _run(request, runtime, _ticket, "zendesk", payload)
 
 
 @router.post("/gorgias")
@@ -320,7 +320,7 @@ async def gorgias_webhook(request: Request) -> JSONResponse:
     payload = _json(await request.body())
     if payload is None:
         return _refuse("gorgias", "invalid_json", "The body is not a JSON object.", 400)
-    return await _run(runtime, _ticket, "gorgias", payload)
+    return await _run(request, runtime, _ticket, "gorgias", payload)
 
 
 def _ticket(runtime: Runtime, platform: str, payload: dict[str, Any]) -> JSONResponse:

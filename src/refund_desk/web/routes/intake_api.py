@@ -29,7 +29,7 @@ from refund_desk.runtime import Runtime
 from refund_desk.storage.audit import Actor
 from refund_desk.storage.models import ApiKey, Case
 from refund_desk.web import waiting
-from refund_desk.web.admission import IntakeGate
+from refund_desk.web.admission import admitted
 
 router = APIRouter(prefix="/api/v1")
 
@@ -72,10 +72,7 @@ async def create_refund_request(
         data = json.loads(await request.body() or b"null")
     except (ValueError, UnicodeDecodeError):
         raise InvalidRequest("invalid_json", "The body is not valid JSON.") from None
-    gate: IntakeGate = request.app.state.intake_gate  # a few captures at a time
-    view, created = await gate.run(
-        lambda: run_in_threadpool(_create, runtime, data, api_key, idempotency_key)
-    )
+    view, created = await admitted(request, _create, runtime, data, api_key, idempotency_key)
     headers: dict[str, str] = {}
     wait = waiting.preferred_wait(prefer)
     if wait is not None:

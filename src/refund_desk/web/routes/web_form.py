@@ -29,6 +29,7 @@ from refund_desk.runtime import Runtime
 from refund_desk.storage.audit import Actor
 from refund_desk.storage.crypto import keyed_hash
 from refund_desk.web import pages
+from refund_desk.web.admission import admitted
 
 router = APIRouter()
 PURPOSE = "request"
@@ -181,7 +182,7 @@ async def submit_form(request: Request) -> Response:
         links=evidence.links_in(values.get("message")),
     )
     try:
-        view = await run_in_threadpool(_receive, runtime, req)
+        view = await admitted(request, _receive, runtime, req)
     except CaseError as exc:
         status = exc.status if exc.status >= 400 else 422
         fields = {k: v for k, v in exc.fields.items() if k in {f.name for f in FIELDS}}
