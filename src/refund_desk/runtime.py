@@ -141,7 +141,9 @@ def job_table(runtime: Runtime, *, slack: Surface | None = None) -> dict[str, Ha
             evidence=EvidenceStore(runtime.settings.evidence_path()),
         ),
         erasure.DELETE_FILES_JOB: partial(  # an erased customer's evidence files
-            erasure.run_delete_files, evidence=EvidenceStore(runtime.settings.evidence_path())
+            erasure.run_delete_files,
+            desk,
+            evidence=EvidenceStore(runtime.settings.evidence_path()),
         ),
         erasure.PURGE_KEYS_JOB: partial(erasure.run_purge_keys, desk),  # destroyed keys' rows
         evidence.UNCLAIMED_JOB: partial(  # files of a request that never became a case

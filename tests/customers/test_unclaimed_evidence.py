@@ -14,7 +14,7 @@ from sqlalchemy import select
 from sqlmodel import col
 
 from refund_desk import clock
-from refund_desk.customers import evidence, unclaimed
+from refund_desk.customers import evidence
 from refund_desk.storage.models import Job
 from tests.customers.conftest import Channels, raw_email
 from tests.helpers import CUSTOMER
@@ -112,7 +112,7 @@ def test_a_file_deleted_while_a_capture_was_on_its_way_is_written_again(
 
     def then_refused_elsewhere(*args: Any, **kwargs: Any) -> evidence.Stored:
         stored = store_files(*args, **kwargs)
-        deleted = unclaimed.discard(desk, store, stored.email_hash, stored.names.values())
+        deleted = evidence.discard(desk, store, stored.email_hash, stored.names.values())
         assert deleted == 1 and _files(channels) == []
         return stored
 

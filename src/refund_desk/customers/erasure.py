@@ -10,7 +10,9 @@ any (its payloads carry ids, amounts, rules and counts). So erasing a customer:
   words (`advice.summary`), and the links and file names they sent (all sealed under the key
   too, so a copy of an older row version is unreadable anyway);
 * deletes their evidence files (sealed under that key: a copy of the folder is unreadable),
-  unless another of their cases that keeps its personal data holds the same file;
+  unless another of their cases that keeps its personal data holds the same file: checked
+  again when the file is deleted, after the commit, holding their key row (`evidence.discard`),
+  since a case filed meanwhile under a key that lives on (retention) may have taken it;
 * records `customer.erased` (the case ids and how many files; never the email) in the audit
   chain, and re-renders their Slack cards, which then say "erased".
 
@@ -36,7 +38,7 @@ from refund_desk.cases.errors import NotFound
 from refund_desk.cases.evidence_items import PERSONAL
 from refund_desk.cases.lifecycle import FINAL
 from refund_desk.cases.notify import notify
-from refund_desk.customers.evidence import EvidenceStore, stored_name, unreferenced
+from refund_desk.customers.evidence import EvidenceStore, discard, stored_name, unreferenced
 from refund_desk.storage.audit import SYSTEM, Actor
 from refund_desk.storage.crypto import (
     PurgeBusy,
@@ -55,7 +57,7 @@ log = logging.getLogger(__name__)
 ERASED = advisory.ERASED
 WITHDRAWN = "withdrawn"  # an outcome message erased before it was delivered
 RETENTION_JOB = "customer.retention"
-DELETE_FILES_JOB = "evidence.delete"  # files to unlink, queued with the erasure's commit
+DELETE_FILES_JOB = "evidence.delete"  # one customer's files, queued with the erasure's commit
 PURGE_KEYS_JOB = "customer_keys.purge"  # destroyed keys' old row versions, physically gone
 EVERY = timedelta(days=1)
 BATCH = 200
@@ -117,16 +119,22 @@ def _rerender(session: Session, case_ids: Sequence[str]) -> None:
         notify(session, event="case.erased", case_id=case_id)
 
 
-def _erase_cases(desk: Desk, session: Session, cases: Sequence[Case], now: datetime) -> list[str]:
+Freed = dict[str, list[str]]  # files to delete, by customer (email hash)
+
+
+def _erase_cases(desk: Desk, session: Session, cases: Sequence[Case], now: datetime) -> Freed:
     """The one path of every erasure, in the caller's transaction: blank the cases, queue
     the deletion of the files no one else holds (returned) and redraw the Slack cards."""
-    names: set[str] = set()
+    held: dict[str, set[str]] = {}
     for case in cases:
-        names |= scrub(session, case, now)
+        held.setdefault(case.email_hash, set()).update(scrub(session, case, now))
     session.flush()
-    free = unreferenced(session, names)  # files of earlier versions may be shared
-    if free:  # committed with the erasure: the files go even if the process dies next
-        enqueue(session, kind=DELETE_FILES_JOB, payload={"files": free})
+    free: Freed = {}
+    for customer, names in sorted(held.items()):
+        gone = unreferenced(session, names)  # files of earlier versions may be shared
+        if gone:  # committed with the erasure: the files go even if the process dies next
+            enqueue(session, kind=DELETE_FILES_JOB, payload={"customer": customer, "files": gone})
+            free[customer] = gone
     ids = [c.id for c in cases]
     _withdraw_messages(session, ids)
     for forget in desk.jobs.on_erasure:  # Slack's waiting posts: redrawn when sent
@@ -177,14 +185,25 @@ def run_purge_keys(desk: Desk, job: ClaimedJob) -> None:
         raise RetryLater(backoff(job.attempt, base=30, cap=3600), str(exc), failed=False) from exc
 
 
-def _delete_now(evidence: EvidenceStore | None, free: list[str]) -> int:
-    """After the commit: the queued job then finds nothing left."""
-    return evidence.delete(free) if evidence is not None else 0
+def _delete_now(desk: Desk, evidence: EvidenceStore | None, free: Freed) -> int:
+    """After the commit (the queued jobs then find nothing left), one customer at a time,
+    each holding their key row: a case filed since the erasure's commit under a key that
+    lives on (retention keeps the key of a customer with newer cases) may have taken a file
+    by the same name, and keeps it."""
+    if evidence is None:
+        return 0
+    return sum(discard(desk, evidence, customer, names) for customer, names in free.items())
 
 
-def run_delete_files(job: ClaimedJob, *, evidence: EvidenceStore | None) -> None:
+def run_delete_files(desk: Desk, job: ClaimedJob, *, evidence: EvidenceStore | None) -> None:
     if evidence is not None:
-        evidence.delete([str(s) for s in job.payload.get("files", [])])
+        customer = job.payload.get("customer")  # absent from jobs of earlier versions
+        names = [str(s) for s in job.payload.get("files", [])]
+        discard(desk, evidence, str(customer) if customer else None, names)
+
+
+def _count(free: Freed) -> int:
+    return sum(len(names) for names in free.values())
 
 
 def erase_customer(
@@ -226,15 +245,15 @@ def erase_customer(
             actor=actor,
             payload={
                 "cases": [c.id for c in pending],
-                "evidence_files": len(free),
+                "evidence_files": _count(free),
                 "key_destroyed": destroyed,
             },
         )
-    result.evidence_files = _delete_now(evidence, free)
+    result.evidence_files = _delete_now(desk, evidence, free)
     if forget is not None:
         forget(email)
     compact(desk)
-    log.info("customer erased: %d cases, %d evidence files", len(pending), len(free))
+    log.info("customer erased: %d cases, %d evidence files", len(pending), _count(free))
     return result
 
 
@@ -242,7 +261,7 @@ def retention(desk: Desk, *, days: int, evidence: EvidenceStore | None) -> int:
     """Erase the personal data of cases closed more than `days` ago; returns how many."""
     cutoff = desk.now() - timedelta(days=days)
     total = 0
-    free: list[str] = []
+    free: Freed = {}
     while True:
         now = desk.now()
         with desk.db.write() as session:
@@ -283,13 +302,14 @@ def retention(desk: Desk, *, days: int, evidence: EvidenceStore | None) -> int:
                     "cases": [c.id for c in cases],
                     "closed_before": cutoff.isoformat(),
                     "keys_destroyed": keys,
-                    "evidence_files": len(batch),
+                    "evidence_files": _count(batch),
                 },
             )
-        free += batch
+        for customer, names in batch.items():
+            free.setdefault(customer, []).extend(names)
         total += len(cases)
     if total:
-        _delete_now(evidence, free)
+        _delete_now(desk, evidence, free)
         compact(desk)
         log.info("retention: erased the personal data of %d cases closed before %s", total,
                  cutoff.date().isoformat())  # fmt: skip

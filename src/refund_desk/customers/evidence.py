@@ -38,7 +38,14 @@ from refund_desk.cases.evidence_items import PERSONAL, shown
 from refund_desk.cases.ports import Provenance
 from refund_desk.cases.rows import load_for_update
 from refund_desk.storage.audit import Actor
-from refund_desk.storage.crypto import CUSTOMER_TOKEN, CustomerCipher, Vault, keyed_hash, same
+from refund_desk.storage.crypto import (
+    CUSTOMER_TOKEN,
+    CustomerCipher,
+    Vault,
+    keyed_hash,
+    lock_customer_key,
+    same,
+)
 from refund_desk.storage.jobs import enqueue
 from refund_desk.storage.models import Case
 
@@ -249,6 +256,25 @@ def unreferenced(
         if not any(stored_name(item) == name for items in holders for item in items or []):
             free.append(name)
     return free
+
+
+def discard(desk: Desk, store: EvidenceStore, customer: str | None, names: Iterable[str]) -> int:
+    """Delete those of one customer's files (`customer`: their email hash) that none of their
+    cases refers to; returns how many were deleted. Every deletion of evidence files goes
+    through here (a refused request's, an unclaimed one's, an erased case's): the references
+    are read and the files deleted while the customer's key row is held (locked on
+    PostgreSQL; SQLite has one writer), which `attach` also holds while it takes a file into
+    a case, so a file a committed case refers to is never deleted. `customer` None (a
+    deletion queued by an earlier version, which did not name them): every case is
+    searched, no key row is held."""
+    names = set(names)
+    if not names:
+        return 0
+    with desk.db.write() as session:
+        if customer is not None:
+            lock_customer_key(session, customer)
+        # Deleted before the lock is let go: a capture waiting for it then finds them gone.
+        return store.delete(unreferenced(session, names, customer=customer))
 
 
 # ---------------------------------------------------------------- on the case

@@ -7,39 +7,25 @@ nothing referring to them. The short transaction that fetches the customer's key
 write also commits a job (`evidence.unclaimed`, due an hour later) naming the files; a refusal
 seen in this process lets go of them at once (`release`), the job catches a process that died.
 
-Both delete only files no case of the customer refers to, and do so holding the customer's
-key row (locked on PostgreSQL; SQLite has one writer): a capture that found one of these files
-already there (one customer's same photo is stored once) holds that lock when it attaches it,
-and writes the file again if it was deleted meanwhile (`evidence.attach`). So a file a
-committed case refers to is never deleted.
+Both delete through `evidence.discard`: only files no case of the customer refers to, holding
+the customer's key row (locked on PostgreSQL; SQLite has one writer). A capture that found one
+of these files already there (one customer's same photo is stored once) holds that lock when
+it attaches it, and writes the file again if it was deleted meanwhile (`evidence.attach`). So
+a file a committed case refers to is never deleted.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from refund_desk.customers.evidence import EvidenceStore, Stored, unreferenced
-from refund_desk.storage.crypto import lock_customer_key
+from refund_desk.customers.evidence import EvidenceStore, Stored, discard
 from refund_desk.storage.jobs import ClaimedJob
 
 if TYPE_CHECKING:
     from refund_desk.cases.desk import Desk
 
 log = logging.getLogger(__name__)
-
-
-def discard(desk: Desk, store: EvidenceStore, customer: str, names: Iterable[str]) -> int:
-    """Delete those of one customer's files (`customer`: their email hash) that none of
-    their cases refers to; returns how many were deleted."""
-    names = set(names)
-    if not names:
-        return 0
-    with desk.db.write() as session:
-        lock_customer_key(session, customer)
-        # Deleted before the lock is let go: a capture waiting for it then finds them gone.
-        return store.delete(unreferenced(session, names, customer=customer))
 
 
 def release(desk: Desk, files: Stored) -> None:
