@@ -99,7 +99,14 @@ def over_limit(
     if session.get_bind().dialect.name == "postgresql":
         # Replicas count and reserve one at a time: without this lock two of them could each
         # see room for one more and both reserve. SQLite's single writer already serializes.
-        session.execute(select(col(Control.id)).where(col(Control.id) == 1).with_for_update())
+        # The row is read afresh with its lock: another replica may have tripped the breaker,
+        # or a lead changed the mode, while this transaction waited for it.
+        session.scalars(
+            select(Control)
+            .where(col(Control.id) == 1)
+            .with_for_update()
+            .execution_options(populate_existing=True)
+        ).one()
     since = clock.now() - WINDOW
     count, total = session.execute(
         select(func.count(), func.coalesce(func.sum(col(Execution.amount)), 0)).where(

@@ -22,7 +22,8 @@ def load_for_update(session: Session, case_id: str, *, revision: int | None = No
         stmt = select(Case).where(col(Case.id) == case_id)
         if session.get_bind().dialect.name == "postgresql":
             stmt = stmt.with_for_update()
-        case = session.scalars(stmt).first()
+        # Read afresh with the lock, even if this transaction read the case before it.
+        case = session.scalars(stmt.execution_options(populate_existing=True)).first()
         if case is None:
             raise NotFound("case_not_found", f"No case {case_id} exists.")
         locked[case_id] = case

@@ -248,4 +248,4 @@ def lock_payment(session: Session, payment_id: str) -> Payment | None:
     stmt = select(Payment).where(col(Payment.id) == payment_id)
     if session.get_bind().dialect.name == "postgresql":
         stmt = stmt.with_for_update()
-    return session.scalars(stmt).first()
+    return session.scalars(stmt.execution_options(populate_existing=True)).first()

@@ -27,13 +27,19 @@ MAX_ITEMS = 5
 ACTION = "evidence_checked"
 
 
+def _in_link(url: str) -> str:
+    """A URL inside `<url|label>`: escaped, and a `|` encoded, so the customer's text cannot
+    become the link's label on the card."""
+    return escape(url).replace("|", "%7C")
+
+
 def _label(item: dict[str, Any], number: int) -> str:
     checked = f"checked by <@{item['checked_by']}>" if item.get("checked_by") else "not checked"
     if item.get("kind") == "link":
         url = item.get("url")
         if not url or url == ERASED:
             return f"link {number} (customer's link, erased, {checked})"
-        return f"<{url}|link {number}> (customer's link, {checked})"
+        return f"<{_in_link(str(url))}|link {number}> (customer's link, {checked})"
     size = int(str(item.get("size") or 0)) // 1024
     name = "photo" if str(item.get("content_type", "")).startswith("image/") else "document"
     target = item.get("view_url")
