@@ -16,7 +16,7 @@ Each request is a small damaged-item refund of a customer of its own, which the 
 policy (breaker off) refunds by itself. Prints CPU milliseconds per request (median of
 `--rounds`), each as a multiple of bare, and the SQL statements per request.
 
-    python bench/pipeline_cpu_bench.py [--requests 300] [--rounds 3] [--database-url URL]
+    python bench/pipeline_cpu_bench.py [--requests 300] [--rounds 3] [--database-url EMPTY_DB_URL]
 """
 
 from __future__ import annotations
@@ -121,7 +121,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=300)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--database-url", help="default: a new SQLite file")
+    parser.add_argument("--database-url", help="an empty database (default: a new SQLite file)")
     args = parser.parse_args()
     url = args.database_url or f"sqlite:///{tempfile.mkdtemp()}/bench.db"
     runtime, key = setup(url)
