@@ -46,7 +46,7 @@ from refund_desk.storage.crypto import (
     lock_customer_key,
     same,
 )
-from refund_desk.storage.jobs import enqueue
+from refund_desk.storage.jobs import queue
 from refund_desk.storage.models import Case
 
 if TYPE_CHECKING:
@@ -228,7 +228,7 @@ def store_files(desk: Desk, store: EvidenceStore, email_hash: str, uploads: list
     with desk.db.write() as session:
         cipher = desk.vault.for_customer(session, email_hash)
         names = {u.sha256: sealed_name(cipher, u.sha256) for u in uploads}
-        enqueue(
+        queue(
             session,
             kind=UNCLAIMED_JOB,
             payload={"customer": email_hash, "files": sorted(set(names.values()))},

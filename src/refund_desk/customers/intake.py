@@ -126,13 +126,9 @@ def receive(
             base_url=base_url,
         )
 
-    try:
+    with unclaimed.claiming(desk, files) as claim:
         submitted = _submit(desk, req, request, key, prepare)
-    except BaseException:
-        unclaimed.release(desk, files)
-        raise
-    if not submitted.created:  # an earlier delivery's case: these files are not on it
-        unclaimed.release(desk, files)
+        claim.kept = submitted.created  # an earlier delivery's case does not hold these files
     return submitted
 
 
@@ -190,13 +186,9 @@ def record_reply(
         if case is None or case.email_hash != desk.vault.email_hash(sender):
             return False
     files = evidence.store_files(desk, store, desk.vault.email_hash(sender), uploads)
-    try:
-        placed = _place_reply(desk, case_id, text, message_id, uploads, files, base_url)
-    except BaseException:
-        unclaimed.release(desk, files)
-        raise
-    if not placed:  # a repeated delivery: its files are on the case already, or go
-        unclaimed.release(desk, files)
+    with unclaimed.claiming(desk, files) as claim:
+        # a repeated delivery: its files are on the case already, or go
+        claim.kept = _place_reply(desk, case_id, text, message_id, uploads, files, base_url)
     return True
 
 

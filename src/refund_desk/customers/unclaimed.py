@@ -17,6 +17,9 @@ a file a committed case refers to is never deleted.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from refund_desk.customers.evidence import EvidenceStore, Stored, discard
@@ -37,6 +40,22 @@ def release(desk: Desk, files: Stored) -> None:
         discard(desk, files.store, files.email_hash, files.written)
     except Exception:
         log.warning("unclaimed evidence files are left to their job", exc_info=True)
+
+
+@dataclass
+class Claim:
+    kept: bool = False  # set once the request's case (or reply) holds its files
+
+
+@contextmanager
+def claiming(desk: Desk, files: Stored) -> Iterator[Claim]:
+    """Around a capture: unless it sets `kept`, or if it raises, its files are let go."""
+    claim = Claim()
+    try:
+        yield claim
+    finally:
+        if not claim.kept:
+            release(desk, files)
 
 
 def run(desk: Desk, job: ClaimedJob, *, store: EvidenceStore) -> None:

@@ -224,23 +224,19 @@ def _forget_memo(session: Session, transaction: Any) -> None:
         session.info.pop(_MEMO, None)
 
 
-def hold(session: Session, row: _Row) -> _Row:
-    """Keep `row` in the session's identity map for the rest of the transaction.
+def held_get(session: Session, model: type[_Row], key: Any) -> _Row | None:
+    """`session.get`, keeping the row for the rest of the transaction.
 
     The identity map holds rows weakly: a row read and dropped (`control(session).paused`) is
     read again by the next `get`. Rows that many steps of one transaction look at (the control
-    row, a policy version, a customer's key, a job just queued) are kept, so each is read once
-    per transaction. The caller sees what `get` gives one who kept the row: the same object,
-    with this transaction's changes to it.
+    row, a policy version, a customer's key) are kept, so each is read once per transaction.
+    The caller sees what `get` gives one who kept the row: the same object, with this
+    transaction's changes to it.
     """
-    memo(session, "held")[id(row)] = row
-    return row
-
-
-def held_get(session: Session, model: type[_Row], key: Any) -> _Row | None:
-    """`session.get`, keeping the row for the rest of the transaction (`hold`)."""
     row = session.get(model, key)
-    return hold(session, row) if row is not None else None
+    if row is not None:
+        memo(session, "held")[id(row)] = row
+    return row
 
 
 def lock_payment(session: Session, payment_id: str) -> Payment | None:
