@@ -55,6 +55,8 @@ class Load:
     seconds: float
     latencies: list[float]
     outcomes: Counter[str]
+    cpu_ms: float | None = None  # the server's CPU time per request (all its processes)
+    root_cpu_ms: float | None = None  # of which its first process (the HTTP one, if split)
 
     @property
     def rate(self) -> float:
@@ -65,10 +67,41 @@ class Load:
 
     def line(self, label: str, reference: float | None) -> str:
         ratio = f"  ratio {self.rate / reference:5.2f}" if reference else ""
+        cpu = ""
+        if self.cpu_ms is not None and self.root_cpu_ms is not None:
+            cpu = f"   server CPU {self.cpu_ms:5.1f} ms/req"
+            if abs(self.cpu_ms - self.root_cpu_ms) > 0.05:
+                cpu += f" ({self.root_cpu_ms:.1f} in its first process)"
         return (
             f"  {label:<28} {self.rate:7.1f} req/s   p50 {self.pct(50):7.1f} ms   "
-            f"p99 {self.pct(99):7.1f} ms{ratio}   {dict(self.outcomes)}"
+            f"p99 {self.pct(99):7.1f} ms{ratio}   {dict(self.outcomes)}{cpu}"
         )
+
+
+def cpu_seconds(pid: int, *, alone: bool = False) -> float | None:
+    """CPU time (user + system) of `pid` and its live descendants (`alone`: of `pid` only),
+    from Linux's /proc; None where there is no /proc. What the server spends, apart from the
+    client on the same cores."""
+    proc = Path("/proc")
+    if not (proc / str(pid) / "stat").exists():
+        return None
+    tick = os.sysconf("SC_CLK_TCK")
+    parents: dict[int, int] = {}
+    times: dict[int, float] = {}
+    for stat in proc.glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # the process ended meanwhile
+        child = int(stat.parent.name)
+        parents[child] = int(fields[1])
+        times[child] = (int(fields[11]) + int(fields[12])) / tick
+    tree, grew = {pid}, not alone
+    while grew:
+        more = {child for child, parent in parents.items() if parent in tree} - tree
+        tree |= more
+        grew = bool(more)
+    return sum(times.get(p, 0.0) for p in tree)
 
 
 def free_port() -> int:
@@ -117,9 +150,10 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 async def drive(
-    url: str, bodies: list[dict[str, Any]], headers: dict[str, str], concurrency: int
+    url: str, bodies: list[dict[str, Any]], headers: dict[str, str], concurrency: int, pid: int
 ) -> Load:
-    """Send every body once: `concurrency` keep-alive connections, each one request at a time."""
+    """Send every body once: `concurrency` keep-alive connections, each one request at a time;
+    `pid` is the server's, whose CPU time per request is measured over the same window."""
     latencies: list[float] = []
     outcomes: Counter[str] = Counter()
     queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
@@ -142,10 +176,16 @@ async def drive(
         latencies.clear()
         outcomes.clear()
         queue.get_nowait()
+        before = cpu_seconds(pid), cpu_seconds(pid, alone=True)
         began = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(concurrency)))
         seconds = time.perf_counter() - began
-    return Load(len(latencies), seconds, latencies, outcomes)
+        after = cpu_seconds(pid), cpu_seconds(pid, alone=True)
+    tree, root = (
+        (1000 * (a - b) / len(latencies) if a is not None and b is not None else None)
+        for a, b in zip(after, before, strict=True)
+    )
+    return Load(len(latencies), seconds, latencies, outcomes, tree, root)
 
 
 def bodies_for(payments: list[str]) -> list[dict[str, Any]]:
@@ -185,7 +225,7 @@ def bare(database_url: str, requests: int, concurrency: int) -> Load:
         )
         try:
             payments = [f"py_bare{i:06d}" for i in range(requests + 1)]
-            return asyncio.run(drive(url, bodies_for(payments), {}, concurrency))
+            return asyncio.run(drive(url, bodies_for(payments), {}, concurrency, proc.pid))
         finally:
             stop(proc)
 
@@ -221,8 +261,9 @@ def refund_desk(
     wait: bool = False,
     profile: Path | None = None,
     label: str = "",
-) -> tuple[Load, float, str]:
-    """Intake load, then the time from the first request until every case is refunded."""
+) -> tuple[Load, float, str, float | None]:
+    """Intake load, then the time from the first request until every case is refunded (and
+    the server's CPU time per refund over that time, its job processes included)."""
     with tempfile.TemporaryDirectory() as tmp:
         cwd = Path(tmp)
         env = {
@@ -256,10 +297,11 @@ def refund_desk(
             headers = {"Authorization": f"Bearer {key}"}
             if wait:
                 headers["Prefer"] = "wait=10"
-            began = time.perf_counter()
-            load = asyncio.run(drive(url, bodies_for(payments), headers, concurrency))
+            began, cpu_began = time.perf_counter(), cpu_seconds(proc.pid)
+            load = asyncio.run(drive(url, bodies_for(payments), headers, concurrency, proc.pid))
             refunded = count_until(engine, requests + 1, timeout=300)
             e2e = time.perf_counter() - began
+            cpu_ended = cpu_seconds(proc.pid)
             if refunded < requests + 1:
                 raise RuntimeError(f"only {refunded} of {requests + 1} cases were refunded")
         finally:
@@ -270,7 +312,12 @@ def refund_desk(
             engine.dispose()
         verify = cli(env, cwd, "audit", "verify")
         # The warm-up request refunds too, but before the clock started.
-        return load, requests / e2e, verify
+        e2e_cpu = (
+            1000 * (cpu_ended - cpu_began) / requests
+            if cpu_began is not None and cpu_ended is not None
+            else None
+        )
+        return load, requests / e2e, verify, e2e_cpu
 
 
 def profile_of(proc: subprocess.Popen[bytes], directory: Path, name: str) -> Any:
@@ -309,7 +356,7 @@ def side_by_side(
         split = {"workers": 1, "job_processes": count} if args.job_processes else {"workers": count}
         tag = f"{count}jp" if args.job_processes else f"{count}w"
         with url_for() as url:
-            load, e2e, verify = refund_desk(
+            load, e2e, verify, e2e_cpu = refund_desk(
                 url,
                 args.requests,
                 args.concurrency,
@@ -318,15 +365,14 @@ def side_by_side(
                 label=f"{label.lower()}-{tag}",
             )
         print(load.line(f"Refund Desk intake ({tag})", reference.rate))
+        cpu = f"   server CPU {e2e_cpu:5.1f} ms/refund" if e2e_cpu is not None else ""
         print(
             f"  {'end to end, refunded (' + tag + ')':<28} {e2e:7.1f} refunds/s"
-            f"{'':38}ratio {e2e / reference.rate:5.2f}   audit: {verify}"
+            f"{'':38}ratio {e2e / reference.rate:5.2f}{cpu}   audit: {verify}"
         )
         if args.wait:
             with url_for() as url:
-                load, e2e, verify = refund_desk(
-                    url, args.requests, args.concurrency, **split, wait=True
-                )
+                load, *_ = refund_desk(url, args.requests, args.concurrency, **split, wait=True)
             print(load.line(f"Prefer: wait=10 ({tag})", reference.rate))
 
 
