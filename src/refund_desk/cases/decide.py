@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from refund_desk.cases import advisory
 from refund_desk.cases import facts as case_facts
-from refund_desk.cases.executor import enqueue_execution, reserve_early
+from refund_desk.cases.executor import enqueue_execution, reserve_early, reserved_here
 from refund_desk.cases.lifecycle import Status, mark_possible_duplicate, move, set_amount
 from refund_desk.cases.ports import (
     AdviceRequest,
@@ -30,7 +30,7 @@ from refund_desk.policy import Decision
 from refund_desk.storage.audit import MODEL, POLICY, SYSTEM, Actor
 from refund_desk.storage.db import lock_payment
 from refund_desk.storage.jobs import ClaimedJob, RetryLater, backoff
-from refund_desk.storage.models import Case
+from refund_desk.storage.models import Case, Execution
 
 if TYPE_CHECKING:
     from sqlmodel import Session
@@ -66,6 +66,7 @@ def advance(desk: Desk, job: ClaimedJob) -> None:
         _park(desk, case.id, f"The processor could not be asked about the payment ({exc.code}).")
         return
     claimed: ClaimedJob | None = None
+    reserved: Execution | None = None
     try:
         with desk.db.write() as session:
             lock_payment(session, case.payment_id)  # the payment first, as everywhere else
@@ -77,7 +78,7 @@ def advance(desk: Desk, job: ClaimedJob) -> None:
                 # execute job here; it only pays and records. This job ends in this commit.
                 # queued at the case's revision as this transaction left it (`route`, last)
                 revision = load_for_update(session, case.id).revision
-                reserve_early(desk, session, case.id, revision, payment)
+                reserved = reserve_early(desk, session, case.id, revision, payment)
                 claimed = desk.jobs.claim_in(session, exec_job)
             desk.jobs.finish_in(session, job)
     except Exception:
@@ -86,7 +87,8 @@ def advance(desk: Desk, job: ClaimedJob) -> None:
                 _record_advice(desk, session, case.id, asked)
         raise
     if claimed is not None:
-        desk.run_claimed(claimed)
+        with reserved_here(reserved):
+            desk.run_claimed(claimed)
     else:
         desk.kick(exec_job)
 

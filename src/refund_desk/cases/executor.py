@@ -12,6 +12,9 @@ refund. Correctness never depends on the processor honouring idempotency keys.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
@@ -93,6 +96,23 @@ def enqueue_execution(session: Session, case: Case, due_at: datetime | None = No
     )
 
 
+# An execution reserved by the transaction that just committed in this thread (`reserved_here`).
+_reserved: ContextVar[Execution | None] = ContextVar("reserved_here", default=None)
+
+
+@contextmanager
+def reserved_here(execution: Execution | None) -> Iterator[None]:
+    """Run the execute job of `execution` right after the commit that reserved it: that
+    transaction saw the case `executing`, this reservation open at the case's amount and the
+    kill switch off, so the job goes straight to the processor instead of reading them again
+    (as it would have a moment later: a pause committed now is a pause after that read)."""
+    token = _reserved.set(execution)
+    try:
+        yield
+    finally:
+        _reserved.reset(token)
+
+
 def execute(desk: Desk, job: ClaimedJob) -> None:
     case_id = job.payload["case_id"]
     if job.payload.get("resolve"):  # a reservation whose outcome nobody knows: look it up
@@ -103,6 +123,11 @@ def execute(desk: Desk, job: ClaimedJob) -> None:
             raise RetryLater(
                 backoff(job.attempt, cap=600.0), f"{exc.code}: {exc.message}", failed=False
             ) from None
+        return
+    reserved = _reserved.get()
+    if reserved is not None and reserved.case_id == case_id:
+        _reserved.set(None)  # once: a retry of this job reads afresh
+        _pay_and_record(desk, job, case_id, reserved)
         return
     with desk.db.read() as session:
         case = session.get(Case, case_id)
@@ -122,33 +147,50 @@ def execute(desk: Desk, job: ClaimedJob) -> None:
         return
     if paused:  # the kill switch: nothing executes, not even a reserved refund; work waits
         raise RetryLater(PAUSED_RECHECK_SECONDS, "paused: the kill switch is on", failed=False)
-    try:
-        if execution is None:
+    if execution is None:
+        try:
             payment = desk.processor.payment(case.payment_id)
-            execution = _reserve(desk, case_id, job.payload.get("revision"), payment)
-            if execution is None:
-                return
+        except ProcessorError as exc:
+            _processor_failed(desk, job, case_id, None, exc)
+            return
+        execution = _reserve(desk, case_id, job.payload.get("revision"), payment)
+        if execution is None:
+            return
+    _pay_and_record(desk, job, case_id, execution)
+
+
+def _pay_and_record(desk: Desk, job: ClaimedJob, case_id: str, execution: Execution) -> None:
+    """Phases 2 and 3 of a reserved execution."""
+    try:
         with desk.jobs.held(job):  # no other replica takes the job over while the call runs
             refund = _pay(desk, execution)
     except ProcessorError as exc:
-        breaker.record_failure(desk, exc.code)
-        if not exc.transient:
-            _fail(desk, case_id, execution, exc.code, exc.message)
-            return
-        if job.failures + 1 >= PROCESSOR_PATIENCE:
-            _park_waiting(
-                desk,
-                case_id,
-                f"The processor has been failing ({exc.code}); "
-                "the refund was not confirmed. A person must retry or resolve it.",
-            )
-            return
-        raise RetryLater(backoff(job.failures + 1), f"{exc.code}: {exc.message}") from None
+        _processor_failed(desk, job, case_id, execution, exc)
+        return
     _record(desk, execution, refund, job=job)
     if refund.status not in FINAL_REFUND_STATES:
         raise RetryLater(
             PENDING_RECHECK_SECONDS, f"refund {refund.id} is {refund.status}", failed=False
         )
+
+
+def _processor_failed(
+    desk: Desk, job: ClaimedJob, case_id: str, execution: Execution | None, exc: ProcessorError
+) -> None:
+    """The processor refused or failed a call of this job: fail, park or retry."""
+    breaker.record_failure(desk, exc.code)
+    if not exc.transient:
+        _fail(desk, case_id, execution, exc.code, exc.message)
+        return
+    if job.failures + 1 >= PROCESSOR_PATIENCE:
+        _park_waiting(
+            desk,
+            case_id,
+            f"The processor has been failing ({exc.code}); "
+            "the refund was not confirmed. A person must retry or resolve it.",
+        )
+        return
+    raise RetryLater(backoff(job.failures + 1), f"{exc.code}: {exc.message}") from None
 
 
 def _open_execution(session: Session, case_id: str) -> Execution | None:
@@ -177,14 +219,14 @@ def _reserve(
 
 def reserve_early(
     desk: Desk, session: Session, case_id: str, revision: int | None, payment: PaymentFacts
-) -> None:
+) -> Execution | None:
     """Reserve in the transaction that approved the case (the payment's row locked, `payment`
     just read from the processor). If the case cannot be reserved as it stands (parked,
     paused), nothing is written here and the execute job reserves it, or parks it, itself."""
     try:
-        reserve_in(desk, session, case_id, revision, payment, just_decided=True)
+        return reserve_in(desk, session, case_id, revision, payment, just_decided=True)
     except (Parked, RetryLater):  # raised before anything is written
-        return
+        return None
 
 
 def reserve_in(
