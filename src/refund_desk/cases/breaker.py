@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from sqlalchemy import func, select, update
+from sqlalchemy import bindparam, func, select, update
 from sqlmodel import Session, col
 
 from refund_desk import clock, money
@@ -89,6 +89,23 @@ def record_success(session: Session) -> None:
         session.add(switches)
 
 
+# Built once (SQLAlchemy reuses their compiled form).
+_LOCK_CONTROL = (
+    select(Control)
+    .where(col(Control.id) == 1)
+    .with_for_update()
+    .execution_options(populate_existing=True)
+)
+_AUTOMATIC_IN_WINDOW = select(
+    func.count(), func.coalesce(func.sum(col(Execution.amount)), 0)
+).where(
+    col(Execution.automatic).is_(True),
+    col(Execution.status).in_(["reserved", "succeeded"]),
+    col(Execution.currency) == bindparam("currency"),
+    col(Execution.created_at) >= bindparam("since"),
+)
+
+
 def over_limit(
     session: Session, policy: LoadedPolicy | None, amount: int, currency: str
 ) -> str | None:
@@ -101,20 +118,9 @@ def over_limit(
         # see room for one more and both reserve. SQLite's single writer already serializes.
         # The row is read afresh with its lock: another replica may have tripped the breaker,
         # or a lead changed the mode, while this transaction waited for it.
-        session.scalars(
-            select(Control)
-            .where(col(Control.id) == 1)
-            .with_for_update()
-            .execution_options(populate_existing=True)
-        ).one()
-    since = clock.now() - WINDOW
+        session.scalars(_LOCK_CONTROL).one()
     count, total = session.execute(
-        select(func.count(), func.coalesce(func.sum(col(Execution.amount)), 0)).where(
-            col(Execution.automatic).is_(True),
-            col(Execution.status).in_(["reserved", "succeeded"]),
-            col(Execution.currency) == currency,
-            col(Execution.created_at) >= since,
-        )
+        _AUTOMATIC_IN_WINDOW, {"currency": currency, "since": clock.now() - WINDOW}
     ).one()
     if breaker.max_refunds_per_hour is not None and count + 1 > breaker.max_refunds_per_hour:
         return f"more than {breaker.max_refunds_per_hour} automatic refunds in an hour"

@@ -18,7 +18,7 @@ from contextvars import ContextVar
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 from sqlmodel import col
 
 from refund_desk import clock, logs, money
@@ -193,13 +193,14 @@ def _processor_failed(
     raise RetryLater(backoff(job.failures + 1), f"{exc.code}: {exc.message}") from None
 
 
+_OPEN_EXECUTION = select(Execution).where(  # built once: its compiled form is reused
+    col(Execution.case_id) == bindparam("case_id"),
+    col(Execution.status) == case_facts.OPEN_EXECUTION,
+)
+
+
 def _open_execution(session: Session, case_id: str) -> Execution | None:
-    return session.scalars(
-        select(Execution).where(
-            col(Execution.case_id) == case_id,
-            col(Execution.status) == case_facts.OPEN_EXECUTION,
-        )
-    ).first()
+    return session.scalars(_OPEN_EXECUTION, {"case_id": case_id}).first()
 
 
 # ---------------------------------------------------------------- phase 1: reserve
@@ -552,14 +553,17 @@ def _fail(desk: Desk, case_id: str, execution: Execution | None, code: str, mess
             _mark_failed(desk, session, case, row, code, message)
 
 
+_WAITING_ON_PAYMENT = select(col(Case.id)).where(
+    col(Case.payment_id) == bindparam("payment_id"),
+    col(Case.id) != bindparam("case_id"),
+    col(Case.status).in_([Status.awaiting_approval, Status.parked]),
+)
+
+
 def _refresh_waiting_cards(session: Session, case: Case) -> None:
     """Money left the payment: the other cases waiting on it show what is still refundable."""
     waiting = session.scalars(
-        select(col(Case.id)).where(
-            col(Case.payment_id) == case.payment_id,
-            col(Case.id) != case.id,
-            col(Case.status).in_([Status.awaiting_approval, Status.parked]),
-        )
+        _WAITING_ON_PAYMENT, {"payment_id": case.payment_id, "case_id": case.id}
     ).all()
     for other in waiting:
         notify(session, event="case.payment_changed", case_id=other)

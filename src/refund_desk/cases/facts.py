@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import bindparam, func, select
 from sqlmodel import Session, col
 
 from refund_desk import clock
@@ -19,6 +19,21 @@ from refund_desk.storage.crypto import normalize_email
 from refund_desk.storage.models import Case, Execution, Payment
 
 OPEN_EXECUTION = "reserved"
+
+
+# Statements of every case's decision, built once (SQLAlchemy reuses their compiled form).
+_OPEN_RESERVATIONS = select(col(Execution.id), col(Execution.amount)).where(
+    col(Execution.payment_id) == bindparam("payment_id"),
+    col(Execution.status) == OPEN_EXECUTION,
+)
+_HISTORY = select(  # one pass over the customer's cases
+    func.count().filter(
+        col(Case.status) == Status.refunded, col(Case.created_at) >= bindparam("since")
+    ),
+    func.count().filter(
+        col(Case.status).not_in([str(s) for s in FINAL]), col(Case.id) != bindparam("exclude")
+    ),
+).where(col(Case.email_hash) == bindparam("email_hash"))
 
 
 @dataclass(frozen=True)
@@ -43,12 +58,7 @@ def refundable(session: Session, payment: PaymentFacts, *, unseen: bool = False)
         return Refundable(
             payment.amount, payment.refunded_amount(excluding=frozenset()), frozenset()
         )
-    open_rows = session.execute(
-        select(col(Execution.id), col(Execution.amount)).where(
-            col(Execution.payment_id) == payment.id,
-            col(Execution.status) == OPEN_EXECUTION,
-        )
-    ).all()
+    open_rows = session.execute(_OPEN_RESERVATIONS, {"payment_id": payment.id}).all()
     ids = frozenset(r[0] for r in open_rows)
     reserved = sum(r[1] for r in open_rows)
     return Refundable(payment.amount, payment.refunded_amount(excluding=ids) + reserved, ids)
@@ -82,17 +92,9 @@ def customer_verified(email: str, payment: PaymentFacts) -> bool:
 def customer_history(
     session: Session, *, email_hash: str, now: datetime, exclude: str
 ) -> dict[str, int]:
-    refunds_90d, open_cases = session.execute(  # one pass over the customer's cases
-        select(
-            func.count().filter(
-                col(Case.status) == Status.refunded,
-                col(Case.created_at) >= now - timedelta(days=90),
-            ),
-            func.count().filter(
-                col(Case.status).not_in([str(s) for s in FINAL]),
-                col(Case.id) != exclude,
-            ),
-        ).where(col(Case.email_hash) == email_hash)
+    refunds_90d, open_cases = session.execute(
+        _HISTORY,
+        {"email_hash": email_hash, "since": now - timedelta(days=90), "exclude": exclude},
     ).one()
     return {"refunds_90d": int(refunds_90d or 0), "open_cases": int(open_cases or 0)}
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sqlalchemy import func, select
+from sqlalchemy import bindparam, func, select
 from sqlmodel import Session, col
 
 from refund_desk.storage.models import Approval, Case
@@ -14,16 +14,17 @@ def approvals_needed(case: Case) -> int:
     return 2 if int(case.decision.get("tier") or 3) >= 4 else 1
 
 
-def approval_count(session: Session, case: Case) -> int:
-    return int(
-        session.scalar(
-            select(func.count())
-            .select_from(Approval)
-            .where(
-                col(Approval.case_id) == case.id,
-                col(Approval.round) == case.approval_round,
-                col(Approval.decision) == "approve",
-            )
-        )
-        or 0
+_APPROVALS = (  # built once: SQLAlchemy reuses its compiled form
+    select(func.count())
+    .select_from(Approval)
+    .where(
+        col(Approval.case_id) == bindparam("case_id"),
+        col(Approval.round) == bindparam("round"),
+        col(Approval.decision) == "approve",
     )
+)
+
+
+def approval_count(session: Session, case: Case) -> int:
+    found = session.scalar(_APPROVALS, {"case_id": case.id, "round": case.approval_round})
+    return int(found or 0)

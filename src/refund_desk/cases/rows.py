@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 from sqlmodel import Session, col
 
 from refund_desk.cases.errors import Conflict, NotFound
 from refund_desk.storage.db import memo
 from refund_desk.storage.models import Case
+
+# Built once (SQLAlchemy then reuses its compiled form); FOR UPDATE on PostgreSQL, where rows
+# are locked one by one; SQLite renders none (its writer is taken at BEGIN IMMEDIATE).
+# Read afresh with the lock, even if this transaction read the case before it.
+_LOCK_CASE = (
+    select(Case)
+    .where(col(Case.id) == bindparam("case_id"))
+    .with_for_update()
+    .execution_options(populate_existing=True)
+)
 
 
 def load_for_update(session: Session, case_id: str, *, revision: int | None = None) -> Case:
@@ -19,11 +29,7 @@ def load_for_update(session: Session, case_id: str, *, revision: int | None = No
     locked: dict[str, Case] = memo(session, "locked cases")
     case = locked.get(case_id)
     if case is None:
-        stmt = select(Case).where(col(Case.id) == case_id)
-        if session.get_bind().dialect.name == "postgresql":
-            stmt = stmt.with_for_update()
-        # Read afresh with the lock, even if this transaction read the case before it.
-        case = session.scalars(stmt.execution_options(populate_existing=True)).first()
+        case = session.scalars(_LOCK_CASE, {"case_id": case_id}).first()
         if case is None:
             raise NotFound("case_not_found", f"No case {case_id} exists.")
         locked[case_id] = case

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 from sqlmodel import Session, col
 
 from refund_desk import clock, money
@@ -134,14 +134,17 @@ def compose(session: Session, case: Case) -> tuple[str, str, datetime | None]:
     return kind, text, None
 
 
+_LAST_APPROVAL_REASON = (  # built once: its compiled form is reused
+    select(col(Approval.reason))
+    .where(col(Approval.case_id) == bindparam("case_id"), col(Approval.decision) == "approve")
+    .order_by(col(Approval.created_at).desc())
+    .limit(1)
+)
+
+
 def _approver_note(session: Session, case: Case) -> str | None:
-    row = session.scalars(
-        select(Approval)
-        .where(col(Approval.case_id) == case.id, col(Approval.decision) == "approve")
-        .order_by(col(Approval.created_at).desc())
-        .limit(1)
-    ).first()
-    return row.reason.strip() if row is not None and row.reason and row.reason.strip() else None
+    reason = session.scalars(_LAST_APPROVAL_REASON, {"case_id": case.id}).first()
+    return reason.strip() if reason and reason.strip() else None
 
 
 # ---------------------------------------------------------------- the job

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from cryptography.fernet import Fernet, InvalidToken
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
-from sqlalchemy import select, text
+from sqlalchemy import bindparam, select, text
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import OperationalError
@@ -307,11 +307,17 @@ def lock_customer_key(session: Session, email_hash: str) -> CustomerKey | None:
     return _lock_key(session, email_hash)
 
 
+# Built once; FOR UPDATE renders nothing on SQLite, whose writer BEGIN IMMEDIATE took.
+_LOCK_KEY = (
+    select(CustomerKey)
+    .where(col(CustomerKey.email_hash) == bindparam("email_hash"))
+    .with_for_update()
+    .execution_options(populate_existing=True)
+)
+
+
 def _lock_key(session: Session, email_hash: str) -> CustomerKey | None:
-    stmt = select(CustomerKey).where(col(CustomerKey.email_hash) == email_hash)
-    if session.get_bind().dialect.name == "postgresql":
-        stmt = stmt.with_for_update()
-    return session.scalars(stmt.execution_options(populate_existing=True)).first()
+    return session.scalars(_LOCK_KEY, {"email_hash": email_hash}).first()
 
 
 def _insert_key(session: Session, email_hash: str, key_enc: str) -> None:

@@ -20,7 +20,7 @@ try:
 except ImportError:  # pragma: no cover - not on Windows: SQLite's busy handler alone
     fcntl = None  # type: ignore[assignment]
 
-from sqlalchemy import Engine, create_engine, event, select
+from sqlalchemy import Engine, bindparam, create_engine, event, select
 from sqlmodel import Session, col
 
 from refund_desk import logs
@@ -239,9 +239,15 @@ def held_get(session: Session, model: type[_Row], key: Any) -> _Row | None:
     return row
 
 
+# Built once; FOR UPDATE renders nothing on SQLite, whose writer BEGIN IMMEDIATE took.
+_LOCK_PAYMENT = (
+    select(Payment)
+    .where(col(Payment.id) == bindparam("payment_id"))
+    .with_for_update()
+    .execution_options(populate_existing=True)
+)
+
+
 def lock_payment(session: Session, payment_id: str) -> Payment | None:
     """Lock a payment's row for the rest of the transaction (SQLite: BEGIN IMMEDIATE did)."""
-    stmt = select(Payment).where(col(Payment.id) == payment_id)
-    if session.get_bind().dialect.name == "postgresql":
-        stmt = stmt.with_for_update()
-    return session.scalars(stmt.execution_options(populate_existing=True)).first()
+    return session.scalars(_LOCK_PAYMENT, {"payment_id": payment_id}).first()
