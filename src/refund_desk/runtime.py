@@ -24,7 +24,7 @@ from refund_desk.payments.sandbox import SandboxProcessor
 from refund_desk.settings import ConfigError, Settings
 from refund_desk.storage.audit import AuditLog
 from refund_desk.storage.crypto import Vault
-from refund_desk.storage.db import Database
+from refund_desk.storage.db import Database, Deployment
 from refund_desk.storage.jobs import Handler, JobQueue, nothing_to_do
 from refund_desk.storage.migrate import upgrade
 from refund_desk.web.metrics import TimedProcessor
@@ -84,6 +84,7 @@ def build(
     processor: Processor | None = None,
 ) -> Runtime:
     db = db or Database.from_url(settings.database_url)
+    db.deployment = Deployment(api_webhook=settings.webhook_url is not None)
     if migrate:
         upgrade(db.engine)
     processor = processor or make_processor(settings, db)

@@ -47,6 +47,7 @@ def test_small_damaged_request_is_refunded_automatically_once(desk: Harness) -> 
         "case.approved",
         "execution.reserved",
         "execution.succeeded",
+        "customer.told",  # nowhere to send it (no callback): recorded with the refund
     ]
     assert all(r["policy_version"] == 1 for r in case["audit"])
     assert case["decision"]["trace"], "the decision trace is shown"

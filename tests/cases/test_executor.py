@@ -64,7 +64,8 @@ def test_decline_parks_the_case_with_the_error(desk: Harness) -> None:
     assert case["status"] == "parked"
     assert "declined" in case["park_reason"]
     actions = [r["action"] for r in case["audit"]]
-    assert actions[-2:] == ["execution.failed", "case.parked"]
+    # an API request without a callback: the customer's message is recorded with the change
+    assert actions[-3:] == ["execution.failed", "case.parked", "customer.told"]
     assert desk.refunds_at_processor(payment) == []
     [execution] = _executions(desk, body["id"])
     assert execution.status == "failed" and execution.error_code == "refund_declined"

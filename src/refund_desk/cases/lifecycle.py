@@ -101,7 +101,7 @@ def move(
     if to in NOTIFY_ON:
         notify(session, event=f"case.{to}", case_id=case.id)
     if to in TELL_ON:  # the customer hears every outcome, queued with the change itself
-        tell(session, case)
+        tell(session, case, audit)
 
 
 def mark_possible_duplicate(

@@ -21,7 +21,8 @@ from sqlmodel import Session, col
 
 from refund_desk import clock, money
 from refund_desk.cases.notify import notify
-from refund_desk.storage.audit import SYSTEM
+from refund_desk.storage.audit import SYSTEM, AuditLog
+from refund_desk.storage.db import deployment
 from refund_desk.storage.jobs import ClaimedJob, RetryLater, backoff, queue
 from refund_desk.storage.models import Approval, Case, CustomerMessage
 
@@ -85,11 +86,16 @@ class Courier(Protocol):
 # ---------------------------------------------------------------- in the transition's transaction
 
 
-def tell(session: Session, case: Case) -> int | None:
-    """Write the outcome message and queue its delivery; called by `lifecycle.move`."""
+def tell(session: Session, case: Case, audit: AuditLog) -> int | None:
+    """Write the outcome message and queue its delivery; called by `lifecycle.move`.
+
+    An outcome with nowhere to go (an API request without a callback, where no webhook is
+    configured: the integrator reads it from `GET /api/v1/cases/{id}`) is recorded as told
+    here, as its job would have recorded it, and no job is queued."""
     if case.status not in TELL_ON:
         return None
     kind, text, expected = compose(session, case)
+    now = clock.now()
     message = CustomerMessage(
         case_id=case.id,
         direction="out",
@@ -98,16 +104,65 @@ def tell(session: Session, case: Case) -> int | None:
         case_revision=case.revision,
         body=text,
         expected_by=expected,
-        created_at=clock.now(),
+        created_at=now,
     )
     session.add(message)
     session.flush()
+    assert message.id is not None
+    if _nowhere_to_go(session, case, kind):
+        message.status, message.channel, message.sent_at = "recorded", "none", now
+        _told(session, audit, case, message.id, kind, channel=None, status="recorded")
+        log.info("customer told %s (recorded)", kind)
+        return None
     return queue(
         session,
         kind=TELL,
         payload={"case_id": case.id, "message_id": message.id},
         dedupe_key=f"tell:{case.id}:{case.status}:{case.revision}",
     )
+
+
+def _nowhere_to_go(session: Session, case: Case, kind: str) -> bool:
+    """`Delivery.channel_for` would find no channel (a denial's appeal link is made by the
+    job, so a denial always goes through it)."""
+    return (
+        case.source == "api"
+        and not case.callback_url
+        and kind != "denied"
+        and not deployment(session).api_webhook
+    )
+
+
+def _told(
+    session: Session,
+    audit: AuditLog,
+    case: Case,
+    message_id: int,
+    kind: str,
+    *,
+    channel: str | None,
+    status: str,
+    appeal_link: bool = False,
+    error: str | None = None,
+) -> None:
+    """What became of an outcome message, on the record; the case's card is told too."""
+    audit.append(
+        session,
+        action="customer.told" if status != "failed" else "customer.undeliverable",
+        actor=SYSTEM,
+        case_id=case.id,
+        correlation_id=case.correlation_id,
+        policy_version=case.policy_version,
+        payload={
+            "message_id": message_id,
+            "kind": kind,
+            "channel": channel or "none",
+            "delivered": status == "sent",
+            "appeal_link": appeal_link,
+            **({"error": error[:200]} if error else {}),
+        },
+    )
+    notify(session, event="case.customer_told", case_id=case.id)  # the card says so
 
 
 def compose(session: Session, case: Case) -> tuple[str, str, datetime | None]:
@@ -249,23 +304,17 @@ class Delivery:
             if out.appeal_url:
                 message.body = out.full_text()
             session.add(message)
-            desk.audit.append(
+            _told(
                 session,
-                action="customer.told" if status != "failed" else "customer.undeliverable",
-                actor=SYSTEM,
-                case_id=case.id,
-                correlation_id=case.correlation_id,
-                policy_version=case.policy_version,
-                payload={
-                    "message_id": out.message_id,
-                    "kind": out.kind,
-                    "channel": channel or "none",
-                    "delivered": status == "sent",
-                    "appeal_link": bool(out.appeal_url),
-                    **({"error": error[:200]} if error else {}),
-                },
+                desk.audit,
+                case,
+                out.message_id,
+                out.kind,
+                channel=channel,
+                status=status,
+                appeal_link=bool(out.appeal_url),
+                error=error,
             )
-            notify(session, event="case.customer_told", case_id=case.id)  # the card says so
 
 
 def messages(session: Session, case_id: str) -> list[CustomerMessage]:

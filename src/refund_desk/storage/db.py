@@ -13,6 +13,7 @@ from collections import deque
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 try:
@@ -157,11 +158,29 @@ class SqliteWriters:
             self._turns.release()
 
 
+@dataclass(frozen=True)
+class Deployment:
+    """What this deployment has configured, for code that holds only a session (a transition
+    asking whether its outcome has anywhere to go). Each default is the cautious answer."""
+
+    api_webhook: bool = True  # API outcomes without a callback go to REFUND_DESK_WEBHOOK_URL
+
+
+_DEPLOYMENT = "db.deployment"  # session.info key
+
+
+def deployment(session: Session) -> Deployment:
+    """The deployment of the `Database` that opened the session (the defaults otherwise)."""
+    found: Deployment | None = session.info.get(_DEPLOYMENT)
+    return found if found is not None else Deployment()
+
+
 class Database:
     """Hands out short transactions. Never keep one open across a network call."""
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
+        self.deployment = Deployment()  # set by whoever builds the app around it
         self.is_sqlite = engine.dialect.name == "sqlite"
         self._read_engine = (
             engine.execution_options(sqlite_begin="DEFERRED") if self.is_sqlite else engine
@@ -181,7 +200,7 @@ class Database:
         """One write transaction: commits on success, rolls back on any exception."""
         with (
             self._write_lock,
-            Session(self.engine, expire_on_commit=False) as session,
+            Session(self.engine, expire_on_commit=False, info=self._info()) as session,
             session.begin(),
         ):
             yield session
@@ -199,8 +218,14 @@ class Database:
 
     @contextmanager
     def read(self) -> Iterator[Session]:
-        with Session(self._read_engine, expire_on_commit=False) as session, session.begin():
+        with (
+            Session(self._read_engine, expire_on_commit=False, info=self._info()) as session,
+            session.begin(),
+        ):
             yield session
+
+    def _info(self) -> dict[str, Any]:
+        return {_DEPLOYMENT: self.deployment}
 
     def dispose(self) -> None:
         self.engine.dispose()
