@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import IO, Any
 
-from sqlalchemy import event, insert, select, update
+from sqlalchemy import bindparam, event, insert, select, update
 from sqlmodel import Session, col
 
 from refund_desk import clock
@@ -44,8 +44,13 @@ POLICY = Actor("policy")
 MODEL = Actor("model")
 
 
+# What `json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)` writes,
+# from one encoder made once instead of one per call.
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
 def canonical(obj: Any) -> str:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return _CANONICAL.encode(obj)
 
 
 def _body(record: AuditRecord) -> dict[str, Any]:
@@ -131,23 +136,29 @@ class AuditLog:
         if not pending:
             return
         session.flush()
-        stmt = select(_HEAD.c.seq, _HEAD.c.hash).where(_HEAD.c.id == 1)
-        if session.get_bind().dialect.name == "postgresql":
-            stmt = stmt.with_for_update()
-        seq, prev = session.execute(stmt).one()
+        seq, prev = session.execute(_LOCK_HEAD).one()
         for record in pending:
             seq += 1
             record.seq, record.prev_hash = seq, prev
             record.hash = prev = record_hash(self._secret, record)
         session.execute(
-            insert(_RECORDS), [{c: getattr(r, c) for c in _RECORD_COLUMNS} for r in pending]
+            _ADD_RECORDS, [{c: getattr(r, c) for c in _RECORD_COLUMNS} for r in pending]
         )
-        session.execute(update(_HEAD).where(_HEAD.c.id == 1).values(seq=seq, hash=prev))
+        session.execute(_MOVE_HEAD, {"new_seq": seq, "new_hash": prev})
 
 
 _HEAD = AuditHead.__table__  # type: ignore[attr-defined]
 _RECORDS = AuditRecord.__table__  # type: ignore[attr-defined]
 _RECORD_COLUMNS = tuple(c.name for c in _RECORDS.columns)
+# Built once, executed with parameters (the seal runs at every commit that audits). The head
+# is read `FOR UPDATE` on PostgreSQL; SQLite renders no `FOR UPDATE`: it has one writer.
+_LOCK_HEAD = select(_HEAD.c.seq, _HEAD.c.hash).where(_HEAD.c.id == 1).with_for_update()
+_ADD_RECORDS = insert(_RECORDS)  # executemany: the transaction's records in one call
+_MOVE_HEAD = (
+    update(_HEAD)
+    .where(_HEAD.c.id == 1)
+    .values(seq=bindparam("new_seq"), hash=bindparam("new_hash"))
+)
 
 
 def _forget(session: Session, *_: Any) -> None:
