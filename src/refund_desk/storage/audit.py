@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import IO, Any
 
-from sqlalchemy import bindparam, event, insert, select, update
+from sqlalchemy import bindparam, event, insert, orm, select, update
 from sqlmodel import Session, col
 
 from refund_desk import clock
@@ -72,7 +72,7 @@ def record_hash(secret: str, record: AuditRecord) -> str:
     return keyed_hash(secret, "audit-chain", canonical(_body(record)))
 
 
-PENDING = "audit.pending"  # session.info key: records appended, sealed at commit
+PENDING = "audit.pending"  # session.info key: (the log, its records appended), sealed at commit
 
 
 class AuditLog:
@@ -116,25 +116,18 @@ class AuditLog:
             prev_hash="",
             hash="",
         )
-        pending = session.info.get(PENDING)
+        pending: tuple[AuditLog, list[AuditRecord]] | None = session.info.get(PENDING)
         if pending is None:
-            pending = session.info[PENDING] = []
-            if not session.info.get("audit.listening"):
-                session.info["audit.listening"] = True
-                event.listen(session, "before_commit", self._seal)
-                event.listen(session, "after_rollback", _forget)
-        pending.append(record)
+            pending = session.info[PENDING] = (self, [])
+        pending[1].append(record)
         return record
 
-    def _seal(self, session: Session) -> None:
+    def _seal(self, session: Session, pending: list[AuditRecord]) -> None:
         """Link this transaction's records into the chain, in the order they were appended.
 
         The transaction's other changes are flushed first, so the head is locked (PostgreSQL)
         only for the records' own INSERT and the commit; the records and the head are written
         as plain statements, not through the ORM's unit of work."""
-        pending: list[AuditRecord] = session.info.pop(PENDING, None) or []
-        if not pending:
-            return
         session.flush()
         seq, prev = session.execute(_LOCK_HEAD).one()
         for record in pending:
@@ -161,6 +154,17 @@ _MOVE_HEAD = (
 )
 
 
+# Listened to on every session (a dict look-up where nothing was appended) rather than
+# registered on each session that appends, which cost more than the look-up.
+@event.listens_for(orm.Session, "before_commit")
+def _seal_pending(session: Session) -> None:
+    pending: tuple[AuditLog, list[AuditRecord]] | None = session.info.pop(PENDING, None)
+    if pending is not None:
+        log, records = pending
+        log._seal(session, records)
+
+
+@event.listens_for(orm.Session, "after_rollback")
 def _forget(session: Session, *_: Any) -> None:
     session.info.pop(PENDING, None)
 
