@@ -115,8 +115,8 @@ def _insert(session: Session, row: dict[str, Any]) -> int:
 #
 # Built once, executed with parameters: SQLAlchemy reuses their compiled form and cache key
 # instead of building and hashing a statement per call. They name the table, not the `Job`
-# class, so the session runs them as they are (no ORM update of objects it holds, no
-# autoflush): nothing reads a job through the ORM in the transaction that claims or ends it.
+# class, so the session runs them as they are, without an autoflush or an update of the `Job`
+# objects it holds (`enqueue`'s callers only take the new job's id from theirs).
 # `FOR UPDATE SKIP LOCKED` keeps PostgreSQL replicas from waiting on each other; SQLite has
 # one writer and renders no `FOR UPDATE` at all.
 
