@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import IO, Any
 
-from sqlalchemy import event, insert, select, update
+from sqlalchemy import bindparam, event, insert, orm, select, update
 from sqlmodel import Session, col
 
 from refund_desk import clock
@@ -44,8 +44,13 @@ POLICY = Actor("policy")
 MODEL = Actor("model")
 
 
+# What `json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)` writes,
+# from one encoder made once instead of one per call.
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
 def canonical(obj: Any) -> str:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return _CANONICAL.encode(obj)
 
 
 def _body(record: AuditRecord) -> dict[str, Any]:
@@ -67,7 +72,7 @@ def record_hash(secret: str, record: AuditRecord) -> str:
     return keyed_hash(secret, "audit-chain", canonical(_body(record)))
 
 
-PENDING = "audit.pending"  # session.info key: records appended, sealed at commit
+PENDING = "audit.pending"  # session.info key: (the log, its records appended), sealed at commit
 
 
 class AuditLog:
@@ -111,45 +116,55 @@ class AuditLog:
             prev_hash="",
             hash="",
         )
-        pending = session.info.get(PENDING)
+        pending: tuple[AuditLog, list[AuditRecord]] | None = session.info.get(PENDING)
         if pending is None:
-            pending = session.info[PENDING] = []
-            if not session.info.get("audit.listening"):
-                session.info["audit.listening"] = True
-                event.listen(session, "before_commit", self._seal)
-                event.listen(session, "after_rollback", _forget)
-        pending.append(record)
+            pending = session.info[PENDING] = (self, [])
+        pending[1].append(record)
         return record
 
-    def _seal(self, session: Session) -> None:
+    def _seal(self, session: Session, pending: list[AuditRecord]) -> None:
         """Link this transaction's records into the chain, in the order they were appended.
 
         The transaction's other changes are flushed first, so the head is locked (PostgreSQL)
         only for the records' own INSERT and the commit; the records and the head are written
         as plain statements, not through the ORM's unit of work."""
-        pending: list[AuditRecord] = session.info.pop(PENDING, None) or []
-        if not pending:
-            return
         session.flush()
-        stmt = select(_HEAD.c.seq, _HEAD.c.hash).where(_HEAD.c.id == 1)
-        if session.get_bind().dialect.name == "postgresql":
-            stmt = stmt.with_for_update()
-        seq, prev = session.execute(stmt).one()
+        seq, prev = session.execute(_LOCK_HEAD).one()
         for record in pending:
             seq += 1
             record.seq, record.prev_hash = seq, prev
             record.hash = prev = record_hash(self._secret, record)
         session.execute(
-            insert(_RECORDS), [{c: getattr(r, c) for c in _RECORD_COLUMNS} for r in pending]
+            _ADD_RECORDS, [{c: getattr(r, c) for c in _RECORD_COLUMNS} for r in pending]
         )
-        session.execute(update(_HEAD).where(_HEAD.c.id == 1).values(seq=seq, hash=prev))
+        session.execute(_MOVE_HEAD, {"new_seq": seq, "new_hash": prev})
 
 
 _HEAD = AuditHead.__table__  # type: ignore[attr-defined]
 _RECORDS = AuditRecord.__table__  # type: ignore[attr-defined]
 _RECORD_COLUMNS = tuple(c.name for c in _RECORDS.columns)
+# Built once, executed with parameters (the seal runs at every commit that audits). The head
+# is read `FOR UPDATE` on PostgreSQL; SQLite renders no `FOR UPDATE`: it has one writer.
+_LOCK_HEAD = select(_HEAD.c.seq, _HEAD.c.hash).where(_HEAD.c.id == 1).with_for_update()
+_ADD_RECORDS = insert(_RECORDS)  # executemany: the transaction's records in one call
+_MOVE_HEAD = (
+    update(_HEAD)
+    .where(_HEAD.c.id == 1)
+    .values(seq=bindparam("new_seq"), hash=bindparam("new_hash"))
+)
 
 
+# Listened to on every session (a dict look-up where nothing was appended) rather than
+# registered on each session that appends, which cost more than the look-up.
+@event.listens_for(orm.Session, "before_commit")
+def _seal_pending(session: Session) -> None:
+    pending: tuple[AuditLog, list[AuditRecord]] | None = session.info.pop(PENDING, None)
+    if pending is not None:
+        log, records = pending
+        log._seal(session, records)
+
+
+@event.listens_for(orm.Session, "after_rollback")
 def _forget(session: Session, *_: Any) -> None:
     session.info.pop(PENDING, None)
 

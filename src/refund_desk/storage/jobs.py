@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, case, event, func, insert, or_, select, update
+from sqlalchemy import and_, bindparam, case, event, func, insert, or_, select, update
 from sqlalchemy.orm import make_transient_to_detached
-from sqlmodel import Session, col
+from sqlmodel import Session
 
 from refund_desk import clock, logs, tracing
 from refund_desk.storage.db import Database
@@ -108,10 +108,98 @@ def _row(
 
 
 def _insert(session: Session, row: dict[str, Any]) -> int:
-    return int(session.execute(insert(_JOBS).values(row).returning(_JOBS.c.id)).scalar_one())
+    return int(session.execute(_QUEUE, row).scalar_one())
 
+
+# ---------------------------------------------------------------- statements
+#
+# Built once, executed with parameters: SQLAlchemy reuses their compiled form and cache key
+# instead of building and hashing a statement per call. They name the table, not the `Job`
+# class, so the session runs them as they are, without an autoflush or an update of the `Job`
+# objects it holds (`enqueue`'s callers only take the new job's id from theirs).
+# `FOR UPDATE SKIP LOCKED` keeps PostgreSQL replicas from waiting on each other; SQLite has
+# one writer and renders no `FOR UPDATE` at all.
 
 _JOBS = Job.__table__  # type: ignore[attr-defined]
+_C = _JOBS.c
+_NOW = bindparam("now", type_=_C.due_at.type)
+_FREE = or_(_C.lease_expires_at.is_(None), _C.lease_expires_at < _NOW)  # no live lease
+_CLAIMABLE = and_(_C.status == "pending", _C.due_at <= _NOW, _FREE)
+# The attempt this process holds: a late writer whose lease expired changes nothing.
+_FENCE = and_(
+    _C.id == bindparam("job_id"),
+    _C.attempt == bindparam("fence_attempt"),
+    _C.lease_owner == bindparam("owner"),
+    _C.status == "pending",
+)
+
+_QUEUE = insert(_JOBS).returning(_C.id)
+
+
+def _leasing(which: Any) -> Any:
+    """Lease the jobs `which` selects to `owner` until `lease_until`, one attempt more."""
+    return (
+        update(_JOBS)
+        .where(which)
+        .values(
+            lease_owner=bindparam("owner"),
+            lease_expires_at=bindparam("lease_until"),
+            attempt=_C.attempt + 1,
+        )
+        .returning(_C.id, _C.kind, _C.payload, _C.attempt, _C.failures, _C.max_attempts)
+    )
+
+
+_CLAIM_DUE = _leasing(
+    _C.id.in_(
+        select(_C.id)
+        .where(_CLAIMABLE, _C.id.not_in(bindparam("skip", expanding=True)))
+        .order_by(_C.due_at)
+        .limit(bindparam("limit"))
+        .with_for_update(skip_locked=True)
+        .scalar_subquery()
+    )
+)
+# A named job is taken even before it is due: its due time is only the sweeps' grace.
+_CLAIM_ONE = _leasing(and_(_C.id == bindparam("job_id"), _C.status == "pending", _FREE))
+_CLAIM_IDS = _leasing(
+    and_(_C.id.in_(bindparam("job_ids", expanding=True)), _C.status == "pending", _FREE)
+)
+_SETTLE_IDLE = (
+    update(_JOBS)
+    .where(
+        _C.id.in_(
+            select(_C.id)
+            .where(_CLAIMABLE, _C.kind.in_(bindparam("idle", expanding=True)))
+            .with_for_update(skip_locked=True)
+            .scalar_subquery()
+        )
+    )
+    .values(status="done", finished_at=_NOW, lease_expires_at=None)
+)
+_RENEW = update(_JOBS).where(_FENCE).values(lease_expires_at=bindparam("lease_until"))
+_DONE = (
+    update(_JOBS)
+    .where(_FENCE)
+    .values(status="done", finished_at=bindparam("finished"), lease_expires_at=None)
+)
+_DONE_FORGETTING = _DONE.values(payload={})  # `forget_when_done` kinds
+_RETRY = (
+    update(_JOBS)
+    .where(_FENCE)
+    .values(
+        status=bindparam("next_status"),
+        failures=bindparam("next_failures"),
+        due_at=bindparam("next_due"),
+        lease_owner=None,
+        lease_expires_at=None,
+        last_error=bindparam("error"),
+        finished_at=bindparam("finished"),
+    )
+)
+_NEXT_DUE = select(
+    func.min(case((_C.lease_expires_at > _C.due_at, _C.lease_expires_at), else_=_C.due_at))
+).where(_C.status == "pending")
 
 
 def backoff(attempt: int, *, base: float = 2.0, cap: float = 300.0) -> float:
@@ -150,64 +238,31 @@ class JobQueue:
 
     # ------------------------------------------------------------ claiming
 
-    def _claimable(self, now: datetime) -> Any:
-        return and_(
-            col(Job.status) == "pending",
-            col(Job.due_at) <= now,
-            or_(col(Job.lease_expires_at).is_(None), col(Job.lease_expires_at) < now),
-        )
-
     def claim(
         self, *, now: datetime | None = None, limit: int = 20, skip: frozenset[int] = frozenset()
     ) -> list[ClaimedJob]:
         now = now or clock.now()
         with self.db.write() as session:
             self._settle_idle(session, now)
-            where = self._claimable(now)
-            if skip:
-                where = and_(where, Job.id.not_in(skip))  # type: ignore[union-attr]
-            ids = select(col(Job.id)).where(where).order_by(col(Job.due_at)).limit(limit)
-            if not self.db.is_sqlite:
-                ids = ids.with_for_update(skip_locked=True)
-            return self._lease(session, Job.id.in_(ids.scalar_subquery()), now)  # type: ignore[union-attr]
+            return self._lease(session, _CLAIM_DUE, now, skip=list(skip), limit=limit)
 
     def _settle_idle(self, session: Session, now: datetime) -> None:
         """Mark due jobs of kinds with `nothing_to_do` done, all at once."""
         idle = [kind for kind, handler in self.handlers.items() if handler is nothing_to_do]
-        if not idle:
-            return
-        ids = select(col(Job.id)).where(self._claimable(now), col(Job.kind).in_(idle))
-        if not self.db.is_sqlite:
-            ids = ids.with_for_update(skip_locked=True)
-        session.execute(
-            update(Job)
-            .where(Job.id.in_(ids.scalar_subquery()))  # type: ignore[union-attr]
-            .values(status="done", finished_at=now, lease_expires_at=None)
-        )
+        if idle:
+            session.execute(_SETTLE_IDLE, {"now": now, "idle": idle})
 
     def claim_one(self, job_id: int, *, now: datetime | None = None) -> ClaimedJob | None:
         """Claim a specific job now, even before it is due: the request that created it runs
         it inline, and its due time is only the grace after which a sweep takes over."""
-        now = now or clock.now()
-        free = and_(
-            col(Job.id) == job_id,
-            col(Job.status) == "pending",
-            or_(col(Job.lease_expires_at).is_(None), col(Job.lease_expires_at) < now),
-        )
         with self.db.write() as session:
-            claimed = self._lease(session, free, now)
+            claimed = self._lease(session, _CLAIM_ONE, now or clock.now(), job_id=job_id)
         return claimed[0] if claimed else None
 
     def claim_in(self, session: Session, job_id: int) -> ClaimedJob | None:
         """Claim a job inside the caller's transaction (which has just queued it): the claim
         commits with the work that created the job, and costs no transaction of its own."""
-        now = clock.now()
-        free = and_(
-            col(Job.id) == job_id,
-            col(Job.status) == "pending",
-            or_(col(Job.lease_expires_at).is_(None), col(Job.lease_expires_at) < now),
-        )
-        claimed = self._lease(session, free, now)
+        claimed = self._lease(session, _CLAIM_ONE, clock.now(), job_id=job_id)
         return claimed[0] if claimed else None
 
     def claim_ids(self, job_ids: list[int], *, now: datetime | None = None) -> list[ClaimedJob]:
@@ -216,52 +271,27 @@ class JobQueue:
         left out."""
         if not job_ids:
             return []
-        now = now or clock.now()
-        free = and_(
-            Job.id.in_(job_ids),  # type: ignore[union-attr]
-            col(Job.status) == "pending",
-            or_(col(Job.lease_expires_at).is_(None), col(Job.lease_expires_at) < now),
-        )
         with self.db.write() as session:
-            return self._lease(session, free, now)
+            return self._lease(session, _CLAIM_IDS, now or clock.now(), job_ids=list(job_ids))
 
-    def _lease(self, session: Session, where: Any, now: datetime) -> list[ClaimedJob]:
+    def _lease(self, session: Session, claim: Any, now: datetime, **which: Any) -> list[ClaimedJob]:
+        """Run one of the `_leasing` statements: one UPDATE leases and returns the jobs."""
         rows = session.execute(
-            update(Job)
-            .where(where)
-            .values(
-                lease_owner=self.owner,
-                lease_expires_at=now + self.lease,
-                attempt=Job.attempt + 1,
-            )
-            .returning(
-                col(Job.id),
-                col(Job.kind),
-                col(Job.payload),
-                col(Job.attempt),
-                col(Job.failures),
-                col(Job.max_attempts),
-            )
+            claim, {"now": now, "owner": self.owner, "lease_until": now + self.lease, **which}
         ).all()
         return [ClaimedJob(*r) for r in sorted(rows, key=lambda r: r[0])]
 
     # ------------------------------------------------------------ outcomes
 
-    def _fenced(self, job: ClaimedJob) -> Any:
-        return and_(
-            col(Job.id) == job.id,
-            col(Job.attempt) == job.attempt,
-            col(Job.lease_owner) == self.owner,
-            col(Job.status) == "pending",
-        )
+    def _fenced(self, job: ClaimedJob) -> dict[str, Any]:
+        """The parameters of `_FENCE`: this job, at this attempt, still leased here."""
+        return {"job_id": job.id, "fence_attempt": job.attempt, "owner": self.owner}
 
     def renew(self, job: ClaimedJob) -> bool:
         """Extend the lease of a job still running here; False once it is lost."""
         with self.db.write() as session:
             renewed = session.execute(
-                update(Job)
-                .where(self._fenced(job))
-                .values(lease_expires_at=clock.now() + self.lease)
+                _RENEW, {**self._fenced(job), "lease_until": clock.now() + self.lease}
             )
         return bool(renewed.rowcount)  # type: ignore[attr-defined]
 
@@ -293,8 +323,7 @@ class JobQueue:
         """Mark the job done inside the handler's last transaction, so the outcome and the
         job's completion commit together (one transaction fewer); `run` then leaves it.
         False if the lease was lost: the handler's work still commits, as it would have."""
-        done = session.execute(update(Job).where(self._fenced(job)).values(**self._done(job)))
-        if not done.rowcount:  # type: ignore[attr-defined]
+        if not self._mark_done(session, job):
             return False
         key = (job.id, job.attempt)
 
@@ -312,22 +341,18 @@ class JobQueue:
                 return True
         return False
 
-    def _done(self, job: ClaimedJob) -> dict[str, Any]:
-        values: dict[str, Any] = {
-            "status": "done",
-            "finished_at": clock.now(),
-            "lease_expires_at": None,
-        }
-        if job.kind in self.forget_when_done:
-            values["payload"] = {}
-        return values
+    def _mark_done(self, session: Session, job: ClaimedJob) -> bool:
+        """One fenced UPDATE: done, and the payload emptied for `forget_when_done` kinds."""
+        done = _DONE_FORGETTING if job.kind in self.forget_when_done else _DONE
+        result = session.execute(done, {**self._fenced(job), "finished": clock.now()})
+        return bool(result.rowcount)  # type: ignore[attr-defined]
 
     def complete(self, job: ClaimedJob) -> bool:
         with self.db.write() as session:
-            done = session.execute(update(Job).where(self._fenced(job)).values(**self._done(job)))
-        if done.rowcount == 0:  # type: ignore[attr-defined]
+            done = self._mark_done(session, job)
+        if not done:
             log.warning("job %s attempt %s finished after its lease was lost", job.id, job.attempt)
-        return bool(done.rowcount)  # type: ignore[attr-defined]
+        return done
 
     def retry(self, job: ClaimedJob, *, delay: float, error: str, failed: bool = True) -> bool:
         now = clock.now()
@@ -335,17 +360,15 @@ class JobQueue:
         dead = failures >= job.max_attempts
         with self.db.write() as session:
             result = session.execute(
-                update(Job)
-                .where(self._fenced(job))
-                .values(
-                    status="dead" if dead else "pending",
-                    failures=failures,
-                    due_at=now + timedelta(seconds=delay),
-                    lease_owner=None,
-                    lease_expires_at=None,
-                    last_error=error[:2000],
-                    finished_at=now if dead else None,
-                )
+                _RETRY,
+                {
+                    **self._fenced(job),
+                    "next_status": "dead" if dead else "pending",
+                    "next_failures": failures,
+                    "next_due": now + timedelta(seconds=delay),
+                    "error": error[:2000],
+                    "finished": now if dead else None,
+                },
             )
         if dead:
             log.error(
@@ -407,12 +430,8 @@ class JobQueue:
 
     def next_due(self) -> datetime | None:
         """When the earliest pending job becomes claimable (due, and any lease expired)."""
-        due, lease = col(Job.due_at), col(Job.lease_expires_at)
-        claimable_at = case((lease > due, lease), else_=due)
         with self.db.read() as session:
-            value = session.scalar(
-                select(func.min(claimable_at)).where(col(Job.status) == "pending")
-            )
+            value = session.scalar(_NEXT_DUE)
         if value is None:
             return None
         # Aggregates skip the column type on some drivers: normalize to aware UTC here.
