@@ -77,7 +77,8 @@ def test_signed_refund_failed_reopens_the_case_and_tells_the_thread(
     assert case["status"] == "parked"
     assert ids["refund"] in case["park_reason"] and "failed" in case["park_reason"]
     assert "Nothing is re-sent" in case["park_reason"]
-    assert [r["action"] for r in case["audit"]][-1] == "execution.reversed"
+    # the customer's message (an API request without a callback: recorded) comes with it
+    assert [r["action"] for r in case["audit"]][-2:] == ["execution.reversed", "customer.told"]
     assert [n["case_id"] for n in notifications(on_fake, "case.parked")] == [ids["case"]]
     with on_fake.runtime.db.read() as session:
         [execution] = session.scalars(select(Execution)).all()

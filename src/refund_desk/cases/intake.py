@@ -15,7 +15,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, EmailStr, Field, ValidationError, field_validator
-from sqlalchemy import select
+from sqlalchemy import bindparam, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col
 
@@ -24,10 +24,9 @@ from refund_desk.cases import facts as case_facts
 from refund_desk.cases.errors import Conflict, InvalidRequest, Unavailable
 from refund_desk.cases.lifecycle import Status, mark_possible_duplicate
 from refund_desk.cases.ports import PaymentFacts, PaymentNotFound, ProcessorError, Provenance
-from refund_desk.governance.versions import control
+from refund_desk.governance.versions import active_version
 from refund_desk.storage.audit import Actor, canonical
 from refund_desk.storage.crypto import CustomerCipher
-from refund_desk.storage.db import lock_payment
 from refund_desk.storage.jobs import queue
 from refund_desk.storage.models import Case, Execution, IntakeKey, Payment
 
@@ -278,7 +277,7 @@ def _capture(
     )
     ready = sealed
     with desk.db.write() as session:
-        row, first_sighting = _upsert_payment(desk, session, payment)
+        first_sighting = _upsert_payment(desk, session, payment)
         if idempotency_key and api_key_id is not None:
             replay = _replay(session, api_key_id, idempotency_key, fingerprint)
             if replay:
@@ -296,7 +295,9 @@ def _capture(
         else:
             amount_source = Provenance.customer_input
         # A payment seen for the first time has no case and no refund of ours to repeat.
-        duplicate_of = None if first_sighting else case_facts.duplicate_of(session, row.id, amount)
+        duplicate_of = (
+            None if first_sighting else case_facts.duplicate_of(session, payment.id, amount)
+        )
         # Their own data key: the row must still hold the one the fields were sealed with
         # (an erasure since the read destroyed it: sealed again under the new one).
         customer = desk.vault.for_customer(session, email_hash, ready=sealed.cipher)
@@ -306,7 +307,7 @@ def _capture(
             case.message_enc = sealed.message
         case.amount, case.amount_source = amount, amount_source
         case.possible_duplicate, case.duplicate_of = duplicate_of is not None, duplicate_of
-        case.policy_version = control(session).active_version
+        case.policy_version = active_version(session)
         session.add(case)
         session.flush()
         desk.audit.append(
@@ -356,33 +357,52 @@ def _capture(
         return Submitted(case.id, created=True, job_id=job_id), customer
 
 
-def _upsert_payment(desk: Desk, session: Session, payment: PaymentFacts) -> tuple[Payment, bool]:
+# The capture's statements on the payments table, built once (SQLAlchemy reuses their
+# compiled form). They name the table, so no `Payment` object is loaded or kept: nothing in
+# the capture reads one, and its row is only the lock refunds against the payment take.
+_PAYMENTS = Payment.__table__  # type: ignore[attr-defined]
+_LOCK_PAYMENT_ROW = (  # FOR UPDATE renders nothing on SQLite (BEGIN IMMEDIATE took the writer)
+    select(_PAYMENTS.c.id).where(_PAYMENTS.c.id == bindparam("payment_id")).with_for_update()
+)
+_INSERT_PAYMENT = insert(_PAYMENTS)
+_SEEN_AGAIN = (
+    update(_PAYMENTS)
+    .where(_PAYMENTS.c.id == bindparam("payment_id"))
+    .values(amount=bindparam("amount"), refunded=bindparam("refunded"), seen_at=bindparam("now"))
+)
+_OUR_REFUNDS = select(col(Execution.id)).where(col(Execution.payment_id) == bindparam("payment_id"))
+
+
+def _upsert_payment(desk: Desk, session: Session, payment: PaymentFacts) -> bool:
     """Record what the processor said about the payment, and lock its row; True if this is
     its first sighting (then no case and no execution of ours can refer to it yet: both
     reference the row by a foreign key)."""
-    row = lock_payment(session, payment.id)
-    if row is None:
-        row = Payment(
-            id=payment.id,
-            processor=desk.processor.name,
-            currency=payment.currency.upper(),
-            amount=payment.amount,
-            refunded=payment.refunded_amount(excluding=frozenset()),
-            created_at=payment.created_at,
-            seen_at=desk.now(),
-        )
-        session.add(row)
+    now = desk.now()
+    if session.execute(_LOCK_PAYMENT_ROW, {"payment_id": payment.id}).first() is None:
         # A concurrent first sighting fails here and the capture is retried; the row this
         # transaction inserted is its own until it commits (PostgreSQL: as if locked).
-        session.flush()
-        return row, True
-    ours = frozenset(  # our own refunds are counted from our executions, never twice
-        session.scalars(select(col(Execution.id)).where(col(Execution.payment_id) == payment.id))
-    )
+        session.execute(
+            _INSERT_PAYMENT,
+            {
+                "id": payment.id,
+                "processor": desk.processor.name,
+                "currency": payment.currency.upper(),
+                "amount": payment.amount,
+                "refunded": payment.refunded_amount(excluding=frozenset()),
+                "email_hash": None,
+                "created_at": payment.created_at,
+                "seen_at": now,
+            },
+        )
+        return True
+    # our own refunds are counted from our executions, never twice
+    ours = frozenset(session.scalars(_OUR_REFUNDS, {"payment_id": payment.id}))
     elsewhere = payment.refunded_amount(excluding=ours)
-    row.amount, row.refunded, row.seen_at = payment.amount, elsewhere, desk.now()
-    session.add(row)
-    return row, False
+    session.execute(
+        _SEEN_AGAIN,
+        {"payment_id": payment.id, "amount": payment.amount, "refunded": elsewhere, "now": now},
+    )
+    return False
 
 
 def to_major_text(minor: int, currency: str) -> str:

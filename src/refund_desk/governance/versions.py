@@ -53,6 +53,19 @@ def load_version(session: Session, version: int) -> LoadedPolicy:
     return _compile(row.version, row.content_hash, row.source)
 
 
+_ACTIVE_VERSION = select(col(Control.active_version)).where(col(Control.id) == 1)  # built once
+
+
+def active_version(session: Session) -> int | None:
+    """The published version new cases are pinned to: one column, no `Control` object (a
+    capture reads nothing else of the control row)."""
+    row = session.execute(_ACTIVE_VERSION).first()
+    if row is None:  # the migration seeds it; a damaged database should say so
+        raise CaseError("control_missing", "The control row is missing; run `db upgrade`.")
+    version: int | None = row[0]
+    return version
+
+
 def control(session: Session) -> Control:
     row = held_get(session, Control, 1)
     if row is None:  # the migration seeds it; a damaged database should say so

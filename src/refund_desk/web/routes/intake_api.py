@@ -13,7 +13,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 from sqlmodel import Session, col
 
 from refund_desk import clock
@@ -39,6 +39,9 @@ def get_runtime(request: Request) -> Runtime:
     return runtime
 
 
+_KEY_BY_HASH = select(ApiKey).where(col(ApiKey.key_hash) == bindparam("key_hash"))  # built once
+
+
 def authenticate(
     runtime: Annotated[Runtime, Depends(get_runtime)],
     authorization: Annotated[str | None, Header()] = None,
@@ -47,9 +50,7 @@ def authenticate(
     if scheme.lower() != "bearer" or not key.strip():
         raise Unauthorized("unauthorized", "Send an API key as `Authorization: Bearer <key>`.")
     with runtime.db.read() as session:
-        row = session.scalars(
-            select(ApiKey).where(col(ApiKey.key_hash) == hash_key(key.strip()))
-        ).first()
+        row = session.scalars(_KEY_BY_HASH, {"key_hash": hash_key(key.strip())}).first()
     now = clock.now()
     if row is None or not usable(row, now):
         raise Unauthorized("unauthorized", "The API key is not valid.")
