@@ -26,7 +26,7 @@ from refund_desk.policy import (
     run_policy_tests,
 )
 from refund_desk.storage.audit import Actor, AuditLog
-from refund_desk.storage.db import held_get
+from refund_desk.storage.db import held_get, on_commit, shared
 from refund_desk.storage.models import Control, PolicyVersion
 from refund_desk.text import Code, Text, lines, text
 
@@ -47,10 +47,22 @@ def _compile(version: int, content_hash: str, source: str) -> LoadedPolicy:
 
 
 def load_version(session: Session, version: int) -> LoadedPolicy:
+    """A published version, compiled. Versions never change once published, so a version a
+    committed transaction read is not read again by this database's later transactions."""
+    loaded: dict[int, LoadedPolicy] = shared(session, "policy versions")
+    found = loaded.get(version)
+    if found is not None:
+        return found
     row = held_get(session, PolicyVersion, version)
     if row is None:
         raise CaseError("policy_version_missing", f"Policy version {version} does not exist.")
-    return _compile(row.version, row.content_hash, row.source)
+    compiled = _compile(row.version, row.content_hash, row.source)
+
+    def keep() -> None:  # once committed: this transaction may be publishing it, and roll back
+        loaded.setdefault(version, compiled)
+
+    on_commit(session, keep)
+    return compiled
 
 
 _ACTIVE_VERSION = select(col(Control.active_version)).where(col(Control.id) == 1)  # built once

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import threading
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -166,7 +166,8 @@ class Deployment:
     api_webhook: bool = True  # API outcomes without a callback go to REFUND_DESK_WEBHOOK_URL
 
 
-_DEPLOYMENT = "db.deployment"  # session.info key
+_DEPLOYMENT = "db.deployment"  # session.info keys
+_SHARED = "db.shared"
 
 
 def deployment(session: Session) -> Deployment:
@@ -181,6 +182,7 @@ class Database:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self.deployment = Deployment()  # set by whoever builds the app around it
+        self._shared: dict[str, dict[Any, Any]] = {}  # see `shared`
         self.is_sqlite = engine.dialect.name == "sqlite"
         self._read_engine = (
             engine.execution_options(sqlite_begin="DEFERRED") if self.is_sqlite else engine
@@ -225,7 +227,7 @@ class Database:
             yield session
 
     def _info(self) -> dict[str, Any]:
-        return {_DEPLOYMENT: self.deployment}
+        return {_DEPLOYMENT: self.deployment, _SHARED: self._shared}
 
     def dispose(self) -> None:
         self.engine.dispose()
@@ -247,6 +249,35 @@ def memo(session: Session, name: str) -> dict[Any, Any]:
 def _forget_memo(session: Session, transaction: Any) -> None:
     if transaction.parent is None:
         session.info.pop(_MEMO, None)
+
+
+def shared(session: Session, name: str) -> dict[Any, Any]:
+    """A dict every transaction of the session's `Database` sees, for what never changes once
+    committed (a published policy version). Put in it only what a committed transaction read
+    (`on_commit`): a row this transaction wrote may still be rolled back. A session of its own
+    (not from a `Database`) gets a dict for its current transaction."""
+    stores: dict[str, dict[Any, Any]] | None = session.info.get(_SHARED)
+    if stores is None:
+        return memo(session, name)
+    return stores.setdefault(name, {})
+
+
+def on_commit(session: Session, fn: Callable[[], None]) -> None:
+    """Run `fn` once the session's current transaction commits (never if it rolls back)."""
+    pending: list[Callable[[], None]] = memo(session, _ON_COMMIT).setdefault("fns", [])
+    pending.append(fn)
+
+
+_ON_COMMIT = "db.on_commit"
+
+
+@event.listens_for(Session, "after_commit")
+def _run_on_commit(session: Session) -> None:
+    memos = session.info.get(_MEMO)
+    pending = memos.get(_ON_COMMIT) if memos else None
+    if pending:
+        for fn in pending.pop("fns", ()):
+            fn()
 
 
 def held_get(session: Session, model: type[_Row], key: Any) -> _Row | None:
