@@ -150,7 +150,11 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 async def drive(
-    url: str, bodies: list[dict[str, Any]], headers: dict[str, str], concurrency: int, pid: int
+    url: str,
+    bodies: list[dict[str, Any]],
+    headers: dict[str, str],
+    concurrency: int,
+    pid: int | None = None,
 ) -> Load:
     """Send every body once: `concurrency` keep-alive connections, each one request at a time;
     `pid` is the server's, whose CPU time per request is measured over the same window."""
@@ -176,11 +180,11 @@ async def drive(
         latencies.clear()
         outcomes.clear()
         queue.get_nowait()
-        before = cpu_seconds(pid), cpu_seconds(pid, alone=True)
+        before = (cpu_seconds(pid), cpu_seconds(pid, alone=True)) if pid else (None, None)
         began = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(concurrency)))
         seconds = time.perf_counter() - began
-        after = cpu_seconds(pid), cpu_seconds(pid, alone=True)
+        after = (cpu_seconds(pid), cpu_seconds(pid, alone=True)) if pid else (None, None)
     tree, root = (
         (1000 * (a - b) / len(latencies) if a is not None and b is not None else None)
         for a, b in zip(after, before, strict=True)
