@@ -151,7 +151,32 @@ class Vault:
         key, or if a key had to be made and `ready` is a fresh one (then it is the key stored).
         Anything else (the customer was erased meanwhile, or a concurrent first intake stored
         another key) gives the cipher of the row as it is now, and the caller's tokens made
-        with `ready` must be made again."""
+        with `ready` must be made again.
+
+        On PostgreSQL a live key is held with a shared lock: an erasure (which locks the row
+        for update first) waits for every transaction using the key, and those do not wait
+        for each other. Only a row to write (a new or erased customer) is locked for update."""
+        row = _share_live_key(session, email_hash)
+        if row is None:
+            row = self._made_live(session, email_hash, ready)
+        if (
+            ready is not None
+            and ready.generation == row.generation
+            and ready.wrapped == row.key_enc
+        ):
+            return ready
+        assert row.key_enc is not None
+        return CustomerCipher(
+            email_hash,
+            row.generation,
+            self._wrap.decrypt(row.key_enc.encode()),
+            wrapped=row.key_enc,
+        )
+
+    def _made_live(
+        self, session: Session, email_hash: str, ready: CustomerCipher | None
+    ) -> CustomerKey:
+        """The customer's key row, locked for update, with a live key (made here if none)."""
         row = _lock_key(session, email_hash)
         fresh = ready if ready is not None and ready.fresh else None
         if row is None:
@@ -169,18 +194,7 @@ class Vault:
             row.erased_at = None
             session.add(row)
             session.flush()
-        if (
-            ready is not None
-            and ready.generation == row.generation
-            and ready.wrapped == row.key_enc
-        ):
-            return ready
-        return CustomerCipher(
-            email_hash,
-            row.generation,
-            self._wrap.decrypt(row.key_enc.encode()),
-            wrapped=row.key_enc,
-        )
+        return row
 
     def ready_cipher(self, email_hash: str) -> CustomerCipher:
         """The customer's key as this process last used it, for encrypting before the write
@@ -314,6 +328,31 @@ _LOCK_KEY = (
     .with_for_update()
     .execution_options(populate_existing=True)
 )
+
+
+_SHARE_KEY = (
+    select(CustomerKey)
+    .where(col(CustomerKey.email_hash) == bindparam("email_hash"))
+    .with_for_update(read=True)
+    .execution_options(populate_existing=True)
+)
+
+
+def _share_live_key(session: Session, email_hash: str) -> CustomerKey | None:
+    """PostgreSQL: the customer's key row under a shared lock (FOR SHARE) if it holds a live
+    key, else None with no lock left behind. The look is made in a savepoint, rolled back
+    when the row is missing or erased, so that the caller's lock for update does not wait on
+    a shared lock of its own transaction, with another transaction holding one too (a
+    deadlock). SQLite: None (its writer, taken at BEGIN IMMEDIATE, already excludes all)."""
+    if session.get_bind().dialect.name != "postgresql":
+        return None
+    look = session.begin_nested()
+    row = session.scalars(_SHARE_KEY, {"email_hash": email_hash}).first()
+    if row is not None and row.key_enc is not None:
+        look.commit()  # the shared lock stays until the transaction ends
+        return row
+    look.rollback()  # and the shared lock with it (PostgreSQL releases a savepoint's locks)
+    return None
 
 
 def _lock_key(session: Session, email_hash: str) -> CustomerKey | None:
