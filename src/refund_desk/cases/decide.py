@@ -87,7 +87,7 @@ def advance(desk: Desk, job: ClaimedJob) -> None:
                 _record_advice(desk, session, case.id, asked)
         raise
     if claimed is not None:
-        with reserved_here(reserved):
+        with reserved_here(reserved, case.correlation_id):
             desk.run_claimed(claimed)
     else:
         desk.kick(exec_job)

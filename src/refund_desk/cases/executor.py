@@ -97,16 +97,17 @@ def enqueue_execution(session: Session, case: Case, due_at: datetime | None = No
 
 
 # An execution reserved by the transaction that just committed in this thread (`reserved_here`).
-_reserved: ContextVar[Execution | None] = ContextVar("reserved_here", default=None)
+_reserved: ContextVar[tuple[Execution, str] | None] = ContextVar("reserved_here", default=None)
 
 
 @contextmanager
-def reserved_here(execution: Execution | None) -> Iterator[None]:
+def reserved_here(execution: Execution | None, correlation_id: str) -> Iterator[None]:
     """Run the execute job of `execution` right after the commit that reserved it: that
     transaction saw the case `executing`, this reservation open at the case's amount and the
     kill switch off, so the job goes straight to the processor instead of reading them again
-    (as it would have a moment later: a pause committed now is a pause after that read)."""
-    token = _reserved.set(execution)
+    (as it would have a moment later: a pause committed now is a pause after that read).
+    `correlation_id` is the case's, which its lines carry as if the job had read the case."""
+    token = _reserved.set((execution, correlation_id) if execution is not None else None)
     try:
         yield
     finally:
@@ -125,9 +126,10 @@ def execute(desk: Desk, job: ClaimedJob) -> None:
             ) from None
         return
     reserved = _reserved.get()
-    if reserved is not None and reserved.case_id == case_id:
+    if reserved is not None and reserved[0].case_id == case_id:
         _reserved.set(None)  # once: a retry of this job reads afresh
-        _pay_and_record(desk, job, case_id, reserved)
+        logs.case_loaded(case_id, reserved[1])
+        _pay_and_record(desk, job, case_id, reserved[0])
         return
     with desk.db.read() as session:
         case = session.get(Case, case_id)
