@@ -246,7 +246,7 @@ class SandboxProcessor:
             customer_email=payment.payment_email,
             customer_name=payment.payment_name,
             created_at=payment.payment_created_at,
-            refunds=tuple(_to_refund(row) for row in rows if row.id is not None),
+            refunds=tuple(self._to_refund(row) for row in rows if row.id is not None),
             chargebacks_365d=(
                 payment.payment_chargebacks if payment.payment_created_at >= since else 0
             ),
@@ -257,7 +257,7 @@ class SandboxProcessor:
 
     def list_refunds(self, payment_id: str) -> list[ProcessorRefund]:
         rows = self._read(_PAYMENT, {"payment_id": payment_id})
-        return [_to_refund(row) for row in rows if row.id is not None]
+        return [self._to_refund(row) for row in rows if row.id is not None]
 
     def create_refund(
         self,
@@ -305,7 +305,7 @@ class SandboxProcessor:
         if self.honour_idempotency_keys:
             for seen in refunds:
                 if seen.idempotency_key == idempotency_key:
-                    return _to_refund(seen)
+                    return self._to_refund(seen)
         if currency.lower() != payment.currency:
             raise RefundDeclined("currency_mismatch", "Refund currency differs from payment.")
         if amount <= 0:
@@ -344,7 +344,7 @@ class SandboxProcessor:
         rows = self._read(_REFUND_BY_ID, {"refund_id": refund_id})
         if not rows:
             raise RefundNotFound("refund_not_found", f"No refund {refund_id} exists.")
-        return _to_refund(rows[0])
+        return self._to_refund(rows[0])
 
     def list_refunds_since(
         self, since: datetime, until: datetime | None = None
@@ -353,7 +353,7 @@ class SandboxProcessor:
             rows = self._read(_REFUNDS_SINCE, {"since": since})
         else:
             rows = self._read(_REFUNDS_BETWEEN, {"since": since, "until": until})
-        return [_to_refund(row) for row in rows]
+        return [self._to_refund(row) for row in rows]
 
     # ------------------------------------------------------------ internals
 
@@ -382,17 +382,18 @@ class SandboxProcessor:
                 raise ProcessorUnavailable("processor_unavailable", "The processor is unavailable.")
             # changed since the read (another process set a fault): read again
 
-
-def _to_refund(row: _Row) -> ProcessorRefund:
-    return ProcessorRefund(
-        id=row.id,
-        payment_id=row.payment_id,
-        amount=row.amount,
-        currency=row.currency,
-        status=row.status,
-        metadata=_metadata(row.meta),
-        created_at=row.created_at,
-    )
+    @staticmethod
+    def _to_refund(row: _Row | SandboxRefund) -> ProcessorRefund:
+        """A refund from a ledger row: one of the statements' rows, or the model's."""
+        return ProcessorRefund(
+            id=row.id,
+            payment_id=row.payment_id,
+            amount=row.amount,
+            currency=row.currency,
+            status=row.status,
+            metadata=_metadata(row.meta),
+            created_at=row.created_at,
+        )
 
 
 def _metadata(meta: dict[str, Any]) -> dict[str, str]:
