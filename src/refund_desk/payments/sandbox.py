@@ -44,23 +44,21 @@ _REFUND_FAULTS = ("down", "decline", "timeout-after-success", "crash-after-succe
 # ---------------------------------------------------------------- the ledger's statements
 #
 # Built once, as Core: the processor's calls are on every refund's path, and the ORM's identity
-# loads cost several times what these do. The first statement of every call carries the fault's
-# row (`fault_mode`, and `fault_remaining` where a use is taken), so a call checks the fault
-# once and, in the common case, without a statement of its own; a statement that finds no rows
-# cannot carry it, and the fault's row is then read by itself (`_FAULT`).
+# loads cost several times what these do. The first statement of every call carries the fault
+# (`fault_mode`, `fault_remaining`), so a call checks it once and, in the common case, without
+# a statement of its own; a statement that finds no rows cannot carry it, and the fault is then
+# read by itself (`_FAULT`).
 
 _payments = SandboxPayment.__table__  # type: ignore[attr-defined]
 _refunds = SandboxRefund.__table__  # type: ignore[attr-defined]
 _faults = SandboxFault.__table__  # type: ignore[attr-defined]
 
 _THE_FAULT = _faults.c.id == 1  # one row, written by `set_fault` (the CLI) at any time
-_FAULT = select(
-    _faults.c.mode.label("fault_mode"), _faults.c.remaining.label("fault_remaining")
-).where(_THE_FAULT)
-_FAULT_MODE = select(_faults.c.mode).where(_THE_FAULT).scalar_subquery().label("fault_mode")
-_FAULT_REMAINING = (
-    select(_faults.c.remaining).where(_THE_FAULT).scalar_subquery().label("fault_remaining")
+_FAULT_COLUMNS = (
+    select(_faults.c.mode).where(_THE_FAULT).scalar_subquery().label("fault_mode"),
+    select(_faults.c.remaining).where(_THE_FAULT).scalar_subquery().label("fault_remaining"),
 )
+_FAULT = select(*_FAULT_COLUMNS)  # always one row; empty columns where there is no fault row
 _SET_FAULT = update(_faults).where(_THE_FAULT)  # SET from the parameters: mode, remaining
 
 # A refund's columns under the names `_to_refund` reads.
@@ -73,9 +71,9 @@ _REFUND = (
     _refunds.c.meta,
     _refunds.c.created_at,
 )
-_REFUND_BY_ID = select(_FAULT_MODE, *_REFUND).where(_refunds.c.id == bindparam("refund_id"))
+_REFUND_BY_ID = select(*_FAULT_COLUMNS, *_REFUND).where(_refunds.c.id == bindparam("refund_id"))
 _REFUNDS_SINCE = (
-    select(_FAULT_MODE, *_REFUND)
+    select(*_FAULT_COLUMNS, *_REFUND)
     .where(_refunds.c.created_at >= bindparam("since"))
     .order_by(_refunds.c.created_at)
 )
@@ -85,7 +83,7 @@ _REFUNDS_BETWEEN = _REFUNDS_SINCE.where(_refunds.c.created_at < bindparam("until
 # columns empty. The payment's id is read as `payment_id`, which a refund row's is too.
 _PAYMENT = (
     select(
-        _FAULT_MODE,
+        *_FAULT_COLUMNS,
         _payments.c.id.label("payment_id"),
         _payments.c.amount.label("payment_amount"),
         _payments.c.currency.label("payment_currency"),
@@ -103,7 +101,7 @@ _PAYMENT = (
 # The refund's own transaction: the payment locked (FOR UPDATE on PostgreSQL; SQLite's
 # BEGIN IMMEDIATE already holds the database), then its refunds read after the lock.
 _LOCK_PAYMENT = (
-    select(_FAULT_MODE, _FAULT_REMAINING, _payments.c.amount, _payments.c.currency)
+    select(*_FAULT_COLUMNS, _payments.c.amount, _payments.c.currency)
     .where(_payments.c.id == bindparam("payment_id"))
     .with_for_update(of=_payments)
 )
@@ -372,12 +370,11 @@ class SandboxProcessor:
                 rows = ledger.execute(statement, params).all()
                 if not faults:
                     return rows
-                fault = _fault_in(ledger, rows[0] if rows else None)
-                if fault is None or fault.fault_mode != "down":
+                if _fault_in(ledger, rows[0] if rows else None).fault_mode != "down":
                     return rows
             with self.db.write() as session:  # a read only sees it; a write takes a use
                 ledger = session.connection()
-                used = _use_fault(ledger, ledger.execute(_FAULT).first(), ("down",))
+                used = _use_fault(ledger, ledger.execute(_FAULT).one(), ("down",))
             if used == "down":
                 raise ProcessorUnavailable("processor_unavailable", "The processor is unavailable.")
             # changed since the read (another process set a fault): read again
@@ -400,15 +397,15 @@ def _metadata(meta: dict[str, Any]) -> dict[str, str]:
     return {str(k): str(v) for k, v in meta.items()}
 
 
-def _fault_in(ledger: Connection, first: _Row | None) -> _Row | None:
-    """The fault's row: carried by the call's first row, or read by itself when there is none."""
-    return first if first is not None else ledger.execute(_FAULT).first()
+def _fault_in(ledger: Connection, first: _Row | None) -> _Row:
+    """The fault's columns: carried by the call's first row, or read by themselves."""
+    return first if first is not None else ledger.execute(_FAULT).one()
 
 
-def _use_fault(ledger: Connection, fault: _Row | None, applies_to: tuple[str, ...]) -> str | None:
+def _use_fault(ledger: Connection, fault: _Row, applies_to: tuple[str, ...]) -> str | None:
     """One use of the fault (a row with `fault_mode`, `fault_remaining`), in the caller's write
     transaction, if it applies to the call; the mode used. The last use sets it to `none`."""
-    if fault is None or fault.fault_mode not in applies_to:
+    if fault.fault_mode not in applies_to:
         return None
     mode: str = fault.fault_mode
     if fault.fault_remaining is not None:
