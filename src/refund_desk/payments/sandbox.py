@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import os
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeAlias
 
-from sqlalchemy import func, select
-from sqlmodel import Session, col
+from sqlalchemy import Connection, Row, Select, bindparam, func, insert, select, update
+from sqlmodel import col
 
 from refund_desk import clock
 from refund_desk.cases.ports import (
@@ -39,6 +39,81 @@ from refund_desk.storage.models import SandboxFault, SandboxPayment, SandboxRefu
 
 FAULT_MODES = ("none", "down", "timeout-after-success", "decline", "crash-after-success")
 CRASH_EXIT_CODE = 86
+_REFUND_FAULTS = ("down", "decline", "timeout-after-success", "crash-after-success")
+
+# ---------------------------------------------------------------- the ledger's statements
+#
+# Built once, as Core: the processor's calls are on every refund's path, and the ORM's identity
+# loads cost several times what these do. The first statement of every call carries the fault
+# (`fault_mode`, `fault_remaining`), so a call checks it once and, in the common case, without
+# a statement of its own; a statement that finds no rows cannot carry it, and the fault is then
+# read by itself (`_FAULT`).
+
+_payments = SandboxPayment.__table__  # type: ignore[attr-defined]
+_refunds = SandboxRefund.__table__  # type: ignore[attr-defined]
+_faults = SandboxFault.__table__  # type: ignore[attr-defined]
+
+_THE_FAULT = _faults.c.id == 1  # one row, written by `set_fault` (the CLI) at any time
+_FAULT_COLUMNS = (
+    select(_faults.c.mode).where(_THE_FAULT).scalar_subquery().label("fault_mode"),
+    select(_faults.c.remaining).where(_THE_FAULT).scalar_subquery().label("fault_remaining"),
+)
+_FAULT = select(*_FAULT_COLUMNS)  # always one row; empty columns where there is no fault row
+_SET_FAULT = update(_faults).where(_THE_FAULT)  # SET from the parameters: mode, remaining
+
+# A refund's columns under the names `_to_refund` reads.
+_REFUND = (
+    _refunds.c.id,
+    _refunds.c.payment_id,
+    _refunds.c.amount,
+    _refunds.c.currency,
+    _refunds.c.status,
+    _refunds.c.meta,
+    _refunds.c.created_at,
+)
+_REFUND_BY_ID = select(*_FAULT_COLUMNS, *_REFUND).where(_refunds.c.id == bindparam("refund_id"))
+_REFUNDS_SINCE = (
+    select(*_FAULT_COLUMNS, *_REFUND)
+    .where(_refunds.c.created_at >= bindparam("since"))
+    .order_by(_refunds.c.created_at)
+)
+_REFUNDS_BETWEEN = _REFUNDS_SINCE.where(_refunds.c.created_at < bindparam("until"))
+
+# A payment and its refunds in one statement: one row per refund, or one with the refund's
+# columns empty. The payment's id is read as `payment_id`, which a refund row's is too.
+_PAYMENT = (
+    select(
+        *_FAULT_COLUMNS,
+        _payments.c.id.label("payment_id"),
+        _payments.c.amount.label("payment_amount"),
+        _payments.c.currency.label("payment_currency"),
+        _payments.c.email.label("payment_email"),
+        _payments.c.name.label("payment_name"),
+        _payments.c.chargebacks.label("payment_chargebacks"),
+        _payments.c.created_at.label("payment_created_at"),
+        *(c for c in _REFUND if c.name != "payment_id"),
+    )
+    .select_from(_payments.outerjoin(_refunds, _refunds.c.payment_id == _payments.c.id))
+    .where(_payments.c.id == bindparam("payment_id"))
+    .order_by(_refunds.c.created_at)
+)
+
+# The refund's own transaction: the payment locked (FOR UPDATE on PostgreSQL; SQLite's
+# BEGIN IMMEDIATE already holds the database), then its refunds read after the lock.
+_LOCK_PAYMENT = (
+    select(*_FAULT_COLUMNS, _payments.c.amount, _payments.c.currency)
+    .where(_payments.c.id == bindparam("payment_id"))
+    .with_for_update(of=_payments)
+)
+_REFUNDS_OF = (
+    select(*_REFUND, _refunds.c.idempotency_key)
+    .where(_refunds.c.payment_id == bindparam("payment_id"))
+    .order_by(_refunds.c.created_at)
+)
+_INSERT_REFUND = insert(_refunds)
+
+_Statement: TypeAlias = Select[*tuple[Any, ...]]
+_Row: TypeAlias = Row[*tuple[Any, ...]]  # a row of any of the statements above
 
 
 def _power_cut() -> None:
@@ -125,10 +200,11 @@ class SandboxProcessor:
     def set_fault(self, mode: str, times: int | None = None) -> None:
         if mode not in FAULT_MODES:
             raise ValueError(f"unknown fault {mode!r}; one of {', '.join(FAULT_MODES)}")
+        fault = {"mode": mode, "remaining": None if mode == "none" else times}
         with self.db.write() as session:
-            fault = session.get(SandboxFault, 1) or SandboxFault(id=1)
-            fault.mode, fault.remaining = mode, (None if mode == "none" else times)
-            session.add(fault)
+            ledger = session.connection()
+            if ledger.execute(_SET_FAULT, fault).rowcount == 0:
+                ledger.execute(insert(_faults), {"id": 1, **fault})
 
     def show_payment(self, payment_id: str) -> dict[str, Any]:
         facts = self.payment(payment_id, _faults=False)
@@ -156,22 +232,30 @@ class SandboxProcessor:
     # ------------------------------------------------------------ the processor protocol
 
     def payment(self, payment_id: str, *, _faults: bool = True) -> PaymentFacts:
-        with self.db.read() as session:
-            down = _faults and self._armed(session, ("down",)) is not None
-            if not down:
-                return self._facts(session, payment_id)
-        self._take_fault(("down",))
-        return self.payment(payment_id)
+        rows = self._read(_PAYMENT, {"payment_id": payment_id}, faults=_faults)
+        if not rows:
+            raise PaymentNotFound("payment_not_found", f"No payment {payment_id} exists.")
+        payment = rows[0]
+        since = clock.now() - timedelta(days=365)
+        return PaymentFacts(
+            id=payment.payment_id,
+            amount=payment.payment_amount,
+            currency=payment.payment_currency,
+            customer_email=payment.payment_email,
+            customer_name=payment.payment_name,
+            created_at=payment.payment_created_at,
+            refunds=tuple(self._to_refund(row) for row in rows if row.id is not None),
+            chargebacks_365d=(
+                payment.payment_chargebacks if payment.payment_created_at >= since else 0
+            ),
+        )
 
     def refusal(self, amount: int, currency: str) -> str | None:
         return None if amount > 0 else "A refund amount must be positive."
 
     def list_refunds(self, payment_id: str) -> list[ProcessorRefund]:
-        with self.db.read() as session:
-            if self._armed(session, ("down",)) is None:
-                return self._refunds(session, payment_id)
-        self._take_fault(("down",))
-        return self.list_refunds(payment_id)
+        rows = self._read(_PAYMENT, {"payment_id": payment_id})
+        return [self._to_refund(row) for row in rows if row.id is not None]
 
     def create_refund(
         self,
@@ -183,13 +267,15 @@ class SandboxProcessor:
         metadata: dict[str, str],
     ) -> ProcessorRefund:
         with self.db.write() as session:  # a fault that applies is used up in this commit
-            fault = self._use_fault(
-                session, ("down", "decline", "timeout-after-success", "crash-after-success")
-            )
+            ledger = session.connection()
+            payment = ledger.execute(_LOCK_PAYMENT, {"payment_id": payment_id}).first()
+            fault = _use_fault(ledger, _fault_in(ledger, payment), _REFUND_FAULTS)
             if fault in ("down", "decline"):
                 refund = None
+            elif payment is None:
+                raise PaymentNotFound("payment_not_found", f"No payment {payment_id} exists.")
             else:
-                refund = self._refund_in(session, payment_id, amount, currency,
+                refund = self._refund_in(ledger, payment, payment_id, amount, currency,
                                          idempotency_key, metadata)  # fmt: skip
         if fault == "down":
             raise ProcessorUnavailable("processor_unavailable", "The processor is unavailable.")
@@ -200,146 +286,130 @@ class SandboxProcessor:
             self._crash()
         if fault == "timeout-after-success":
             raise ProcessorTimeout("processor_timeout", "The processor did not answer in time.")
-        return self._to_refund(refund)
+        return refund
 
     def _refund_in(
         self,
-        session: Session,
+        ledger: Connection,
+        payment: _Row,
         payment_id: str,
         amount: int,
         currency: str,
         idempotency_key: str,
         metadata: dict[str, str],
-    ) -> SandboxRefund:
-        payment = session.scalars(self._locked(session, payment_id)).first()
-        if payment is None:
-            raise PaymentNotFound("payment_not_found", f"No payment {payment_id} exists.")
+    ) -> ProcessorRefund:
+        """The refund, made on the payment locked in this transaction (or the one its key made)."""
+        refunds = ledger.execute(_REFUNDS_OF, {"payment_id": payment_id}).all()
         if self.honour_idempotency_keys:
-            seen = session.scalars(
-                select(SandboxRefund).where(
-                    col(SandboxRefund.payment_id) == payment_id,
-                    col(SandboxRefund.idempotency_key) == idempotency_key,
-                )
-            ).first()
-            if seen is not None:
-                return seen
+            for seen in refunds:
+                if seen.idempotency_key == idempotency_key:
+                    return self._to_refund(seen)
         if currency.lower() != payment.currency:
             raise RefundDeclined("currency_mismatch", "Refund currency differs from payment.")
         if amount <= 0:
             raise RefundDeclined("invalid_amount", "A refund amount must be positive.")
-        refunded = sum(
-            r.amount for r in self._refunds(session, payment_id) if r.status == "succeeded"
-        )
+        refunded = sum(r.amount for r in refunds if r.status == "succeeded")
         if amount > payment.amount - refunded:
             raise RefundDeclined(
                 "amount_too_large", "The refund is more than what is left on the payment."
             )
-        refund = SandboxRefund(
+        meta = dict(metadata)
+        refund = ProcessorRefund(
             id="re_" + secrets.token_hex(12),
             payment_id=payment_id,
             amount=amount,
             currency=payment.currency,
             status="succeeded",
-            idempotency_key=idempotency_key,
-            meta=dict(metadata),
+            metadata=_metadata(meta),
             created_at=clock.now(),
         )
-        session.add(refund)
-        session.flush()
+        ledger.execute(
+            _INSERT_REFUND,
+            {
+                "id": refund.id,
+                "payment_id": payment_id,
+                "amount": amount,
+                "currency": refund.currency,
+                "status": refund.status,
+                "idempotency_key": idempotency_key,
+                "meta": meta,
+                "created_at": refund.created_at,
+            },
+        )
         return refund
 
     def retrieve_refund(self, refund_id: str) -> ProcessorRefund:
-        with self.db.read() as session:
-            if self._armed(session, ("down",)) is None:
-                row = session.get(SandboxRefund, refund_id)
-                if row is None:
-                    raise RefundNotFound("refund_not_found", f"No refund {refund_id} exists.")
-                return self._to_refund(row)
-        self._take_fault(("down",))
-        return self.retrieve_refund(refund_id)
+        rows = self._read(_REFUND_BY_ID, {"refund_id": refund_id})
+        if not rows:
+            raise RefundNotFound("refund_not_found", f"No refund {refund_id} exists.")
+        return self._to_refund(rows[0])
 
     def list_refunds_since(
         self, since: datetime, until: datetime | None = None
     ) -> list[ProcessorRefund]:
-        with self.db.read() as session:
-            if self._armed(session, ("down",)) is None:
-                stmt = select(SandboxRefund).where(col(SandboxRefund.created_at) >= since)
-                if until is not None:
-                    stmt = stmt.where(col(SandboxRefund.created_at) < until)
-                rows = session.scalars(stmt.order_by(col(SandboxRefund.created_at))).all()
-                return [self._to_refund(r) for r in rows]
-        self._take_fault(("down",))
-        return self.list_refunds_since(since, until)
+        if until is None:
+            rows = self._read(_REFUNDS_SINCE, {"since": since})
+        else:
+            rows = self._read(_REFUNDS_BETWEEN, {"since": since, "until": until})
+        return [self._to_refund(row) for row in rows]
 
     # ------------------------------------------------------------ internals
 
-    @staticmethod
-    def _locked(session: Session, payment_id: str) -> Any:
-        stmt = select(SandboxPayment).where(col(SandboxPayment.id) == payment_id)
-        return stmt.with_for_update() if session.get_bind().dialect.name == "postgresql" else stmt
+    def _read(
+        self,
+        statement: _Statement,
+        params: dict[str, Any],
+        *,
+        faults: bool = True,
+    ) -> Sequence[_Row]:
+        """The rows of one read of the ledger, in a transaction of its own; unless the
+        processor is `down`, when the call uses up one of the fault's uses and fails."""
+        while True:
+            with self.db.read() as session:
+                ledger = session.connection()
+                rows = ledger.execute(statement, params).all()
+                if not faults:
+                    return rows
+                if _fault_in(ledger, rows[0] if rows else None).fault_mode != "down":
+                    return rows
+            with self.db.write() as session:  # a read only sees it; a write takes a use
+                ledger = session.connection()
+                used = _use_fault(ledger, ledger.execute(_FAULT).one(), ("down",))
+            if used == "down":
+                raise ProcessorUnavailable("processor_unavailable", "The processor is unavailable.")
+            # changed since the read (another process set a fault): read again
 
-    def _refunds(self, session: Session, payment_id: str) -> list[ProcessorRefund]:
-        rows = session.scalars(
-            select(SandboxRefund)
-            .where(col(SandboxRefund.payment_id) == payment_id)
-            .order_by(col(SandboxRefund.created_at))
-        ).all()
-        return [self._to_refund(r) for r in rows]
-
     @staticmethod
-    def _to_refund(row: SandboxRefund) -> ProcessorRefund:
+    def _to_refund(row: _Row | SandboxRefund) -> ProcessorRefund:
+        """A refund from a ledger row: one of the statements' rows, or the model's."""
         return ProcessorRefund(
             id=row.id,
             payment_id=row.payment_id,
             amount=row.amount,
             currency=row.currency,
             status=row.status,
-            metadata={str(k): str(v) for k, v in row.meta.items()},
+            metadata=_metadata(row.meta),
             created_at=row.created_at,
         )
 
-    def _facts(self, session: Session, payment_id: str) -> PaymentFacts:
-        payment = session.get(SandboxPayment, payment_id)
-        if payment is None:
-            raise PaymentNotFound("payment_not_found", f"No payment {payment_id} exists.")
-        since = clock.now() - timedelta(days=365)
-        return PaymentFacts(
-            id=payment.id,
-            amount=payment.amount,
-            currency=payment.currency,
-            customer_email=payment.email,
-            customer_name=payment.name,
-            created_at=payment.created_at,
-            refunds=tuple(self._refunds(session, payment_id)),
-            chargebacks_365d=payment.chargebacks if payment.created_at >= since else 0,
-        )
 
-    @staticmethod
-    def _armed(session: Session, applies_to: tuple[str, ...]) -> str | None:
-        fault = session.get(SandboxFault, 1)
-        return fault.mode if fault is not None and fault.mode in applies_to else None
+def _metadata(meta: dict[str, Any]) -> dict[str, str]:
+    return {str(k): str(v) for k, v in meta.items()}
 
-    def _take_fault(self, applies_to: tuple[str, ...]) -> str | None:
-        """Consume one use of the current fault if it applies to this call."""
-        with self.db.read() as session:
-            if self._armed(session, applies_to) is None:
-                return None  # the common case costs a read, not a write lock
-        with self.db.write() as session:
-            mode = self._use_fault(session, applies_to)
-        if mode == "down":
-            raise ProcessorUnavailable("processor_unavailable", "The processor is unavailable.")
-        return mode
 
-    @staticmethod
-    def _use_fault(session: Session, applies_to: tuple[str, ...]) -> str | None:
-        """One use of the current fault, in the caller's write transaction, if it applies."""
-        fault = session.get(SandboxFault, 1)
-        if fault is None or fault.mode == "none" or fault.mode not in applies_to:
-            return None
-        mode = fault.mode
-        if fault.remaining is not None:
-            fault.remaining -= 1
-            if fault.remaining <= 0:
-                fault.mode, fault.remaining = "none", None
-            session.add(fault)
-        return mode
+def _fault_in(ledger: Connection, first: _Row | None) -> _Row:
+    """The fault's columns: carried by the call's first row, or read by themselves."""
+    return first if first is not None else ledger.execute(_FAULT).one()
+
+
+def _use_fault(ledger: Connection, fault: _Row, applies_to: tuple[str, ...]) -> str | None:
+    """One use of the fault (a row with `fault_mode`, `fault_remaining`), in the caller's write
+    transaction, if it applies to the call; the mode used. The last use sets it to `none`."""
+    if fault.fault_mode not in applies_to:
+        return None
+    mode: str = fault.fault_mode
+    if fault.fault_remaining is not None:
+        left = fault.fault_remaining - 1
+        used_up = {"mode": "none", "remaining": None}
+        ledger.execute(_SET_FAULT, {"mode": mode, "remaining": left} if left > 0 else used_up)
+    return mode
