@@ -39,7 +39,13 @@ from refund_desk.cases.ports import (
 from refund_desk.cases.quorum import approval_count, approvals_needed
 from refund_desk.cases.rows import load_for_update
 from refund_desk.governance.review import maybe_sample as sample_for_review
-from refund_desk.governance.versions import LoadedPolicy, control, evaluate, load_version
+from refund_desk.governance.versions import (
+    LoadedPolicy,
+    control,
+    evaluate,
+    load_version,
+    paused_now,
+)
 from refund_desk.storage.audit import SYSTEM
 from refund_desk.storage.db import lock_payment
 from refund_desk.storage.jobs import ClaimedJob, RetryLater, backoff, enqueue, queue
@@ -103,9 +109,9 @@ _reserved: ContextVar[tuple[Execution, str] | None] = ContextVar("reserved_here"
 @contextmanager
 def reserved_here(execution: Execution | None, correlation_id: str) -> Iterator[None]:
     """Run the execute job of `execution` right after the commit that reserved it: that
-    transaction saw the case `executing`, this reservation open at the case's amount and the
-    kill switch off, so the job goes straight to the processor instead of reading them again
-    (as it would have a moment later: a pause committed now is a pause after that read).
+    transaction left the case `executing` with this reservation open at the case's amount,
+    so the job does not read them again; it reads only the kill switch, which a lead may
+    have turned on while that transaction ran (on PostgreSQL nothing orders the two).
     `correlation_id` is the case's, which its lines carry as if the job had read the case."""
     token = _reserved.set((execution, correlation_id) if execution is not None else None)
     try:
@@ -129,6 +135,10 @@ def execute(desk: Desk, job: ClaimedJob) -> None:
     if reserved is not None and reserved[0].case_id == case_id:
         _reserved.set(None)  # once: a retry of this job reads afresh
         logs.case_loaded(case_id, reserved[1])
+        with desk.db.read() as session:
+            paused = paused_now(session)
+        if paused:  # the kill switch: the reservation waits (its retry reads everything)
+            raise RetryLater(PAUSED_RECHECK_SECONDS, "paused: the kill switch is on", failed=False)
         _pay_and_record(desk, job, case_id, reserved[0])
         return
     with desk.db.read() as session:

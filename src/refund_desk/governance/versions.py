@@ -66,6 +66,12 @@ def load_version(session: Session, version: int) -> LoadedPolicy:
 
 
 _ACTIVE_VERSION = select(col(Control.active_version)).where(col(Control.id) == 1)  # built once
+_PAUSED = select(col(Control.paused)).where(col(Control.id) == 1)
+
+
+def paused_now(session: Session) -> bool:
+    """The kill switch as committed now: one column, read afresh (never a row kept)."""
+    return bool(session.scalars(_PAUSED).first())
 
 
 def active_version(session: Session) -> int | None:

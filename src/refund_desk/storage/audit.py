@@ -155,9 +155,14 @@ _MOVE_HEAD = (
 
 
 # Listened to on every session (a dict look-up where nothing was appended) rather than
-# registered on each session that appends, which cost more than the look-up.
+# registered on each session that appends, which cost more than the look-up. SQLAlchemy sends
+# these for a savepoint's release and rollback too: those are not the transaction's end (the
+# head is locked only at the commit, and a savepoint's rollback undoes no record appended
+# before it).
 @event.listens_for(orm.Session, "before_commit")
 def _seal_pending(session: Session) -> None:
+    if session.in_nested_transaction():
+        return
     pending: tuple[AuditLog, list[AuditRecord]] | None = session.info.pop(PENDING, None)
     if pending is not None:
         log, records = pending
@@ -166,7 +171,8 @@ def _seal_pending(session: Session) -> None:
 
 @event.listens_for(orm.Session, "after_rollback")
 def _forget(session: Session, *_: Any) -> None:
-    session.info.pop(PENDING, None)
+    if not session.in_nested_transaction():
+        session.info.pop(PENDING, None)
 
 
 @dataclass(frozen=True)

@@ -263,7 +263,8 @@ def shared(session: Session, name: str) -> dict[Any, Any]:
 
 
 def on_commit(session: Session, fn: Callable[[], None]) -> None:
-    """Run `fn` once the session's current transaction commits (never if it rolls back)."""
+    """Run `fn` once the session's current transaction commits (never if it rolls back; a
+    savepoint released inside it is not its commit)."""
     pending: list[Callable[[], None]] = memo(session, _ON_COMMIT).setdefault("fns", [])
     pending.append(fn)
 
@@ -273,6 +274,8 @@ _ON_COMMIT = "db.on_commit"
 
 @event.listens_for(Session, "after_commit")
 def _run_on_commit(session: Session) -> None:
+    if session.in_nested_transaction():
+        return  # a savepoint released: the transaction has not committed yet
     memos = session.info.get(_MEMO)
     pending = memos.get(_ON_COMMIT) if memos else None
     if pending:

@@ -16,12 +16,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, bindparam, case, event, func, insert, or_, select, update
+from sqlalchemy import and_, bindparam, case, func, insert, or_, select, update
 from sqlalchemy.orm import make_transient_to_detached
 from sqlmodel import Session
 
 from refund_desk import clock, logs, tracing
-from refund_desk.storage.db import Database
+from refund_desk.storage.db import Database, on_commit
 from refund_desk.storage.models import Job
 
 log = logging.getLogger(__name__)
@@ -327,11 +327,11 @@ class JobQueue:
             return False
         key = (job.id, job.attempt)
 
-        def committed(_session: Any) -> None:
+        def committed() -> None:
             with self._finished_lock:
                 self._finished.add(key)
 
-        event.listen(session, "after_commit", committed, once=True)
+        on_commit(session, committed)
         return True
 
     def _finished_here(self, job: ClaimedJob) -> bool:

@@ -1,0 +1,62 @@
+"""a pause committed before the reservation commits must stop the refund.
+
+`reserved_here` lets the execute job pay without reading the case, the open execution and the
+kill switch again, arguing that the reserving transaction "saw the kill switch off" and "a
+pause committed now is a pause after that read". On PostgreSQL (READ COMMITTED) the
+reserving transaction reads the control row early (`reserve_in`: `control(session).paused`,
+held for the transaction) and then works on: the re-check, the policy, the breaker's
+window (whose `FOR UPDATE` even re-reads the control row with the pause in it, and nothing
+looks at it again). A lead's pause that commits in that time committed BEFORE the
+reservation did; before this change the execute job's own read, after that commit, saw it
+and waited (`RetryLater`, "paused"). Now the refund is paid although the lead was told
+"no refund is paid until resume" before the refund was even reserved.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from refund_desk.cases import executor
+from refund_desk.governance.admin import set_paused
+from refund_desk.runtime import Runtime
+from refund_desk.storage.audit import Actor
+from tests.conftest import make_runtime
+from tests.helpers import Harness
+
+
+@pytest.fixture()
+def pg_runtime(pg_url: str) -> Iterator[Runtime]:
+    """PostgreSQL only: on SQLite the reservation holds the one writer, so no pause can
+    commit inside it."""
+    runtime = make_runtime(pg_url)
+    yield runtime
+    runtime.db.dispose()
+
+
+def test_a_pause_that_committed_before_the_reservation_stops_the_refund(
+    pg_runtime: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    any_runtime = pg_runtime
+    desk = Harness(any_runtime)
+    desk.publish()
+    payment = desk.payment("30.00")
+    real_recheck = executor._recheck
+    paused: list[bool] = []
+
+    def a_lead_pauses_meanwhile(*args: Any, **kwargs: Any) -> Any:
+        if not paused:  # a lead's /refund-policy pause, committed in its own transaction
+            with any_runtime.db.write() as session:
+                set_paused(session, any_runtime.desk.audit, paused=True, actor=Actor("cli", "lead"))
+            paused.append(True)
+        return real_recheck(*args, **kwargs)
+
+    monkeypatch.setattr(executor, "_recheck", a_lead_pauses_meanwhile)
+    response = desk.post(desk.request(payment, "20.00"))
+    assert response.status_code == 201, response.text
+    assert paused == [True]
+    # The pause committed before the refund was reserved: nothing may leave until resume.
+    assert desk.refunds_at_processor(payment) == []
+    assert response.json()["status"] != "refunded"
