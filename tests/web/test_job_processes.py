@@ -8,6 +8,7 @@ does; the slow tests run the real processes.
 from __future__ import annotations
 
 import json
+import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -172,3 +173,20 @@ def test_stopping_the_server_stops_its_job_processes(tmp_path: Path) -> None:
     while any(Path(f"/proc/{pid}").exists() for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not any(Path(f"/proc/{pid}").exists() for pid in pids)
+
+
+def test_a_stop_signal_landing_where_the_loop_holds_its_event_still_stops_it() -> None:
+    """A worker left running after its server was found stuck: its SIGTERM handler called
+    `stop.set()` while the main thread, inside `stop.wait`, held the event's lock."""
+    stop = threading.Event()
+    handler = job_process.on_signal(stop)
+
+    def the_main_thread_inside_stop_wait() -> None:
+        with stop._cond:  # type: ignore[attr-defined]  # as `Event.wait` holds it
+            handler(signal.SIGTERM, None)
+
+    main = threading.Thread(target=the_main_thread_inside_stop_wait, daemon=True)
+    main.start()
+    main.join(5)
+    assert not main.is_alive(), "the handler waits for a lock its own thread holds"
+    assert stop.wait(5)

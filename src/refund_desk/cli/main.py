@@ -178,11 +178,11 @@ def worker() -> None:
     import signal
     import threading
 
-    from refund_desk.web.job_process import run
+    from refund_desk.web.job_process import on_signal, run
 
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+        signal.signal(sig, on_signal(stop))
     run(_runtime(), stop)
 
 

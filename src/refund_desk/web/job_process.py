@@ -20,7 +20,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from refund_desk import clock
 from refund_desk.bot.app import build_surface
@@ -57,6 +57,19 @@ def run(runtime: Runtime, stop: threading.Event) -> None:
     finally:
         runtime.desk.wake = None
         sweeper.stop(timeout=runtime.desk.jobs.lease.total_seconds())
+
+
+def on_signal(stop: threading.Event) -> Callable[..., None]:
+    """A signal handler that ends `run` (SIGTERM from `serve`, Ctrl-C). It never sets `stop`
+    itself: the handler runs in the main thread, which spends its time inside `stop.wait`,
+    and landing where that holds the event's lock (not reentrant), `stop.set()` would wait on
+    its own thread for ever, leaving a job process running after its server. A thread of its
+    own sets it."""
+
+    def handler(*_: object) -> None:
+        threading.Thread(target=stop.set, name="stop-jobs", daemon=True).start()
+
+    return handler
 
 
 def _in_child() -> None:  # pragma: no cover - runs in the child before exec
