@@ -176,13 +176,12 @@ def worker() -> None:
     replica of its own beside the servers. Stops on SIGTERM or Ctrl-C after the jobs it is
     running."""
     import signal
-    import threading
 
-    from refund_desk.web.job_process import on_signal, run
+    from refund_desk.web.job_process import SignalledStop, run
 
-    stop = threading.Event()
+    stop = SignalledStop()
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, on_signal(stop))
+        signal.signal(sig, stop.handler)
     run(_runtime(), stop)
 
 

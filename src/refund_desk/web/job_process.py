@@ -20,7 +20,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 from refund_desk import clock
 from refund_desk.bot.app import build_surface
@@ -59,17 +59,29 @@ def run(runtime: Runtime, stop: threading.Event) -> None:
         sweeper.stop(timeout=runtime.desk.jobs.lease.total_seconds())
 
 
-def on_signal(stop: threading.Event) -> Callable[..., None]:
-    """A signal handler that ends `run` (SIGTERM from `serve`, Ctrl-C). It never sets `stop`
-    itself: the handler runs in the main thread, which spends its time inside `stop.wait`,
-    and landing where that holds the event's lock (not reentrant), `stop.set()` would wait on
-    its own thread for ever, leaving a job process running after its server. A thread of its
-    own sets it."""
+class SignalledStop(threading.Event):
+    """`run`'s stop in a process stopped by signals (SIGTERM from `serve`, Ctrl-C).
 
-    def handler(*_: object) -> None:
-        threading.Thread(target=stop.set, name="stop-jobs", daemon=True).start()
+    A signal handler runs in the main thread between any two of its instructions, so it must
+    take no lock: not the event's (`set()`), which that very thread may hold (inside
+    `wait`, or inside a first handler that a second signal interrupted: `serve` sends
+    SIGTERM, and its end sends another), nor the one starting a thread takes. A worker was
+    found stuck so, an hour after its server stopped. `handler` only flips a flag, which
+    `wait` and `is_set` look at; `run` waits with a timeout, so it stops within
+    `POLL_SECONDS`."""
 
-    return handler
+    def __init__(self) -> None:
+        super().__init__()
+        self._signalled = False
+
+    def handler(self, *_: object) -> None:
+        self._signalled = True  # no lock: see the class
+
+    def is_set(self) -> bool:
+        return self._signalled or super().is_set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self._signalled or super().wait(timeout) or self._signalled
 
 
 def _in_child() -> None:  # pragma: no cover - runs in the child before exec
