@@ -27,6 +27,7 @@ from refund_desk.cases.ports import PaymentFacts, PaymentNotFound, ProcessorErro
 from refund_desk.governance.versions import active_version
 from refund_desk.storage.audit import Actor, canonical
 from refund_desk.storage.crypto import CustomerCipher
+from refund_desk.storage.db import lock_payment
 from refund_desk.storage.jobs import queue
 from refund_desk.storage.models import Case, Execution, IntakeKey, Payment
 
@@ -361,9 +362,6 @@ def _capture(
 # compiled form). They name the table, so no `Payment` object is loaded or kept: nothing in
 # the capture reads one, and its row is only the lock refunds against the payment take.
 _PAYMENTS = Payment.__table__  # type: ignore[attr-defined]
-_LOCK_PAYMENT_ROW = (  # FOR UPDATE renders nothing on SQLite (BEGIN IMMEDIATE took the writer)
-    select(_PAYMENTS.c.id).where(_PAYMENTS.c.id == bindparam("payment_id")).with_for_update()
-)
 _INSERT_PAYMENT = insert(_PAYMENTS)
 _SEEN_AGAIN = (
     update(_PAYMENTS)
@@ -378,7 +376,7 @@ def _upsert_payment(desk: Desk, session: Session, payment: PaymentFacts) -> bool
     its first sighting (then no case and no execution of ours can refer to it yet: both
     reference the row by a foreign key)."""
     now = desk.now()
-    if session.execute(_LOCK_PAYMENT_ROW, {"payment_id": payment.id}).first() is None:
+    if not lock_payment(session, payment.id):
         # A concurrent first sighting fails here and the capture is retried; the row this
         # transaction inserted is its own until it commits (PostgreSQL: as if locked).
         session.execute(

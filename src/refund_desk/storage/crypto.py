@@ -321,21 +321,15 @@ def lock_customer_key(session: Session, email_hash: str) -> CustomerKey | None:
     return _lock_key(session, email_hash)
 
 
-# Built once; FOR UPDATE renders nothing on SQLite, whose writer BEGIN IMMEDIATE took.
-_LOCK_KEY = (
+# Built once, read afresh under the lock; FOR UPDATE / FOR SHARE render nothing on SQLite,
+# whose writer BEGIN IMMEDIATE took.
+_KEY_ROW = (
     select(CustomerKey)
     .where(col(CustomerKey.email_hash) == bindparam("email_hash"))
-    .with_for_update()
     .execution_options(populate_existing=True)
 )
-
-
-_SHARE_KEY = (
-    select(CustomerKey)
-    .where(col(CustomerKey.email_hash) == bindparam("email_hash"))
-    .with_for_update(read=True)
-    .execution_options(populate_existing=True)
-)
+_LOCK_KEY = _KEY_ROW.with_for_update()
+_SHARE_KEY = _KEY_ROW.with_for_update(read=True)
 
 
 def _share_live_key(session: Session, email_hash: str) -> CustomerKey | None:

@@ -22,7 +22,7 @@ except ImportError:  # pragma: no cover - not on Windows: SQLite's busy handler 
     fcntl = None  # type: ignore[assignment]
 
 from sqlalchemy import Engine, bindparam, create_engine, event, select
-from sqlmodel import Session, col
+from sqlmodel import Session
 
 from refund_desk import logs
 from refund_desk.storage.models import Case, Payment
@@ -168,6 +168,7 @@ class Deployment:
 
 _DEPLOYMENT = "db.deployment"  # session.info keys
 _SHARED = "db.shared"
+_ON_COMMIT = "db.on_commit"  # a memo (see `memo`)
 
 
 def deployment(session: Session) -> Deployment:
@@ -269,9 +270,6 @@ def on_commit(session: Session, fn: Callable[[], None]) -> None:
     pending.append(fn)
 
 
-_ON_COMMIT = "db.on_commit"
-
-
 @event.listens_for(Session, "after_commit")
 def _run_on_commit(session: Session) -> None:
     if session.in_nested_transaction():
@@ -298,15 +296,15 @@ def held_get(session: Session, model: type[_Row], key: Any) -> _Row | None:
     return row
 
 
-# Built once; FOR UPDATE renders nothing on SQLite, whose writer BEGIN IMMEDIATE took.
+# Built once, on the table (no `Payment` object: the row is the lock, its callers read the
+# processor's facts); FOR UPDATE renders nothing on SQLite, whose writer BEGIN IMMEDIATE took.
+_PAYMENTS = Payment.__table__  # type: ignore[attr-defined]
 _LOCK_PAYMENT = (
-    select(Payment)
-    .where(col(Payment.id) == bindparam("payment_id"))
-    .with_for_update()
-    .execution_options(populate_existing=True)
+    select(_PAYMENTS.c.id).where(_PAYMENTS.c.id == bindparam("payment_id")).with_for_update()
 )
 
 
-def lock_payment(session: Session, payment_id: str) -> Payment | None:
-    """Lock a payment's row for the rest of the transaction (SQLite: BEGIN IMMEDIATE did)."""
-    return session.scalars(_LOCK_PAYMENT, {"payment_id": payment_id}).first()
+def lock_payment(session: Session, payment_id: str) -> bool:
+    """Lock a payment's row for the rest of the transaction (SQLite: BEGIN IMMEDIATE did);
+    False if we have no row for it yet."""
+    return session.execute(_LOCK_PAYMENT, {"payment_id": payment_id}).first() is not None
