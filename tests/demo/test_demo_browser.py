@@ -109,7 +109,9 @@ def test_approve_in_the_browser_refunds_once_and_the_requester_is_refused(
         "[data-testid=thread]", has_text="Refunded 75.00 USD"
     ).wait_for()
     # The card says who filed it and who decided, in place of the buttons; and the truth
-    # about the customer: the demo has no customer channel, so nobody was told.
+    # about the customer: the demo has no customer channel, so nobody was told. That line
+    # comes with the customer message's job, which may run after the refund's thread reply.
+    card(page, "75.00 USD").get_by_text("Not sent to the customer").wait_for()
     decided = card(page, "75.00 USD").inner_text()
     assert "Filed by @Lee Park" in decided and "by @Lina Haddad" in decided, decided
     assert "Not sent to the customer" in decided and "Customer told" not in decided
