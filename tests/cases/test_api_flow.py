@@ -286,6 +286,32 @@ def test_api_key_is_required(desk: Harness) -> None:
     assert desk.counts() == before
 
 
+def test_a_bad_key_is_answered_401_before_anything_about_the_request(desk: Harness) -> None:
+    # The key is checked first, whatever else is wrong: an unknown key learns nothing about
+    # the body, the Idempotency-Key or the payment.
+    payment = desk.payment()
+    before = desk.counts()
+    too_long = "k" * 201
+    for kwargs in ({"raw": b"{nope"}, {"idempotency_key": too_long}):
+        body = None if "raw" in kwargs else desk.request(payment)
+        response = desk.post(body, **({"key": "rdk_wrong"} | kwargs))
+        assert response.status_code == 401, (kwargs, response.text)
+        assert response.json()["error"]["code"] == "unauthorized"
+    assert desk.counts() == before
+
+
+def test_an_idempotency_key_over_200_characters_is_refused_per_field(desk: Harness) -> None:
+    payment = desk.payment()
+    before = desk.counts()
+    response = desk.post(desk.request(payment), idempotency_key="k" * 201)
+    assert response.status_code == 422
+    assert response.json()["error"]["fields"] == {
+        "idempotency-key": "String should have at most 200 characters"
+    }
+    assert desk.counts() == before
+    assert desk.post(desk.request(payment), idempotency_key="k" * 200).status_code == 201
+
+
 def test_idempotency_key_same_body_same_case_other_body_409(desk: Harness) -> None:
     payment = desk.payment("30.00")
     first = desk.post(desk.request(payment, "20.00"), idempotency_key="order-1")

@@ -46,11 +46,11 @@ def authenticate(
     runtime: Annotated[Runtime, Depends(get_runtime)],
     authorization: Annotated[str | None, Header()] = None,
 ) -> ApiKey:
-    scheme, _, key = (authorization or "").partition(" ")
-    if scheme.lower() != "bearer" or not key.strip():
-        raise Unauthorized("unauthorized", "Send an API key as `Authorization: Bearer <key>`.")
+    """The API key the request carries, or 401. A FastAPI dependency (a thread hop of its own)
+    for the routes that read; intake checks it in its capture's thread (`_create`)."""
+    key = bearer_key(authorization)
     with runtime.db.read() as session:
-        row = session.scalars(_KEY_BY_HASH, {"key_hash": hash_key(key.strip())}).first()
+        row = session.scalars(_KEY_BY_HASH, {"key_hash": hash_key(key)}).first()
     now = clock.now()
     if row is None or not usable(row, now):
         raise Unauthorized("unauthorized", "The API key is not valid.")
@@ -58,22 +58,36 @@ def authenticate(
     return row
 
 
+def bearer_key(authorization: str | None) -> str:
+    """The key of an `Authorization: Bearer <key>` header, or 401 (no database needed)."""
+    scheme, _, key = (authorization or "").partition(" ")
+    if scheme.lower() != "bearer" or not key.strip():
+        raise Unauthorized("unauthorized", "Send an API key as `Authorization: Bearer <key>`.")
+    return key.strip()
+
+
+IDEMPOTENCY_KEY_MAX = 200
+
+
 @router.post("/refund-requests", status_code=201)
 async def create_refund_request(
     request: Request,
     runtime: Annotated[Runtime, Depends(get_runtime)],
-    api_key: Annotated[ApiKey, Depends(authenticate)],
-    idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
+    authorization: Annotated[str | None, Header()] = None,
+    idempotency_key: Annotated[str | None, Header()] = None,
     prefer: Annotated[str | None, Header()] = None,
 ) -> JSONResponse:
     """Answers once the case, its first audit record and its `advance` job are committed
     (status `received`); with `Prefer: wait=N` (N ≤ 10) it waits up to N seconds for the
-    case to stop moving (an outcome, or a person's turn) and answers with it as it is then."""
-    try:
-        data = json.loads(await request.body() or b"null")
-    except (ValueError, UnicodeDecodeError):
-        raise InvalidRequest("invalid_json", "The body is not valid JSON.") from None
-    view, created = await admitted(request, _create, runtime, data, api_key, idempotency_key)
+    case to stop moving (an outcome, or a person's turn) and answers with it as it is then.
+
+    The API key is checked in the capture's own thread, once the intake gate admits the
+    request, and before anything else is read: 401 comes first, as on every route."""
+    bearer_key(authorization)  # malformed: 401 before the gate
+    body = await request.body()
+    view, created = await admitted(
+        request, _authenticated_create, runtime, authorization, body, idempotency_key
+    )
     headers: dict[str, str] = {}
     wait = waiting.preferred_wait(prefer)
     if wait is not None:
@@ -86,6 +100,24 @@ async def create_refund_request(
         )
         headers["Preference-Applied"] = f"wait={int(wait)}"
     return JSONResponse(view, status_code=201 if created else 200, headers=headers)
+
+
+def _authenticated_create(
+    runtime: Runtime, authorization: str | None, body: bytes, idempotency_key: str | None
+) -> tuple[dict[str, Any], bool]:
+    """One thread hop for the whole request: the key, then the body, then the capture."""
+    api_key = authenticate(runtime, authorization)
+    if idempotency_key is not None and len(idempotency_key) > IDEMPOTENCY_KEY_MAX:
+        raise InvalidRequest(
+            "invalid_request",
+            "The request has invalid fields.",
+            {"idempotency-key": f"String should have at most {IDEMPOTENCY_KEY_MAX} characters"},
+        )
+    try:
+        data = json.loads(body or b"null")
+    except (ValueError, UnicodeDecodeError):
+        raise InvalidRequest("invalid_json", "The body is not valid JSON.") from None
+    return _create(runtime, data, api_key, idempotency_key)
 
 
 def _view(runtime: Runtime, case_id: str) -> dict[str, Any]:
