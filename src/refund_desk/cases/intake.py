@@ -9,10 +9,10 @@ from __future__ import annotations
 import hashlib
 import logging
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, EmailStr, Field, ValidationError, field_validator
 from sqlalchemy import bindparam, insert, select, update
@@ -22,14 +22,14 @@ from sqlmodel import Session, col
 from refund_desk import logs, money
 from refund_desk.cases import facts as case_facts
 from refund_desk.cases.errors import Conflict, InvalidRequest, Unavailable
-from refund_desk.cases.lifecycle import Status, mark_possible_duplicate
+from refund_desk.cases.lifecycle import Status, record_possible_duplicate
 from refund_desk.cases.ports import PaymentFacts, PaymentNotFound, ProcessorError, Provenance
 from refund_desk.governance.versions import active_version
 from refund_desk.storage.audit import Actor, canonical
 from refund_desk.storage.crypto import CustomerCipher
 from refund_desk.storage.db import lock_payment
 from refund_desk.storage.jobs import queue
-from refund_desk.storage.models import Case, Execution, IntakeKey, Payment
+from refund_desk.storage.models import Case, Execution, IntakeKey, Payment, row_defaults
 
 if TYPE_CHECKING:
     from refund_desk.cases.desk import Desk
@@ -115,6 +115,8 @@ class Submitted:
     case_id: str
     created: bool
     job_id: int | None = None
+    # A case this call created: its row as the capture inserted it (the answer needs no read).
+    row: Mapping[str, Any] | None = None
 
 
 def new_id(prefix: str) -> str:
@@ -252,31 +254,27 @@ def _capture(
     now = desk.now()
     case_id, correlation_id = new_id("case"), new_id("req")
     email_hash = sealed.cipher.email_hash
-    # Made before the writer is taken; what only the transaction knows is filled in there.
-    case = Case(
-        id=case_id,
-        status=Status.received,
-        source=request.source,
-        external_id=request.external_id,
-        correlation_id=correlation_id,
-        payment_id=payment.id,
-        currency=request.currency,
-        requested_amount=request.amount_minor(),
-        amount=0,  # and its source: below, once what is left is known
-        amount_source=Provenance.customer_input,
-        reason=request.reason,
-        reason_source=Provenance.customer_input if request.reason else None,
-        email_enc=sealed.email,
-        email_hash=email_hash,
-        name_enc=sealed.name,
-        message_enc=sealed.message,
-        customer_verified=sealed.verified,
-        callback_url=request.callback_url,
-        requested_by=requested_by,
-        created_at=now,
-        updated_at=now,
-    )
-    ready = sealed
+    # The case's row, made before the writer is taken; what only the transaction knows is
+    # filled in there. It is written as one plain INSERT: no ORM object is built or flushed
+    # unless `prepare` asks for one.
+    row = _CASE_DEFAULTS | {
+        "id": case_id,
+        "status": Status.received,
+        "source": request.source,
+        "external_id": request.external_id,
+        "correlation_id": correlation_id,
+        "payment_id": payment.id,
+        "currency": request.currency,
+        "requested_amount": request.amount_minor(),
+        "reason": request.reason,
+        "reason_source": Provenance.customer_input if request.reason else None,
+        "email_hash": email_hash,
+        "customer_verified": sealed.verified,
+        "callback_url": request.callback_url,
+        "requested_by": requested_by,
+        "created_at": now,
+        "updated_at": now,
+    }
     with desk.db.write() as session:
         first_sighting = _upsert_payment(desk, session, payment)
         if idempotency_key and api_key_id is not None:
@@ -303,35 +301,49 @@ def _capture(
         # (an erasure since the read destroyed it: sealed again under the new one).
         customer = desk.vault.for_customer(session, email_hash, ready=sealed.cipher)
         sealed = sealed.under(customer, request, payment)
-        if sealed is not ready:
-            case.email_enc, case.name_enc = sealed.email, sealed.name
-            case.message_enc = sealed.message
-        case.amount, case.amount_source = amount, amount_source
-        case.possible_duplicate, case.duplicate_of = duplicate_of is not None, duplicate_of
-        case.policy_version = active_version(session)
-        session.add(case)
-        session.flush()
+        row |= {
+            "email_enc": sealed.email,
+            "name_enc": sealed.name,
+            "message_enc": sealed.message,
+            "amount": amount,
+            "amount_source": amount_source,
+            "possible_duplicate": duplicate_of is not None,
+            "duplicate_of": duplicate_of,
+            "policy_version": active_version(session),
+        }
+        session.execute(_INSERT_CASE, row)
         desk.audit.append(
             session,
             action="request.received",
             actor=actor,
-            case_id=case.id,
-            correlation_id=case.correlation_id,
-            policy_version=case.policy_version,
+            case_id=case_id,
+            correlation_id=correlation_id,
+            policy_version=row["policy_version"],
             payload={
-                "source": case.source,
-                "external_id": case.external_id,
-                "payment": case.payment_id,
-                "amount": case.amount,
-                "currency": case.currency,
-                "amount_source": case.amount_source,
-                "customer_verified": case.customer_verified,
+                "source": row["source"],
+                "external_id": row["external_id"],
+                "payment": row["payment_id"],
+                "amount": amount,
+                "currency": row["currency"],
+                "amount_source": amount_source,
+                "customer_verified": row["customer_verified"],
                 "has_message": bool(request.message),
             },
         )
         if duplicate_of:
-            mark_possible_duplicate(session, desk.audit, case, duplicate_of, actor=actor)
+            record_possible_duplicate(
+                session,
+                desk.audit,
+                case_id=case_id,
+                correlation_id=correlation_id,
+                policy_version=row["policy_version"],
+                duplicate_of=duplicate_of,
+                actor=actor,
+            )
         if prepare is not None:
+            # The case as an object, for what the channel adds to it (flushed at the commit).
+            case = session.get(Case, case_id)
+            assert case is not None, "inserted above, in this transaction"
             prepare(session, case)
         if idempotency_key and api_key_id is not None:
             session.add(
@@ -339,23 +351,27 @@ def _capture(
                     api_key_id=api_key_id,
                     key=idempotency_key,
                     body_hash=fingerprint,
-                    case_id=case.id,
+                    case_id=case_id,
                     created_at=now,
                 )
             )
         # Handed to this process's worker (Desk.hand_off); a sweep takes over after the grace.
         job_id = queue(
-            session, kind=ADVANCE, payload={"case_id": case.id}, due_at=desk.due_for_hand_off()
+            session, kind=ADVANCE, payload={"case_id": case_id}, due_at=desk.due_for_hand_off()
         )
-        logs.bind(case.id, case.correlation_id)  # the rest of this request is about the case
+        logs.bind(case_id, correlation_id)  # the rest of this request is about the case
         log.info(
             "case %s received from %s: %s (%s)",
-            case.id,
-            case.source,
-            money.format_money(case.amount, case.currency),
+            case_id,
+            row["source"],
+            money.format_money(amount, row["currency"]),
             "possible duplicate" if duplicate_of else "new",
         )
-        return Submitted(case.id, created=True, job_id=job_id), customer
+        return Submitted(case_id, created=True, job_id=job_id, row=row), customer
+
+
+_CASE_DEFAULTS = row_defaults(Case)
+_INSERT_CASE = insert(Case.__table__)  # type: ignore[attr-defined]  # built once
 
 
 # The capture's statements on the payments table, built once (SQLAlchemy reuses their

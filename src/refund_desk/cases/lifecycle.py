@@ -110,13 +110,36 @@ def mark_possible_duplicate(
     """The case may repeat a recent refund of the same amount on the same payment: flagged,
     and `request.possible_duplicate` on the record in the same transaction."""
     case.possible_duplicate, case.duplicate_of = True, duplicate_of
+    record_possible_duplicate(
+        session,
+        audit,
+        case_id=case.id,
+        correlation_id=case.correlation_id,
+        policy_version=case.policy_version,
+        duplicate_of=duplicate_of,
+        actor=actor,
+    )
+
+
+def record_possible_duplicate(
+    session: Session,
+    audit: AuditLog,
+    *,
+    case_id: str,
+    correlation_id: str,
+    policy_version: int | None,
+    duplicate_of: str,
+    actor: Actor,
+) -> None:
+    """`request.possible_duplicate` on the record, for a case whose row already says so (the
+    capture writes the flag with the row)."""
     audit.append(
         session,
         action="request.possible_duplicate",
         actor=actor,
-        case_id=case.id,
-        correlation_id=case.correlation_id,
-        policy_version=case.policy_version,
+        case_id=case_id,
+        correlation_id=correlation_id,
+        policy_version=policy_version,
         payload={"duplicate_of": duplicate_of},
     )
 

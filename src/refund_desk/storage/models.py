@@ -17,6 +17,16 @@ from refund_desk import clock
 from refund_desk.storage.types import UTCDateTime
 
 
+def row_defaults(model: type[SQLModel]) -> dict[str, Any]:
+    """The model's plain defaults by column (not its default factories): the values a row
+    written as a plain `INSERT` takes where the caller names none, as the ORM would write."""
+    return {
+        name: field.default
+        for name, field in model.model_fields.items()
+        if not field.is_required() and field.default_factory is None
+    }
+
+
 def _optional_ts() -> Any:
     return Field(default=None, sa_column=Column(UTCDateTime(), nullable=True))
 

@@ -14,7 +14,7 @@ from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 from sqlalchemy import bindparam, select
-from sqlmodel import Session, col
+from sqlmodel import col
 
 from refund_desk import clock
 from refund_desk.api_keys import hash_key, mark_used, usable
@@ -136,23 +136,17 @@ def _create(
                 "invalid_request", "The request has invalid fields.", {"callback_url": found}
             )
     desk = runtime.desk
-    answer: dict[str, Any] = {}
-
-    def read_answer(session: Session, case: Case) -> None:
-        # The answer is the case as the capture's transaction inserted it: no transaction
-        # more, and no read (nothing refers to the new case yet).
-        answer.update(new_case_view(case))
-
     submitted = submit(
         desk,
         refund_request,
         actor=Actor("api", api_key.name),
         api_key_id=api_key.id,
         idempotency_key=idempotency_key or None,
-        prepare=read_answer,
     )
-    if desk.hand_off(submitted.job_id) and answer:
-        return answer, True  # the worker advances the case; the answer does not wait
+    if desk.hand_off(submitted.job_id) and submitted.row is not None:
+        # The worker advances the case; the answer does not wait, and needs no read: it is
+        # the case as the capture inserted it (nothing refers to it yet).
+        return new_case_view(Case(**submitted.row)), True
     # A replay, or the job ran here (no worker in this process): the case as it is now.
     return _view(runtime, submitted.case_id), submitted.created
 
