@@ -45,8 +45,9 @@ class Settings(BaseSettings):
     # the server's own threads run them.
     job_processes: int = Field(0, ge=0, le=64, validation_alias="REFUND_DESK_JOB_PROCESSES")
     # Intake requests a replica captures at once (`web/admission.py`); the rest wait their
-    # turn on the event loop, holding no thread and no connection. Default: 2 with job
-    # processes, no limit when the replica's threads run the jobs; 0: no limit.
+    # turn on the event loop, holding no thread and no connection. Default: 1 with job
+    # processes and the sandbox processor; no limit when the replica's threads run the jobs
+    # or the processor is reached over the network (Stripe); 0: no limit.
     intake_concurrency: int | None = Field(
         None, ge=0, le=64, validation_alias="REFUND_DESK_INTAKE_CONCURRENCY"
     )

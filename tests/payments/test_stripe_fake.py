@@ -175,3 +175,16 @@ def test_kwd_amount_stripe_would_refuse_is_refused_at_intake_before_any_call(
     assert on_fake.counts() == before
     assert ("POST", "/v1/refunds") not in fake_stripe.fake.requests
     assert fake_stripe.fake.refunds == {}
+
+
+def test_with_stripe_and_job_processes_intake_is_not_gated_by_default(
+    on_fake: StripeHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A capture asks Stripe about the payment over the network and mostly waits: a default
+    # limit of one or two captures at a time would make intake as slow as Stripe's answers.
+    from refund_desk.web.app import create_app
+
+    monkeypatch.setattr(on_fake.runtime.settings, "job_processes", 1)
+    assert create_app(on_fake.runtime, scheduler=False).state.intake_gate.limit is None
+    monkeypatch.setattr(on_fake.runtime.settings, "intake_concurrency", 3)
+    assert create_app(on_fake.runtime, scheduler=False).state.intake_gate.limit == 3

@@ -86,10 +86,12 @@ def test_no_limit_runs_everything_at_once() -> None:
 
 
 def test_the_default_limit_depends_on_where_the_jobs_run() -> None:
-    assert intake_limit(None, jobs_elsewhere=False) is None
-    assert intake_limit(None, jobs_elsewhere=True) == 2
-    assert intake_limit(0, jobs_elsewhere=True) is None
-    assert intake_limit(3, jobs_elsewhere=False) == 3
+    assert intake_limit(None, jobs_elsewhere=False, processor_is_remote=False) is None
+    assert intake_limit(None, jobs_elsewhere=True, processor_is_remote=False) == 1
+    # A capture that waits on the processor's network answer is not limited by default.
+    assert intake_limit(None, jobs_elsewhere=True, processor_is_remote=True) is None
+    assert intake_limit(0, jobs_elsewhere=True, processor_is_remote=False) is None
+    assert intake_limit(3, jobs_elsewhere=False, processor_is_remote=True) == 3
     with pytest.raises(ValueError):
         IntakeGate(0)
 

@@ -20,18 +20,24 @@ from starlette.requests import Request
 T = TypeVar("T")
 
 
-DEFAULT_WITH_JOB_PROCESSES = 2
+DEFAULT_WITH_JOB_PROCESSES = 1
 
 
-def intake_limit(configured: int | None, *, jobs_elsewhere: bool) -> int | None:
+def intake_limit(
+    configured: int | None, *, jobs_elsewhere: bool, processor_is_remote: bool
+) -> int | None:
     """How many captures a replica runs at once (None: no limit).
 
-    Measured (performance.md, round 4): where the replica's own threads run the jobs, a limit
-    hands the interpreter to the job threads and intake slows down, so there is none by
-    default; where job processes run them, 2 at a time keep the throughput and cut the p99.
+    Measured (performance.md, rounds 4 and 7): where the replica's own threads run the jobs, a
+    limit hands the interpreter to the job threads and intake slows down, so there is none by
+    default; where job processes run them, one at a time gives the most requests a second
+    and the shortest p99 on SQLite and on PostgreSQL (a capture is all CPU and database, and
+    two in threads only take the interpreter from each other). Not with a processor reached
+    over the network (Stripe): a capture asks it about the payment and mostly waits, so a
+    limit would make intake as slow as the processor's answers; none by default there.
     `REFUND_DESK_INTAKE_CONCURRENCY` sets it (0: no limit)."""
     if configured is None:
-        return DEFAULT_WITH_JOB_PROCESSES if jobs_elsewhere else None
+        return DEFAULT_WITH_JOB_PROCESSES if jobs_elsewhere and not processor_is_remote else None
     return configured or None
 
 

@@ -262,7 +262,9 @@ def create_app(
     app.state.case_waiters = waiters = waiting.CaseWaiters()  # for `Prefer: wait=N`
     app.state.intake_gate = IntakeGate(
         intake_limit(
-            runtime.settings.intake_concurrency, jobs_elsewhere=runtime.desk.jobs_elsewhere
+            runtime.settings.intake_concurrency,
+            jobs_elsewhere=runtime.desk.jobs_elsewhere,
+            processor_is_remote=runtime.sandbox is None,  # the sandbox is this database
         )
     )
     runtime.desk.jobs.listeners.append(waiters.job_finished)
