@@ -53,7 +53,26 @@ def canonical(obj: Any) -> str:
     return _CANONICAL.encode(obj)
 
 
-def _body(record: AuditRecord) -> dict[str, Any]:
+@dataclass(slots=True)
+class Appended:
+    """A record appended in a transaction, as its row will be written at the commit (`_seal`
+    numbers, links and hashes it then). A plain object: building an `AuditRecord` (a SQLModel
+    table object) for each of a refund's appends cost more than the INSERT that writes them."""
+
+    at: datetime
+    case_id: str | None
+    correlation_id: str | None
+    actor_kind: str
+    actor_id: str | None
+    action: str
+    policy_version: int | None
+    payload: dict[str, Any]
+    seq: int = 0
+    prev_hash: str = ""
+    hash: str = ""
+
+
+def _body(record: AuditRecord | Appended) -> dict[str, Any]:
     return {
         "seq": record.seq,
         "at": record.at.isoformat(),
@@ -68,7 +87,7 @@ def _body(record: AuditRecord) -> dict[str, Any]:
     }
 
 
-def record_hash(secret: str, record: AuditRecord) -> str:
+def record_hash(secret: str, record: AuditRecord | Appended) -> str:
     return keyed_hash(secret, "audit-chain", canonical(_body(record)))
 
 
@@ -90,7 +109,7 @@ class AuditLog:
         policy_version: int | None = None,
         payload: dict[str, Any] | None = None,
         at: datetime | None = None,
-    ) -> AuditRecord:
+    ) -> Appended:
         """Append inside the caller's transaction; it commits or rolls back with the change.
 
         The record is linked into the chain (its number, the previous hash, its own hash) as
@@ -103,8 +122,7 @@ class AuditLog:
             raise RuntimeError("audit records are appended outside savepoints")
         # Round-trip the payload through JSON so the hash covers exactly what is stored.
         stored_payload = json.loads(canonical(payload or {}))
-        record = AuditRecord(
-            seq=0,  # numbered, linked and hashed at commit (`_seal`)
+        record = Appended(  # numbered, linked and hashed at commit (`_seal`)
             at=(at or clock.now()).astimezone(UTC),  # hashed as stored: in UTC
             case_id=case_id,
             correlation_id=correlation_id,
@@ -113,16 +131,14 @@ class AuditLog:
             action=action,
             policy_version=policy_version,
             payload=stored_payload,
-            prev_hash="",
-            hash="",
         )
-        pending: tuple[AuditLog, list[AuditRecord]] | None = session.info.get(PENDING)
+        pending: tuple[AuditLog, list[Appended]] | None = session.info.get(PENDING)
         if pending is None:
             pending = session.info[PENDING] = (self, [])
         pending[1].append(record)
         return record
 
-    def _seal(self, session: Session, pending: list[AuditRecord]) -> None:
+    def _seal(self, session: Session, pending: list[Appended]) -> None:
         """Link this transaction's records into the chain, in the order they were appended.
 
         The transaction's other changes are flushed first, so the head is locked (PostgreSQL)
@@ -163,7 +179,7 @@ _MOVE_HEAD = (
 def _seal_pending(session: Session) -> None:
     if session.in_nested_transaction():
         return
-    pending: tuple[AuditLog, list[AuditRecord]] | None = session.info.pop(PENDING, None)
+    pending: tuple[AuditLog, list[Appended]] | None = session.info.pop(PENDING, None)
     if pending is not None:
         log, records = pending
         log._seal(session, records)
