@@ -116,3 +116,41 @@ def test_writers_that_can_wait_get_their_turns_in_order_of_arrival() -> None:
     assert order == list(range(6))
     turns.acquire(True)  # free again: taken at once
     turns.release()
+
+
+def test_an_urgent_writer_goes_before_another_process_writing_back_to_back(
+    tmp_path: Path,
+) -> None:
+    """A job process commits one transaction after another; a server's Slack listener (urgent)
+    waits for the one in progress at most, not for every one the job process starts next: a
+    process that releases the writer and asks again at once would otherwise win each time."""
+    url = f"sqlite:///{tmp_path / 'busy.db'}"
+    jobs, server = Database.from_url(url), Database.from_url(url)  # two processes' handles
+    with jobs.write() as session:
+        session.execute(text("CREATE TABLE t (who TEXT)"))
+    stop, started = threading.Event(), threading.Event()
+
+    def job_process() -> None:
+        while not stop.is_set():
+            with jobs.write() as session:
+                session.execute(text("INSERT INTO t VALUES ('job')"))
+                started.set()
+                time.sleep(0.005)
+
+    worker = threading.Thread(target=job_process)
+    worker.start()
+    try:
+        started.wait(5)
+        time.sleep(0.05)
+        with server.read() as session:
+            before = session.execute(text("SELECT count(*) FROM t")).scalar_one()
+        with server.urgent(), server.write() as session:
+            jobs_between = session.execute(text("SELECT count(*) FROM t")).scalar_one() - before
+            session.execute(text("INSERT INTO t VALUES ('urgent')"))
+    finally:
+        stop.set()
+        worker.join(10)
+    assert jobs_between <= 1, f"{jobs_between} job transactions went first"
+    assert (tmp_path / "busy.db.urgent").exists()
+    jobs.dispose()
+    server.dispose()

@@ -124,36 +124,63 @@ class SqliteWriters:
     writers first), and the processes on the file (a server and its job processes, a CLI) on
     an exclusive `flock` of a file beside it, which the kernel hands over as soon as it is
     released, instead of SQLite's busy handler, which sleeps in growing steps and lets a busy
-    process starve the others."""
+    process starve the others.
+
+    Urgent writers go first across processes too: each holds a shared `flock` of a second
+    file (`.urgent`) from before it waits for the writer until it is done, and every other
+    writer passes that file's exclusive lock (taken and dropped at once) before it waits: a
+    job process's next transaction waits while a Slack listener's is waiting or running,
+    instead of taking turns with it."""
 
     def __init__(self, path: str | None) -> None:
         self._turns = _Turns()
         self._fd: int | None = None
+        self._urgent_fd: int | None = None
         if path and path != ":memory:" and fcntl is not None:
             self._fd = os.open(f"{path}.writer", os.O_RDWR | os.O_CREAT, 0o600)
+            self._urgent_fd = os.open(f"{path}.urgent", os.O_RDWR | os.O_CREAT, 0o600)
+        self._held_urgent = False  # only the thread whose turn it is reads or sets it
 
     def __enter__(self) -> None:
-        self._turns.acquire(_URGENT.get())
-        if self._fd is not None:
-            try:
-                fcntl.flock(self._fd, fcntl.LOCK_EX)
-            except BaseException:
-                self._turns.release()
-                raise
+        urgent = _URGENT.get()
+        self._turns.acquire(urgent)
+        if self._fd is None or self._urgent_fd is None:
+            return
+        try:
+            if urgent:
+                fcntl.flock(self._urgent_fd, fcntl.LOCK_SH)
+                self._held_urgent = True
+            else:  # the turnstile: closed while another process's urgent writer waits or runs
+                fcntl.flock(self._urgent_fd, fcntl.LOCK_EX)
+                fcntl.flock(self._urgent_fd, fcntl.LOCK_UN)
+            fcntl.flock(self._fd, fcntl.LOCK_EX)
+        except BaseException:
+            self._drop_urgent()
+            self._turns.release()
+            raise
 
     def __exit__(self, *exc: object) -> None:
         try:
             if self._fd is not None:
                 fcntl.flock(self._fd, fcntl.LOCK_UN)
         finally:
-            self._turns.release()
+            try:
+                self._drop_urgent()
+            finally:
+                self._turns.release()
+
+    def _drop_urgent(self) -> None:
+        if self._held_urgent and self._urgent_fd is not None:
+            self._held_urgent = False
+            fcntl.flock(self._urgent_fd, fcntl.LOCK_UN)
 
     def close(self) -> None:
         self._turns.acquire(True)
         try:
-            if self._fd is not None:
-                os.close(self._fd)
-                self._fd = None
+            for fd in (self._fd, self._urgent_fd):
+                if fd is not None:
+                    os.close(fd)
+            self._fd = self._urgent_fd = None
         finally:
             self._turns.release()
 
