@@ -8,10 +8,11 @@ acknowledges (the refund itself runs as a job); the bare app only verifies the s
 acknowledges. Prints the acks' p50/p99 and the ratio. SQLite by default.
 
     python bench/slack_ack_bench.py [--clicks 50] [--requests 295] [--concurrency 16]
-        [--database sqlite|postgres] [--job-processes N]
+        [--database sqlite|postgres] [--job-processes N] [--profile DIR]
 
 `--job-processes N` runs Refund Desk's jobs in N processes apart from the HTTP server
-(`serve --job-processes N`).
+(`serve --job-processes N`); `--profile DIR` samples Refund Desk with py-spy while the clicks
+and the load run (`parts/profile_summary.py` reads it).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import argparse
 import asyncio
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -43,6 +45,7 @@ from throughput_bench import (
     drive,
     free_port,
     prepare,
+    profile_of,
     start,
     stop,
 )
@@ -157,6 +160,7 @@ def refund_desk(database_url: str, args: argparse.Namespace) -> tuple[list[float
             url = f"http://127.0.0.1:{port}"
             serve = ["serve", "--port", str(port), "--job-processes", str(args.job_processes)]
             proc = start([sys.executable, "-m", "refund_desk", *serve], env, cwd, url)
+            spy = None
             try:
                 headers = {"Authorization": f"Bearer {key}"}
                 cases = []
@@ -173,10 +177,14 @@ def refund_desk(database_url: str, args: argparse.Namespace) -> tuple[list[float
                         cases.append(answer["id"])
                 clicks = [click(token_for(database_url, c), n) for n, c in enumerate(cases)]
                 bodies = bodies_for(payments)
+                spy = profile_of(proc, args.profile, "slack-acks") if args.profile else None
                 latencies = asyncio.run(
                     clicks_under_load(url, bodies, headers, args.concurrency, clicks)
                 )
             finally:
+                if spy is not None:
+                    spy.send_signal(signal.SIGINT)  # py-spy writes its file and exits
+                    spy.wait(timeout=60)
                 stop(proc)
             approved = count_approvals(database_url)
         finally:
@@ -224,6 +232,9 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--database", choices=["sqlite", "postgres"], default="sqlite")
     parser.add_argument("--job-processes", type=int, default=0)
+    parser.add_argument(
+        "--profile", type=Path, help="sample Refund Desk with py-spy into this folder"
+    )
     args = parser.parse_args()
     url_for = SqliteUrl if args.database == "sqlite" else PostgresUrl
     print(
