@@ -300,6 +300,24 @@ def test_a_bad_key_is_answered_401_before_anything_about_the_request(desk: Harne
     assert desk.counts() == before
 
 
+def test_a_key_revoked_while_this_replica_remembers_it_valid_makes_no_case(
+    desk: Harness,
+) -> None:
+    # A key found valid a moment ago has its body read before the key is checked again; that
+    # check, in the capture's thread, still refuses a key revoked since.
+    from refund_desk.api_keys import revoke_api_key
+    from refund_desk.storage.audit import Actor
+
+    payment = desk.payment()
+    assert desk.post(desk.request(payment, "5.00")).status_code == 201  # remembered valid now
+    revoke_api_key(desk.runtime.db, "tests", audit=desk.runtime.desk.audit, actor=Actor("cli"))
+    before = desk.counts()
+    response = desk.post(desk.request(payment, "6.00"))
+    assert response.status_code == 401
+    assert response.json()["error"]["code"] == "unauthorized"
+    assert desk.counts() == before
+
+
 def test_an_idempotency_key_over_200_characters_is_refused_per_field(desk: Harness) -> None:
     payment = desk.payment()
     before = desk.counts()

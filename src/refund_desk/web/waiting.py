@@ -44,7 +44,7 @@ def preferred_wait(header: str | None) -> float | None:
         if name.strip().lower() != "wait":
             continue
         value = value.strip().strip('"')
-        if not value.isdigit():
+        if not (value.isascii() and value.isdigit()):  # "²" is a digit to isdigit, not to float
             return None
         return min(float(value), MAX_WAIT_SECONDS)
     return None

@@ -7,6 +7,7 @@ the event loop stays free.
 from __future__ import annotations
 
 import json
+import time
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
@@ -69,6 +70,35 @@ def bearer_key(authorization: str | None) -> str:
 IDEMPOTENCY_KEY_MAX = 200
 
 
+class RecentKeys:
+    """Key hashes the database found valid in the last `SECONDS`, in this replica.
+
+    Intake checks a key in its capture's own thread, after the intake gate admits it. A key
+    not seen valid lately is checked first instead, in a thread hop of its own, before the
+    body is read: a bad key gets 401 before any other answer (no `100 Continue`), and never
+    takes a turn at the gate. This memory only chooses between the two orders; the capture
+    checks the key whatever it says, so a key revoked a moment ago still gets 401, only
+    after its body was read."""
+
+    SECONDS = 5.0
+    MOST = 1000  # forgotten all at once beyond this many keys
+
+    def __init__(self) -> None:
+        self._seen: dict[str, float] = {}
+
+    def recent(self, key_hash: str) -> bool:
+        seen = self._seen.get(key_hash)
+        return seen is not None and time.monotonic() - seen < self.SECONDS
+
+    def note(self, key_hash: str) -> None:
+        if len(self._seen) >= self.MOST:
+            self._seen.clear()
+        self._seen[key_hash] = time.monotonic()
+
+    def forget(self, key_hash: str) -> None:
+        self._seen.pop(key_hash, None)
+
+
 @router.post("/refund-requests", status_code=201)
 async def create_refund_request(
     request: Request,
@@ -81,15 +111,18 @@ async def create_refund_request(
     (status `received`); with `Prefer: wait=N` (N ≤ 10) it waits up to N seconds for the
     case to stop moving (an outcome, or a person's turn) and answers with it as it is then.
 
-    The API key is checked in the capture's own thread, once the intake gate admits the
-    request, and before anything else is read: 401 comes first, as on every route."""
-    bearer_key(authorization)  # malformed: 401 before the gate
+    401 comes before any other answer: a key not seen valid lately is checked before the body
+    is read (`RecentKeys`); every key is checked again in the capture's own thread."""
+    key_hash = hash_key(bearer_key(authorization))  # a malformed header: 401 at once
+    recent: RecentKeys = request.app.state.recent_keys
+    if not recent.recent(key_hash):
+        await run_in_threadpool(_checked_key, runtime, authorization, recent, key_hash)
+    wait = waiting.preferred_wait(prefer)  # read before anything is written
     body = await request.body()
     view, created = await admitted(
-        request, _authenticated_create, runtime, authorization, body, idempotency_key
+        request, _authenticated_create, runtime, authorization, body, idempotency_key, recent
     )
     headers: dict[str, str] = {}
-    wait = waiting.preferred_wait(prefer)
     if wait is not None:
         waiters: waiting.CaseWaiters = request.app.state.case_waiters
         view = await waiters.wait(
@@ -102,11 +135,28 @@ async def create_refund_request(
     return JSONResponse(view, status_code=201 if created else 200, headers=headers)
 
 
+def _checked_key(
+    runtime: Runtime, authorization: str | None, recent: RecentKeys, key_hash: str
+) -> ApiKey:
+    """`authenticate`, remembering a key found valid and forgetting one found not."""
+    try:
+        api_key = authenticate(runtime, authorization)
+    except Unauthorized:
+        recent.forget(key_hash)
+        raise
+    recent.note(key_hash)
+    return api_key
+
+
 def _authenticated_create(
-    runtime: Runtime, authorization: str | None, body: bytes, idempotency_key: str | None
+    runtime: Runtime,
+    authorization: str | None,
+    body: bytes,
+    idempotency_key: str | None,
+    recent: RecentKeys,
 ) -> tuple[dict[str, Any], bool]:
     """One thread hop for the whole request: the key, then the body, then the capture."""
-    api_key = authenticate(runtime, authorization)
+    api_key = _checked_key(runtime, authorization, recent, hash_key(bearer_key(authorization)))
     if idempotency_key is not None and len(idempotency_key) > IDEMPOTENCY_KEY_MAX:
         raise InvalidRequest(
             "invalid_request",
