@@ -13,7 +13,7 @@ import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import func, or_, select, update
+from sqlalchemy import bindparam, func, or_, select, update
 from sqlmodel import Session, col
 
 from refund_desk import clock
@@ -73,12 +73,36 @@ def list_api_keys(session: Session) -> list[KeyInfo]:
     ]
 
 
-def usable(row: ApiKey, now: datetime) -> bool:
+@dataclass(frozen=True)
+class Presented:
+    """The stored state of a key a request presented: what authenticating it needs."""
+
+    id: int
+    name: str
+    revoked_at: datetime | None
+    expires_at: datetime | None
+    last_used_at: datetime | None
+
+
+_KEYS = ApiKey.__table__  # type: ignore[attr-defined]
+_PRESENTED = select(  # built once: it runs for every API request
+    _KEYS.c.id, _KEYS.c.name, _KEYS.c.revoked_at, _KEYS.c.expires_at, _KEYS.c.last_used_at
+).where(_KEYS.c.key_hash == bindparam("key_hash"))
+
+
+def presented(db: Database, key: str) -> Presented | None:
+    """The key's stored state, if it is one of ours (whether it is usable: `usable`)."""
+    with db.read_rows() as connection:
+        row = connection.execute(_PRESENTED, {"key_hash": hash_key(key)}).first()
+    return None if row is None else Presented(*row)
+
+
+def usable(row: ApiKey | Presented, now: datetime) -> bool:
     """Not revoked, and not past the grace period of a rotation."""
     return row.revoked_at is None and (row.expires_at is None or row.expires_at > now)
 
 
-def mark_used(db: Database, row: ApiKey, now: datetime) -> None:
+def mark_used(db: Database, row: ApiKey | Presented, now: datetime) -> None:
     """Record that the key was used; at most once a minute, so a busy key costs no writes."""
     if row.last_used_at is not None and now - row.last_used_at < USE_RESOLUTION:
         return

@@ -21,7 +21,7 @@ try:
 except ImportError:  # pragma: no cover - not on Windows: SQLite's busy handler alone
     fcntl = None  # type: ignore[assignment]
 
-from sqlalchemy import Engine, bindparam, create_engine, event, select
+from sqlalchemy import Connection, Engine, bindparam, create_engine, event, select
 from sqlmodel import Session
 
 from refund_desk import logs
@@ -253,6 +253,13 @@ class Database:
             session.begin(),
         ):
             yield session
+
+    @contextmanager
+    def read_rows(self) -> Iterator[Connection]:
+        """One read transaction on a plain connection, for a read that wants rows, not ORM
+        objects: about half the cost of `read`, whose session is built for each transaction."""
+        with self._read_engine.begin() as connection:
+            yield connection
 
     def _info(self) -> dict[str, Any]:
         return {_DEPLOYMENT: self.deployment, _SHARED: self._shared}

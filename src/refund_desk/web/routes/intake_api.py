@@ -14,11 +14,9 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
-from sqlalchemy import bindparam, select
-from sqlmodel import col
 
 from refund_desk import clock
-from refund_desk.api_keys import hash_key, mark_used, usable
+from refund_desk.api_keys import Presented, hash_key, mark_used, presented, usable
 from refund_desk.cases import listing
 from refund_desk.cases.errors import InvalidRequest, Unauthorized
 from refund_desk.cases.intake import parse_request, submit
@@ -28,7 +26,7 @@ from refund_desk.customers import addresses, erasure
 from refund_desk.customers.evidence import EvidenceStore
 from refund_desk.runtime import Runtime
 from refund_desk.storage.audit import Actor
-from refund_desk.storage.models import ApiKey, Case
+from refund_desk.storage.models import Case
 from refund_desk.web import waiting
 from refund_desk.web.admission import admitted
 
@@ -40,18 +38,13 @@ def get_runtime(request: Request) -> Runtime:
     return runtime
 
 
-_KEY_BY_HASH = select(ApiKey).where(col(ApiKey.key_hash) == bindparam("key_hash"))  # built once
-
-
 def authenticate(
     runtime: Annotated[Runtime, Depends(get_runtime)],
     authorization: Annotated[str | None, Header()] = None,
-) -> ApiKey:
+) -> Presented:
     """The API key the request carries, or 401. A FastAPI dependency (a thread hop of its own)
     for the routes that read; intake checks it in its capture's thread (`_create`)."""
-    key = bearer_key(authorization)
-    with runtime.db.read() as session:
-        row = session.scalars(_KEY_BY_HASH, {"key_hash": hash_key(key)}).first()
+    row = presented(runtime.db, bearer_key(authorization))
     now = clock.now()
     if row is None or not usable(row, now):
         raise Unauthorized("unauthorized", "The API key is not valid.")
@@ -76,9 +69,9 @@ class RecentKeys:
     Intake checks a key in its capture's own thread, after the intake gate admits it. A key
     not seen valid lately is checked first instead, in a thread hop of its own, before the
     body is read: a bad key gets 401 before any other answer (no `100 Continue`), and never
-    takes a turn at the gate. This memory only chooses between the two orders; the capture
-    checks the key whatever it says, so a key revoked a moment ago still gets 401, only
-    after its body was read."""
+    takes a turn at the gate (and is not checked again in the capture). This memory only
+    chooses between the two orders: a key it remembers is checked in the capture, so a key
+    revoked a moment ago still gets 401, only after its body was read."""
 
     SECONDS = 5.0
     MOST = 1000  # forgotten all at once beyond this many keys
@@ -115,12 +108,20 @@ async def create_refund_request(
     is read (`RecentKeys`); every key is checked again in the capture's own thread."""
     key_hash = hash_key(bearer_key(authorization))  # a malformed header: 401 at once
     recent: RecentKeys = request.app.state.recent_keys
+    checked: Presented | None = None  # checked here, before the body: not again in the capture
     if not recent.recent(key_hash):
-        await run_in_threadpool(_checked_key, runtime, authorization, recent, key_hash)
+        checked = await run_in_threadpool(_checked_key, runtime, authorization, recent, key_hash)
     wait = waiting.preferred_wait(prefer)  # read before anything is written
     body = await request.body()
     view, created = await admitted(
-        request, _authenticated_create, runtime, authorization, body, idempotency_key, recent
+        request,
+        _authenticated_create,
+        runtime,
+        authorization,
+        body,
+        idempotency_key,
+        recent,
+        checked,
     )
     headers: dict[str, str] = {}
     if wait is not None:
@@ -137,7 +138,7 @@ async def create_refund_request(
 
 def _checked_key(
     runtime: Runtime, authorization: str | None, recent: RecentKeys, key_hash: str
-) -> ApiKey:
+) -> Presented:
     """`authenticate`, remembering a key found valid and forgetting one found not."""
     try:
         api_key = authenticate(runtime, authorization)
@@ -154,9 +155,13 @@ def _authenticated_create(
     body: bytes,
     idempotency_key: str | None,
     recent: RecentKeys,
+    checked: Presented | None,
 ) -> tuple[dict[str, Any], bool]:
-    """One thread hop for the whole request: the key, then the body, then the capture."""
-    api_key = _checked_key(runtime, authorization, recent, hash_key(bearer_key(authorization)))
+    """One thread hop for the whole request: the key (unless the request checked it before
+    its body was read), then the body, then the capture."""
+    api_key = checked or _checked_key(
+        runtime, authorization, recent, hash_key(bearer_key(authorization))
+    )
     if idempotency_key is not None and len(idempotency_key) > IDEMPOTENCY_KEY_MAX:
         raise InvalidRequest(
             "invalid_request",
@@ -176,7 +181,7 @@ def _view(runtime: Runtime, case_id: str) -> dict[str, Any]:
 
 
 def _create(
-    runtime: Runtime, data: Any, api_key: ApiKey, idempotency_key: str | None
+    runtime: Runtime, data: Any, api_key: Presented, idempotency_key: str | None
 ) -> tuple[dict[str, Any], bool]:
     refund_request = parse_request(data)
     if refund_request.callback_url and not runtime.settings.allow_private_callbacks:
@@ -204,7 +209,7 @@ def _create(
 @router.get("/cases")
 def list_cases(
     runtime: Annotated[Runtime, Depends(get_runtime)],
-    api_key: Annotated[ApiKey, Depends(authenticate)],
+    api_key: Annotated[Presented, Depends(authenticate)],
     status: str | None = None,
     since: str | None = None,
     until: str | None = None,
@@ -252,7 +257,7 @@ def _when(value: str | None, name: str, problems: dict[str, str]) -> datetime | 
 def get_case(
     case_id: str,
     runtime: Annotated[Runtime, Depends(get_runtime)],
-    api_key: Annotated[ApiKey, Depends(authenticate)],
+    api_key: Annotated[Presented, Depends(authenticate)],
 ) -> dict[str, Any]:
     with runtime.db.read() as session:
         return case_view(session, case_id, with_audit=True, vault=runtime.desk.vault)
@@ -262,7 +267,7 @@ def get_case(
 def erase_customer(
     email: str,
     runtime: Annotated[Runtime, Depends(get_runtime)],
-    api_key: Annotated[ApiKey, Depends(authenticate)],
+    api_key: Annotated[Presented, Depends(authenticate)],
 ) -> dict[str, Any]:
     """Erase one customer's personal data (email, name, words, evidence) on every case;
     amounts, decisions, approvals and the audit chain stay. 404 if we hold none."""
