@@ -395,3 +395,16 @@ def test_the_capture_names_every_column_of_the_case_and_it_reads_back_so(desk: H
         stored = {name: getattr(case, name) for name in columns}
     assert stored == dict(submitted.row)
     assert None not in (stored["email_enc"], stored["name_enc"], stored["message_enc"])
+
+
+def test_the_answer_built_from_the_inserted_row_is_the_case_as_stored(desk: Harness) -> None:
+    # With the jobs in other processes the answer is made from the row the capture inserted,
+    # not read back: it must say what a read of the case says.
+    from refund_desk.cases.views import case_view
+
+    desk.runtime.desk.jobs_elsewhere = True
+    answer = desk.post(desk.request(desk.payment(), None, reason="damaged", name="Ada")).json()
+    with desk.runtime.db.read() as session:
+        stored = case_view(session, answer["id"], with_audit=False, vault=desk.runtime.desk.vault)
+    assert answer["status"] == "received"
+    assert answer == stored

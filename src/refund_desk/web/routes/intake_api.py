@@ -202,8 +202,9 @@ def _create(
     )
     if desk.hand_off(submitted.job_id) and submitted.row is not None:
         # The worker advances the case; the answer does not wait, and needs no read: it is
-        # the case as the capture inserted it (nothing refers to it yet).
-        return new_case_view(Case(**submitted.row)), True
+        # the case as the capture inserted it (nothing refers to it yet), read through a
+        # `Case` built without validation or ORM bookkeeping (7 µs, not 65: it is only read).
+        return new_case_view(Case.model_construct(**submitted.row)), True
     # A replay, or the job ran here (no worker in this process): the case as it is now.
     return _view(runtime, submitted.case_id), submitted.created
 
