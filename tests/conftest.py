@@ -16,6 +16,7 @@ import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
+from refund_desk import logs
 from refund_desk.payments.sandbox import SandboxProcessor
 from refund_desk.runtime import Runtime, build
 from refund_desk.settings import Settings, load_settings
@@ -51,6 +52,16 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 
 # ---------------------------------------------------------------- SQLite
+
+
+@pytest.fixture(autouse=True)
+def _no_case_named_in_the_log_context() -> Iterator[None]:
+    """Each test starts with no case named in its thread's log context: a test that captures
+    a case in its own thread names it there, as a request's thread does, and the requests of
+    a later test (whose test client copies the calling thread's context) would inherit it."""
+    logs.bind(None, None)
+    yield
+    logs.bind(None, None)
 
 
 @pytest.fixture(scope="session")
