@@ -90,10 +90,11 @@ _PRESENTED = select(  # built once: it runs for every API request
 ).where(_KEYS.c.key_hash == bindparam("key_hash"))
 
 
-def presented(db: Database, key: str) -> Presented | None:
-    """The key's stored state, if it is one of ours (whether it is usable: `usable`)."""
+def presented(db: Database, key_hash: str) -> Presented | None:
+    """The stored state of the key with this hash (`hash_key`), if it is one of ours (whether
+    it is usable: `usable`)."""
     with db.read_rows() as connection:
-        row = connection.execute(_PRESENTED, {"key_hash": hash_key(key)}).first()
+        row = connection.execute(_PRESENTED, {"key_hash": key_hash}).first()
     return None if row is None else Presented(*row)
 
 

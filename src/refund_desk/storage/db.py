@@ -155,6 +155,8 @@ class SqliteWriters:
                 fcntl.flock(self._urgent_fd, fcntl.LOCK_UN)
             fcntl.flock(self._fd, fcntl.LOCK_EX)
         except BaseException:
+            if not urgent:  # never left closed, however far it got (unlocking twice is harmless)
+                fcntl.flock(self._urgent_fd, fcntl.LOCK_UN)
             self._drop_urgent()
             self._turns.release()
             raise

@@ -41,15 +41,26 @@ async def get_runtime(request: Request) -> Runtime:
 
 
 def authenticate(
+    request: Request,
     runtime: Annotated[Runtime, Depends(get_runtime)],
     authorization: Annotated[str | None, Header()] = None,
 ) -> Presented:
-    """The API key the request carries, or 401. A FastAPI dependency (a thread hop of its own)
-    for the routes that read; intake checks it in its capture's thread (`_create`)."""
-    row = presented(runtime.db, bearer_key(authorization))
+    """The API key the request carries, or 401: a FastAPI dependency (a thread hop of its
+    own) for the routes that read. Intake checks it in its capture's thread."""
+    recent: RecentKeys = request.app.state.recent_keys
+    return check_key(runtime, authorization, recent)
+
+
+def check_key(runtime: Runtime, authorization: str | None, recent: RecentKeys) -> Presented:
+    """The key's stored state if it is usable now, or 401; remembered as valid, or
+    forgotten, in `recent`."""
+    key_hash = hash_key(bearer_key(authorization))
+    row = presented(runtime.db, key_hash)
     now = clock.now()
     if row is None or not usable(row, now):
+        recent.forget(key_hash)
         raise Unauthorized("unauthorized", "The API key is not valid.")
+    recent.note(key_hash)
     mark_used(runtime.db, row, now)
     return row
 
@@ -68,12 +79,13 @@ IDEMPOTENCY_KEY_MAX = 200
 class RecentKeys:
     """Key hashes the database found valid in the last `SECONDS`, in this replica.
 
-    Intake checks a key in its capture's own thread, after the intake gate admits it. A key
-    not seen valid lately is checked first instead, in a thread hop of its own, before the
-    body is read: a bad key gets 401 before any other answer (no `100 Continue`), and never
-    takes a turn at the gate (and is not checked again in the capture). This memory only
-    chooses between the two orders: a key it remembers is checked in the capture, so a key
-    revoked a moment ago still gets 401, only after its body was read."""
+    Intake checks every key in its capture's own thread, after the intake gate admits it: a
+    key revoked while the body came or the request waited makes no case. A key not seen valid
+    lately is also checked before the body is read, in a thread hop of its own: a bad key gets
+    401 before any other answer (no `100 Continue`) and never takes a turn at the gate. This
+    memory only decides whether that first check is made: a key it remembers but revoked a
+    moment ago still gets 401, only after its body was read. Every route's check
+    (`check_key`) keeps it up to date."""
 
     SECONDS = 5.0
     MOST = 1000  # forgotten all at once beyond this many keys
@@ -110,9 +122,8 @@ async def create_refund_request(
     is read (`RecentKeys`); every key is checked again in the capture's own thread."""
     key_hash = hash_key(bearer_key(authorization))  # a malformed header: 401 at once
     recent: RecentKeys = request.app.state.recent_keys
-    checked: Presented | None = None  # checked here, before the body: not again in the capture
-    if not recent.recent(key_hash):
-        checked = await run_in_threadpool(_checked_key, runtime, authorization, recent, key_hash)
+    if not recent.recent(key_hash):  # not seen valid lately: 401 before the body, if it is bad
+        await run_in_threadpool(check_key, runtime, authorization, recent)
     wait = waiting.preferred_wait(prefer)  # read before anything is written
     body = await request.body()
     view, created = await admitted(
@@ -123,7 +134,6 @@ async def create_refund_request(
         body,
         idempotency_key,
         recent,
-        checked,
     )
     headers: dict[str, str] = {}
     if wait is not None:
@@ -138,32 +148,17 @@ async def create_refund_request(
     return JSONResponse(view, status_code=201 if created else 200, headers=headers)
 
 
-def _checked_key(
-    runtime: Runtime, authorization: str | None, recent: RecentKeys, key_hash: str
-) -> Presented:
-    """`authenticate`, remembering a key found valid and forgetting one found not."""
-    try:
-        api_key = authenticate(runtime, authorization)
-    except Unauthorized:
-        recent.forget(key_hash)
-        raise
-    recent.note(key_hash)
-    return api_key
-
-
 def _authenticated_create(
     runtime: Runtime,
     authorization: str | None,
     body: bytes,
     idempotency_key: str | None,
     recent: RecentKeys,
-    checked: Presented | None,
 ) -> tuple[dict[str, Any], bool]:
-    """One thread hop for the whole request: the key (unless the request checked it before
-    its body was read), then the body, then the capture."""
-    api_key = checked or _checked_key(
-        runtime, authorization, recent, hash_key(bearer_key(authorization))
-    )
+    """One thread hop for the whole request: the key (checked here whatever was checked before
+    the body was read: it may have been revoked while the body came or the request waited),
+    then the body, then the capture."""
+    api_key = check_key(runtime, authorization, recent)
     if idempotency_key is not None and len(idempotency_key) > IDEMPOTENCY_KEY_MAX:
         raise InvalidRequest(
             "invalid_request",

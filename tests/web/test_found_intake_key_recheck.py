@@ -1,0 +1,134 @@
+"""Review (second pass) of the intake key check after 70eb271: a key checked before the body
+was read is never checked again, however long the request then waits."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import httpx
+import pytest
+
+from refund_desk.api_keys import create_api_key, hash_key, revoke_api_key
+from refund_desk.runtime import Runtime
+from refund_desk.storage.audit import Actor
+from tests.helpers import Harness, LiveServer
+
+
+def _recent_keys(server: LiveServer) -> Any:
+    """The served app's `RecentKeys` (which keys it checked before reading the body)."""
+    app: Any = server.server.config.app
+    return app.state.recent_keys
+
+
+def test_a_key_revoked_while_its_request_waits_at_the_intake_gate_makes_no_case(
+    runtime: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A key this replica has not seen lately is checked before the body is read
+    (`_checked_key` in its own hop) and that `Presented` is handed to the capture as `checked`,
+    which then skips the key: `checked or _checked_key(...)`. Between the two the request reads
+    its body (as slowly as the client sends it) and queues at the intake gate behind every
+    other capture of the replica (one at a time by default with job processes), for as long
+    as that takes. A key revoked meanwhile still makes a case, with the revoked key's name as
+    its actor; the route's own docstring says "every key is checked again in the capture's
+    own thread", and the remembered-key path (`test_a_key_revoked_while_this_replica_
+    remembers_it_valid_makes_no_case`) does refuse it. Revoking a leaked key must stop it
+    making refund requests at once, not after the queue drains."""
+    monkeypatch.setattr(runtime.settings, "intake_concurrency", 1)
+    desk = Harness(runtime)
+    desk.publish()
+    payment = desk.payment("90.00")
+    leaked = create_api_key(runtime.db, "leaked")  # never used yet: checked before the body
+    entered, release = threading.Event(), threading.Event()
+    real = runtime.desk.processor.payment
+
+    def slow_processor(payment_id: str, *args: Any, **kwargs: Any) -> Any:
+        entered.set()
+        release.wait(30)  # the capture in the gate waits on the processor
+        return real(payment_id, *args, **kwargs)
+
+    monkeypatch.setattr(runtime.desk.processor, "payment", slow_processor)
+    server = LiveServer(runtime)
+    recent = _recent_keys(server)
+    answers: dict[str, httpx.Response] = {}
+
+    def post(name: str, key: str, amount: str) -> None:
+        answers[name] = httpx.post(
+            f"{server.url}/api/v1/refund-requests",
+            json=desk.request(payment, amount),
+            headers={"Authorization": f"Bearer {key}"},
+            timeout=60,
+        )
+
+    first = threading.Thread(target=post, args=("holder", desk.key, "5.00"))
+    first.start()
+    second: threading.Thread | None = None
+    try:
+        assert entered.wait(10), "the first capture holds the gate"
+        before = desk.counts()
+        second = threading.Thread(target=post, args=("leaked", leaked, "20.00"))
+        second.start()
+        deadline = time.monotonic() + 10
+        while not recent.recent(hash_key(leaked)):  # checked (valid), now body + gate
+            assert time.monotonic() < deadline, "the leaked key was never checked"
+            time.sleep(0.01)
+        time.sleep(0.3)  # queued at the gate
+        revoke_api_key(runtime.db, "leaked", audit=runtime.desk.audit, actor=Actor("cli", "ops"))
+    finally:
+        release.set()
+        first.join(60)
+        if second is not None:
+            second.join(60)
+        server.stop()
+    assert answers["holder"].status_code == 201
+    cases_after_holder = before[0] + 1
+    assert answers["leaked"].status_code == 401, (
+        f"a key revoked before its capture ran made case {answers['leaked'].json().get('id')}"
+    )
+    assert desk.counts()[0] == cases_after_holder
+
+
+def test_a_key_revoked_while_its_client_is_still_sending_the_body_makes_no_case(
+    runtime: Runtime,
+) -> None:
+    """The window is the client's to choose: the key is checked as soon as the headers are
+    in, and the body may follow as late as the server's timeouts allow. Whoever holds a
+    leaked key can open requests ahead, send their bodies after the key is revoked, and each
+    one still makes a case (and a refund decision) in the key's name: revocation does not
+    stop them. No intake gate is involved here (no limit)."""
+    import json
+    import socket
+
+    desk = Harness(runtime)
+    desk.publish()
+    payment = desk.payment("90.00")
+    leaked = create_api_key(runtime.db, "leaked")
+    server = LiveServer(runtime)
+    recent = _recent_keys(server)
+    before = desk.counts()
+    body = json.dumps(desk.request(payment, "20.00")).encode()
+    head = (
+        b"POST /api/v1/refund-requests HTTP/1.1\r\n"
+        b"Host: 127.0.0.1\r\n"
+        b"Authorization: Bearer " + leaked.encode() + b"\r\n"
+        b"Content-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n" % len(body)
+    )
+    try:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+            sock.sendall(head + body[:10])
+            deadline = time.monotonic() + 10
+            while not recent.recent(hash_key(leaked)):  # checked on the headers alone
+                assert time.monotonic() < deadline, "the key was never checked"
+                time.sleep(0.01)
+            revoke_api_key(
+                runtime.db, "leaked", audit=runtime.desk.audit, actor=Actor("cli", "ops")
+            )
+            sock.sendall(body[10:])  # the rest of the body, after the revocation
+            answer = sock.recv(65536)
+    finally:
+        server.stop()
+    status_line = answer.split(b"\r\n", 1)[0]
+    assert status_line == b"HTTP/1.1 401 Unauthorized", answer[:300]
+    assert desk.counts()[0] == before[0]
