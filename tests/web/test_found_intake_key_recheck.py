@@ -25,9 +25,9 @@ def _recent_keys(server: LiveServer) -> Any:
 def test_a_key_revoked_while_its_request_waits_at_the_intake_gate_makes_no_case(
     runtime: Runtime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A key this replica has not seen lately is checked before the body is read
-    (`_checked_key` in its own hop) and that `Presented` is handed to the capture as `checked`,
-    which then skips the key: `checked or _checked_key(...)`. Between the two the request reads
+    """A key this replica has not seen lately is checked before the body is read, in a hop of
+    its own; the capture once took that check's result and skipped the key. Between the two
+    the request reads
     its body (as slowly as the client sends it) and queues at the intake gate behind every
     other capture of the replica (one at a time by default with job processes), for as long
     as that takes. A key revoked meanwhile still makes a case, with the revoked key's name as
