@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from sqlalchemy import func, select
+from sqlalchemy import bindparam, func, select
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col
 
@@ -74,6 +74,16 @@ def act(
     raise refusal
 
 
+# A click's statements, built once (SQLAlchemy reuses their compiled form): the approval that
+# used a token, and who approved the case in its current round.
+_BY_NONCE = select(Approval).where(col(Approval.token_nonce) == bindparam("nonce"))
+_ROUND_APPROVERS = select(col(Approval.approver)).where(
+    col(Approval.case_id) == bindparam("case_id"),
+    col(Approval.round) == bindparam("round"),
+    col(Approval.decision) == "approve",
+)
+
+
 def _act(
     desk: Desk,
     session: Session,
@@ -83,7 +93,7 @@ def _act(
     amount: str | None,
 ) -> Outcome:
     case = load_for_update(session, token.case_id)
-    used = session.scalar(select(Approval).where(col(Approval.token_nonce) == token.nonce))
+    used = session.scalar(_BY_NONCE, {"nonce": token.nonce})
     if used is not None:
         if case.status in DECIDABLE:
             raise Refused(
@@ -317,13 +327,7 @@ def _approve(
 ) -> Outcome:
     actor = Actor("human", user)
     approvers = set(
-        session.scalars(
-            select(col(Approval.approver)).where(
-                col(Approval.case_id) == case.id,
-                col(Approval.round) == case.approval_round,
-                col(Approval.decision) == "approve",
-            )
-        ).all()
+        session.scalars(_ROUND_APPROVERS, {"case_id": case.id, "round": case.approval_round})
     )
     if user in approvers:
         raise Refused("already_approved", "You already approved this case; another approver must.")
