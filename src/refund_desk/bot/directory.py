@@ -34,6 +34,10 @@ MAX_AGE = timedelta(seconds=60)  # a reading is relied on for at most this long
 REFRESH_AFTER = timedelta(seconds=45)  # refresh before it gets that old
 
 
+# The policy versions open cases keep: read before every click (built once).
+_OPEN_VERSIONS = select(col(Case.policy_version)).where(col(Case.status).in_(DECIDABLE)).distinct()
+
+
 @dataclass
 class SlackDirectory:
     client: WebClient  # a short timeout: it runs before a listener acknowledges
@@ -72,13 +76,7 @@ class SlackDirectory:
     def named(self) -> set[str]:
         """The user groups of the active policy and of every version an open case keeps."""
         with self.db.read() as session:
-            versions = set(
-                session.scalars(
-                    select(col(Case.policy_version))
-                    .where(col(Case.status).in_(DECIDABLE))
-                    .distinct()
-                ).all()
-            )
+            versions = set(session.scalars(_OPEN_VERSIONS).all())
             versions.add(control(session).active_version)
             docs = [load_version(session, v).doc for v in versions if v is not None]
         return {group for doc in docs for group in usergroups(doc)}
