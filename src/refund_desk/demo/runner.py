@@ -282,7 +282,11 @@ def _announce(server: Any, url: str, folder: Path) -> None:
     while not server.started and not server.should_exit:
         time.sleep(0.05)
     if server.started:
-        print(f"Refund Desk demo: open {url}", flush=True)
-        print(f"  data in {folder}; sample requests arrive over the next minute", flush=True)
-        print("  press Ctrl+C to stop", flush=True)
+        # One write: `print` writes its text and its line end apart, and a log line from
+        # another thread (the start-up jobs log as this runs) could land between the two.
+        sys.stdout.write(
+            f"Refund Desk demo: open {url}\n"
+            f"  data in {folder}; sample requests arrive over the next minute\n"
+            "  press Ctrl+C to stop\n"
+        )
         sys.stdout.flush()
