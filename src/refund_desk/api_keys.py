@@ -103,7 +103,7 @@ def usable(row: ApiKey | Presented, now: datetime) -> bool:
     return row.revoked_at is None and (row.expires_at is None or row.expires_at > now)
 
 
-def mark_used(db: Database, row: ApiKey | Presented, now: datetime) -> None:
+def mark_used(db: Database, row: Presented, now: datetime) -> None:
     """Record that the key was used; at most once a minute, so a busy key costs no writes."""
     if row.last_used_at is not None and now - row.last_used_at < USE_RESOLUTION:
         return

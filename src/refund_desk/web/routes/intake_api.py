@@ -1,7 +1,8 @@
 """The intake API: `POST /api/v1/refund-requests`, `GET /api/v1/cases/{id}`.
 
-Handlers are plain `def`s, so FastAPI runs their blocking database work in its thread pool and
-the event loop stays free.
+The reading routes are plain `def`s, so FastAPI runs their blocking database work in its
+thread pool; intake is a coroutine that hands its whole capture (the key, the body, the case)
+to one thread hop once the intake gate admits it. The event loop never waits on the database.
 """
 
 from __future__ import annotations
