@@ -155,7 +155,7 @@ class Vault:
 
         On PostgreSQL a live key is held with a shared lock: an erasure (which locks the row
         for update first) waits for every transaction using the key, and those do not wait
-        for each other. Only a row to write (a new or erased customer) is locked for update."""
+        for each other. Only a row to write (a new or an erased customer) is locked for update."""
         row = _share_live_key(session, email_hash)
         if row is None:
             row = self._made_live(session, email_hash, ready)
@@ -176,13 +176,21 @@ class Vault:
     def _made_live(
         self, session: Session, email_hash: str, ready: CustomerCipher | None
     ) -> CustomerKey:
-        """The customer's key row, locked for update, with a live key (made here if none)."""
-        row = _lock_key(session, email_hash)
+        """The customer's key row with a live key, made here if they have none: inserted by
+        this transaction (a new customer), or locked for update (an erased one gets a new
+        key, a new generation; a concurrent first intake's key is used as it is).
+
+        On PostgreSQL the insert comes first: the shared look found no live key, so the
+        customer is most likely new, and a new customer's key is then one statement. On
+        SQLite (one writer) the row is read first, as a returning customer's is."""
         fresh = ready if ready is not None and ready.fresh else None
+        row = None if _on_postgresql(session) else _lock_key(session, email_hash)
         if row is None:
             made = fresh.wrapped if fresh is not None and fresh.generation == 1 else None
-            _insert_key(session, email_hash, made or self._new_wrapped_key())
-            row = _lock_key(session, email_hash)
+            inserted = _insert_key(session, email_hash, made or self._new_wrapped_key())
+            if inserted is not None:
+                return inserted
+            row = _lock_key(session, email_hash)  # erased, or a concurrent intake's key
             assert row is not None
         if row.key_enc is None:  # erased before: a new key, a new generation
             generation = row.generation + 1
@@ -329,37 +337,48 @@ _KEY_ROW = (
     .execution_options(populate_existing=True)
 )
 _LOCK_KEY = _KEY_ROW.with_for_update()
-_SHARE_KEY = _KEY_ROW.with_for_update(read=True)
+_SHARE_LIVE_KEY = _KEY_ROW.where(col(CustomerKey.key_enc).is_not(None)).with_for_update(read=True)
+_KEYS = CustomerKey.__table__  # type: ignore[attr-defined]
+# On the table, not the class: no autoflush, no ORM bulk insert; RETURNING says whether the
+# row is this transaction's (a conflicting row returns nothing).
+_INSERT_KEY_PG = pg_insert(_KEYS).on_conflict_do_nothing().returning(_KEYS.c.email_hash)
+_INSERT_KEY_SQLITE = sqlite_insert(_KEYS).on_conflict_do_nothing().returning(_KEYS.c.email_hash)
+
+
+def _on_postgresql(session: Session) -> bool:
+    return session.get_bind().dialect.name == "postgresql"
 
 
 def _share_live_key(session: Session, email_hash: str) -> CustomerKey | None:
     """PostgreSQL: the customer's key row under a shared lock (FOR SHARE) if it holds a live
-    key, else None with no lock left behind. The look is made in a savepoint, rolled back
-    when the row is missing or erased, so that the caller's lock for update does not wait on
-    a shared lock of its own transaction, with another transaction holding one too (a
-    deadlock). SQLite: None (its writer, taken at BEGIN IMMEDIATE, already excludes all)."""
-    if session.get_bind().dialect.name != "postgresql":
+    key, else None. The look asks for a live key only, so a missing or erased row is not
+    locked and the caller's lock for update does not wait on a shared lock of its own
+    transaction while another holds one too (a deadlock): one round trip, no savepoint.
+
+    One corner remains: a look that waited for an erasure committing at that moment keeps
+    its shared lock on the row it then does not return (PostgreSQL locks before it checks
+    the row again). Two intakes of that customer caught that way both wait to make the new
+    key, and PostgreSQL ends one of them with a deadlock error; nothing of it is kept, and
+    its client's retry goes through. SQLite: None (its writer, taken at BEGIN IMMEDIATE,
+    already excludes all)."""
+    if not _on_postgresql(session):
         return None
-    look = session.begin_nested()
-    row = session.scalars(_SHARE_KEY, {"email_hash": email_hash}).first()
-    if row is not None and row.key_enc is not None:
-        look.commit()  # the shared lock stays until the transaction ends
-        return row
-    look.rollback()  # and the shared lock with it (PostgreSQL releases a savepoint's locks)
-    return None
+    return session.scalars(_SHARE_LIVE_KEY, {"email_hash": email_hash}).first()
 
 
 def _lock_key(session: Session, email_hash: str) -> CustomerKey | None:
     return session.scalars(_LOCK_KEY, {"email_hash": email_hash}).first()
 
 
-def _insert_key(session: Session, email_hash: str, key_enc: str) -> None:
-    """Insert unless a concurrent transaction just did (then theirs is the key)."""
+def _insert_key(session: Session, email_hash: str, key_enc: str) -> CustomerKey | None:
+    """The new key's row, unless the customer has a row already (an erased key, or a
+    concurrent transaction's, which it waits for): then None."""
     values = {"email_hash": email_hash, "generation": 1, "key_enc": key_enc,
               "created_at": clock.now()}  # fmt: skip
-    dialect = session.get_bind().dialect.name
-    insert = pg_insert if dialect == "postgresql" else sqlite_insert
-    session.execute(insert(CustomerKey).values(**values).on_conflict_do_nothing())
+    statement = _INSERT_KEY_PG if _on_postgresql(session) else _INSERT_KEY_SQLITE
+    if session.execute(statement, values).first() is None:
+        return None
+    return CustomerKey(**values, erased_at=None)
 
 
 def _read_key(session: Session | None, db: Database | None, email_hash: str) -> CustomerKey | None:
