@@ -143,16 +143,21 @@ class AuditLog:
 
         The transaction's other changes are flushed first, so the head is locked (PostgreSQL)
         only for the records' own INSERT and the commit; the records and the head are written
-        as plain statements, not through the ORM's unit of work."""
+        as plain statements, not through the ORM's unit of work (on PostgreSQL as one)."""
         session.flush()
         seq, prev = session.execute(_LOCK_HEAD).one()
         for record in pending:
             seq += 1
             record.seq, record.prev_hash = seq, prev
             record.hash = prev = record_hash(self._secret, record)
-        session.execute(
-            _ADD_RECORDS, [{c: getattr(r, c) for c in _RECORD_COLUMNS} for r in pending]
-        )
+        rows = [{c: getattr(r, c) for c in _RECORD_COLUMNS} for r in pending]
+        if session.get_bind().dialect.name == "postgresql":
+            # One round trip, with the head locked: the records and the head move in one
+            # statement (the head's UPDATE as a data-modifying CTE of the records' INSERT).
+            moved = update(_HEAD).where(_HEAD.c.id == 1).values(seq=seq, hash=prev)
+            session.execute(insert(_RECORDS).values(rows).add_cte(moved.cte("moved_head")))
+            return
+        session.execute(_ADD_RECORDS, rows)
         session.execute(_MOVE_HEAD, {"new_seq": seq, "new_hash": prev})
 
 
