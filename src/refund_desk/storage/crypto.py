@@ -373,12 +373,12 @@ def _lock_key(session: Session, email_hash: str) -> CustomerKey | None:
 def _insert_key(session: Session, email_hash: str, key_enc: str) -> CustomerKey | None:
     """The new key's row, unless the customer has a row already (an erased key, or a
     concurrent transaction's, which it waits for): then None."""
+    row = CustomerKey(email_hash=email_hash, generation=1, key_enc=key_enc,
+                      created_at=clock.now(), erased_at=None)  # fmt: skip
     values = {"email_hash": email_hash, "generation": 1, "key_enc": key_enc,
-              "created_at": clock.now()}  # fmt: skip
+              "created_at": row.created_at}  # fmt: skip
     statement = _INSERT_KEY_PG if _on_postgresql(session) else _INSERT_KEY_SQLITE
-    if session.execute(statement, values).first() is None:
-        return None
-    return CustomerKey(**values, erased_at=None)
+    return row if session.execute(statement, values).first() is not None else None
 
 
 def _read_key(session: Session | None, db: Database | None, email_hash: str) -> CustomerKey | None:
