@@ -106,11 +106,13 @@ def tell(session: Session, case: Case, audit: AuditLog) -> int | None:
         expected_by=expected,
         created_at=now,
     )
+    nowhere = _nowhere_to_go(session, case, kind)
+    if nowhere:  # written as told: one INSERT, not an INSERT and an UPDATE
+        message.status, message.channel, message.sent_at = "recorded", "none", now
     session.add(message)
     session.flush()
     assert message.id is not None
-    if _nowhere_to_go(session, case, kind):
-        message.status, message.channel, message.sent_at = "recorded", "none", now
+    if nowhere:
         _told(session, audit, case, message.id, kind, channel=None, status="recorded")
         log.info("customer told %s (recorded)", kind)
         return None
