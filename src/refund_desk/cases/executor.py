@@ -135,8 +135,8 @@ def execute(desk: Desk, job: ClaimedJob) -> None:
     if reserved is not None and reserved[0].case_id == case_id:
         _reserved.set(None)  # once: a retry of this job reads afresh
         logs.case_loaded(case_id, reserved[1])
-        with desk.db.read() as session:
-            paused = paused_now(session)
+        with desk.db.read_rows() as connection:
+            paused = paused_now(connection)
         if paused:  # the kill switch: the reservation waits (its retry reads everything)
             raise RetryLater(PAUSED_RECHECK_SECONDS, "paused: the kill switch is on", failed=False)
         _pay_and_record(desk, job, case_id, reserved[0])
@@ -344,7 +344,8 @@ def _recheck(
     every other check here still runs."""
     if payment.currency.upper() != case.currency:
         raise Parked("The payment's currency no longer matches the case.")
-    refundable = case_facts.refundable(session, payment)
+    decided_on = case_facts.decided_on(session, case.id) if just_decided else None
+    refundable = decided_on or case_facts.refundable(session, payment)
     money_left = refundable.left
     if case.amount > money_left:
         raise Parked(

@@ -16,6 +16,7 @@ from refund_desk import clock
 from refund_desk.cases.lifecycle import FINAL, Status
 from refund_desk.cases.ports import PaymentFacts
 from refund_desk.storage.crypto import normalize_email
+from refund_desk.storage.db import memo
 from refund_desk.storage.models import Case, Execution, Payment
 
 OPEN_EXECUTION = "reserved"
@@ -62,6 +63,23 @@ def refundable(session: Session, payment: PaymentFacts, *, unseen: bool = False)
     ids = frozenset(r[0] for r in open_rows)
     reserved = sum(r[1] for r in open_rows)
     return Refundable(payment.amount, payment.refunded_amount(excluding=ids) + reserved, ids)
+
+
+_DECIDED_ON = "facts.decided on"  # the memo of `decided_on`
+
+
+def decided_on(
+    session: Session, case_id: str, money: Refundable | None = None
+) -> Refundable | None:
+    """What was refundable when the policy decided the case in this transaction: kept with
+    `money`, taken back (once) without it. The payment's row is locked from the decision
+    until the commit and nothing between the decision and the reservation writes an
+    execution, so the reservation's check reads the same rows and need not read them again."""
+    kept: dict[str, Refundable] = memo(session, _DECIDED_ON)
+    if money is not None:
+        kept[case_id] = money
+        return money
+    return kept.pop(case_id, None)
 
 
 def left_on_record(session: Session, payment_id: str) -> int | None:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Literal
 
-from sqlalchemy import func, select
+from sqlalchemy import Connection, func, select
 from sqlmodel import Session, col
 
 from refund_desk import clock
@@ -69,7 +69,7 @@ _ACTIVE_VERSION = select(col(Control.active_version)).where(col(Control.id) == 1
 _PAUSED = select(col(Control.paused)).where(col(Control.id) == 1)
 
 
-def paused_now(session: Session) -> bool:
+def paused_now(session: Session | Connection) -> bool:
     """The kill switch as committed now: one column, read afresh (never a row kept)."""
     return bool(session.scalars(_PAUSED).first())
 
