@@ -337,7 +337,9 @@ _KEY_ROW = (
     .execution_options(populate_existing=True)
 )
 _LOCK_KEY = _KEY_ROW.with_for_update()
-_SHARE_LIVE_KEY = _KEY_ROW.where(col(CustomerKey.key_enc).is_not(None)).with_for_update(read=True)
+_SHARE_LIVE_KEY = _KEY_ROW.where(col(CustomerKey.key_enc).is_not(None)).with_for_update(
+    read=True, skip_locked=True
+)
 _KEYS = CustomerKey.__table__  # type: ignore[attr-defined]
 # On the table, not the class: no autoflush, no ORM bulk insert; RETURNING says whether the
 # row is this transaction's (a conflicting row returns nothing).
@@ -351,16 +353,15 @@ def _on_postgresql(session: Session) -> bool:
 
 def _share_live_key(session: Session, email_hash: str) -> CustomerKey | None:
     """PostgreSQL: the customer's key row under a shared lock (FOR SHARE) if it holds a live
-    key, else None. The look asks for a live key only, so a missing or erased row is not
-    locked and the caller's lock for update does not wait on a shared lock of its own
-    transaction while another holds one too (a deadlock): one round trip, no savepoint.
+    key, else None, having waited for nothing and locked nothing: one round trip, no
+    savepoint. A missing or erased row is not returned, so not locked; a row another
+    transaction holds for update (an erasure, a new generation being made) is skipped
+    (SKIP LOCKED), and the caller waits for it in its own lock for update instead.
 
-    One corner remains: a look that waited for an erasure committing at that moment keeps
-    its shared lock on the row it then does not return (PostgreSQL locks before it checks
-    the row again). Two intakes of that customer caught that way both wait to make the new
-    key, and PostgreSQL ends one of them with a deadlock error; nothing of it is kept, and
-    its client's retry goes through. SQLite: None (its writer, taken at BEGIN IMMEDIATE,
-    already excludes all)."""
+    A shared lock taken while waiting would stay on the row after the erasure, and every
+    intake that waited would then wait on the others' shared locks to make the new key (a
+    deadlock PostgreSQL breaks by failing all but one). SQLite: None (its writer, taken at
+    BEGIN IMMEDIATE, already excludes all)."""
     if not _on_postgresql(session):
         return None
     return session.scalars(_SHARE_LIVE_KEY, {"email_hash": email_hash}).first()
