@@ -93,7 +93,7 @@ _PRESENTED = select(  # built once: it runs for every API request
 def presented(db: Database, key_hash: str) -> Presented | None:
     """The stored state of the key with this hash (`hash_key`), if it is one of ours (whether
     it is usable: `usable`)."""
-    with db.read_rows() as connection:
+    with db.look() as connection:
         row = connection.execute(_PRESENTED, {"key_hash": key_hash}).first()
     return None if row is None else Presented(*row)
 

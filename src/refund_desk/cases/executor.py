@@ -135,7 +135,7 @@ def execute(desk: Desk, job: ClaimedJob) -> None:
     if reserved is not None and reserved[0].case_id == case_id:
         _reserved.set(None)  # once: a retry of this job reads afresh
         logs.case_loaded(case_id, reserved[1])
-        with desk.db.read_rows() as connection:
+        with desk.db.look() as connection:
             paused = paused_now(connection)
         if paused:  # the kill switch: the reservation waits (its retry reads everything)
             raise RetryLater(PAUSED_RECHECK_SECONDS, "paused: the kill switch is on", failed=False)
