@@ -177,20 +177,26 @@ class Vault:
         self, session: Session, email_hash: str, ready: CustomerCipher | None
     ) -> CustomerKey:
         """The customer's key row with a live key, made here if they have none: inserted by
-        this transaction (a new customer), or locked for update (an erased one gets a new
-        key, a new generation; a concurrent first intake's key is used as it is).
+        this transaction (a new customer), else read as it is once whoever holds it for update
+        is done (a live key under a shared lock; an erased one locked for update, and a new
+        key in a new generation).
 
         On PostgreSQL the insert comes first: the shared look found no live key, so the
         customer is most likely new, and a new customer's key is then one statement. On
         SQLite (one writer) the row is read first, as a returning customer's is."""
         fresh = ready if ready is not None and ready.fresh else None
-        row = None if _on_postgresql(session) else _lock_key(session, email_hash)
+        postgresql = _on_postgresql(session)
+        row = None if postgresql else _lock_key(session, email_hash)
         if row is None:
             made = fresh.wrapped if fresh is not None and fresh.generation == 1 else None
             inserted = _insert_key(session, email_hash, made or self._new_wrapped_key())
             if inserted is not None:
                 return inserted
-            row = _lock_key(session, email_hash)  # erased, or a concurrent intake's key
+            if postgresql:  # the row was held for update when the look skipped it, or is erased
+                shared = _share_live_key_waiting(session, email_hash)
+                if shared is not None:
+                    return shared
+            row = _lock_key(session, email_hash)
             assert row is not None
         if row.key_enc is None:  # erased before: a new key, a new generation
             generation = row.generation + 1
@@ -337,6 +343,7 @@ _KEY_ROW = (
     .execution_options(populate_existing=True)
 )
 _LOCK_KEY = _KEY_ROW.with_for_update()
+_SHARE_KEY = _KEY_ROW.with_for_update(read=True)
 _SHARE_LIVE_KEY = _KEY_ROW.where(col(CustomerKey.key_enc).is_not(None)).with_for_update(
     read=True, skip_locked=True
 )
@@ -355,16 +362,28 @@ def _share_live_key(session: Session, email_hash: str) -> CustomerKey | None:
     """PostgreSQL: the customer's key row under a shared lock (FOR SHARE) if it holds a live
     key, else None, having waited for nothing and locked nothing: one round trip, no
     savepoint. A missing or erased row is not returned, so not locked; a row another
-    transaction holds for update (an erasure, a new generation being made) is skipped
-    (SKIP LOCKED), and the caller waits for it in its own lock for update instead.
-
-    A shared lock taken while waiting would stay on the row after the erasure, and every
-    intake that waited would then wait on the others' shared locks to make the new key (a
-    deadlock PostgreSQL breaks by failing all but one). SQLite: None (its writer, taken at
-    BEGIN IMMEDIATE, already excludes all)."""
+    transaction holds for update (an erasure, a discard of evidence, a new generation being
+    made) is skipped (SKIP LOCKED): `_share_live_key_waiting` waits for it. SQLite: None
+    (its writer, taken at BEGIN IMMEDIATE, already excludes all)."""
     if not _on_postgresql(session):
         return None
     return session.scalars(_SHARE_LIVE_KEY, {"email_hash": email_hash}).first()
+
+
+def _share_live_key_waiting(session: Session, email_hash: str) -> CustomerKey | None:
+    """PostgreSQL: the key row under a shared lock, waiting for whoever holds it for update,
+    if its key is then live; else None with no lock left behind. The look is made in a
+    savepoint, rolled back when the key is erased: a shared lock taken while waiting would
+    stay on the erased row, and every intake that waited would then wait on the others'
+    shared locks to make the new key (a deadlock). A live key is held shared, as by the first
+    look, so one customer's transactions still do not queue behind each other."""
+    look = session.begin_nested()
+    row = session.scalars(_SHARE_KEY, {"email_hash": email_hash}).first()
+    if row is not None and row.key_enc is not None:
+        look.commit()  # the shared lock stays until the transaction ends
+        return row
+    look.rollback()  # and the shared lock with it (PostgreSQL releases a savepoint's locks)
+    return None
 
 
 def _lock_key(session: Session, email_hash: str) -> CustomerKey | None:
