@@ -143,21 +143,16 @@ class AuditLog:
 
         The transaction's other changes are flushed first, so the head is locked (PostgreSQL)
         only for the records' own INSERT and the commit; the records and the head are written
-        as plain statements, not through the ORM's unit of work (on PostgreSQL as one)."""
+        as plain statements, not through the ORM's unit of work."""
         session.flush()
         seq, prev = session.execute(_LOCK_HEAD).one()
         for record in pending:
             seq += 1
             record.seq, record.prev_hash = seq, prev
             record.hash = prev = record_hash(self._secret, record)
-        rows = [{c: getattr(r, c) for c in _RECORD_COLUMNS} for r in pending]
-        if len(rows) <= _ONE_STATEMENT and session.get_bind().dialect.name == "postgresql":
-            # One round trip, with the head locked: the records and the head move in one
-            # statement (the head's UPDATE as a data-modifying CTE of the records' INSERT).
-            moved = update(_HEAD).where(_HEAD.c.id == 1).values(seq=seq, hash=prev)
-            session.execute(insert(_RECORDS).values(rows).add_cte(moved.cte("moved_head")))
-            return
-        session.execute(_ADD_RECORDS, rows)
+        session.execute(
+            _ADD_RECORDS, [{c: getattr(r, c) for c in _RECORD_COLUMNS} for r in pending]
+        )
         session.execute(_MOVE_HEAD, {"new_seq": seq, "new_hash": prev})
 
 
@@ -168,9 +163,6 @@ _RECORD_COLUMNS = tuple(c.name for c in _RECORDS.columns)
 # is read `FOR UPDATE` on PostgreSQL; SQLite renders no `FOR UPDATE`: it has one writer.
 _LOCK_HEAD = select(_HEAD.c.seq, _HEAD.c.hash).where(_HEAD.c.id == 1).with_for_update()
 _ADD_RECORDS = insert(_RECORDS)  # executemany: the transaction's records in one call
-# PostgreSQL: up to this many records go with the head in one statement (its parameters,
-# 11 a record, stay far below the protocol's 65,535); more go as `_ADD_RECORDS`.
-_ONE_STATEMENT = 100
 _MOVE_HEAD = (
     update(_HEAD)
     .where(_HEAD.c.id == 1)
