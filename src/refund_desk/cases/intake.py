@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, EmailStr, Field, ValidationError, field_validator
 from sqlalchemy import bindparam, insert, select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col
 
@@ -24,7 +26,7 @@ from refund_desk.cases import facts as case_facts
 from refund_desk.cases.errors import Conflict, InvalidRequest, Unavailable
 from refund_desk.cases.lifecycle import Status, record_possible_duplicate
 from refund_desk.cases.ports import PaymentFacts, PaymentNotFound, ProcessorError, Provenance
-from refund_desk.governance.versions import active_version
+from refund_desk.governance.versions import ACTIVE_VERSION, active_version
 from refund_desk.storage.audit import Actor, canonical
 from refund_desk.storage.crypto import CustomerCipher
 from refund_desk.storage.db import lock_payment
@@ -309,9 +311,10 @@ def _capture(
             "amount_source": amount_source,
             "possible_duplicate": duplicate_of is not None,
             "duplicate_of": duplicate_of,
-            "policy_version": active_version(session),
         }
-        session.execute(_INSERT_CASE, row)
+        row["policy_version"] = session.execute(_INSERT_CASE, row).scalar_one()
+        if row["policy_version"] is None:
+            active_version(session)  # none published, or no control row: that one says so
         desk.audit.append(
             session,
             action="request.received",
@@ -370,15 +373,26 @@ def _capture(
         return Submitted(case_id, created=True, job_id=job_id, row=row), customer
 
 
-_CASE_DEFAULTS = row_defaults(Case)
-_INSERT_CASE = insert(Case.__table__)  # type: ignore[attr-defined]  # built once
+# The version is not among them: the INSERT pins it (`_INSERT_CASE`) and the row takes it back.
+_CASE_DEFAULTS = {k: v for k, v in row_defaults(Case).items() if k != "policy_version"}
+_CASES = Case.__table__  # type: ignore[attr-defined]
+# Built once. The case is pinned to the active policy version in its own INSERT, which
+# returns it: one statement, not a read of the control row and then the INSERT.
+_INSERT_CASE = (
+    insert(_CASES)
+    .values(policy_version=ACTIVE_VERSION.scalar_subquery())
+    .returning(_CASES.c.policy_version)
+)
 
 
 # The capture's statements on the payments table, built once (SQLAlchemy reuses their
 # compiled form). They name the table, so no `Payment` object is loaded or kept: nothing in
 # the capture reads one, and its row is only the lock refunds against the payment take.
 _PAYMENTS = Payment.__table__  # type: ignore[attr-defined]
-_INSERT_PAYMENT = insert(_PAYMENTS)
+_INSERT_PAYMENT = {  # RETURNING a row only if it inserted one
+    "postgresql": pg_insert(_PAYMENTS).on_conflict_do_nothing().returning(_PAYMENTS.c.id),
+    "sqlite": sqlite_insert(_PAYMENTS).on_conflict_do_nothing().returning(_PAYMENTS.c.id),
+}
 _SEEN_AGAIN = (
     update(_PAYMENTS)
     .where(_PAYMENTS.c.id == bindparam("payment_id"))
@@ -390,25 +404,29 @@ _OUR_REFUNDS = select(col(Execution.id)).where(col(Execution.payment_id) == bind
 def _upsert_payment(desk: Desk, session: Session, payment: PaymentFacts) -> bool:
     """Record what the processor said about the payment, and lock its row; True if this is
     its first sighting (then no case and no execution of ours can refer to it yet: both
-    reference the row by a foreign key)."""
+    reference the row by a foreign key).
+
+    The insert comes first (a payment is most often seen first with its refund request):
+    the row this transaction inserts is its own until it commits (PostgreSQL: as if locked);
+    a row already there is left as it is (a concurrent first sighting's, which the insert
+    waits for) and locked for update, then brought up to date."""
     now = desk.now()
-    if not lock_payment(session, payment.id):
-        # A concurrent first sighting fails here and the capture is retried; the row this
-        # transaction inserted is its own until it commits (PostgreSQL: as if locked).
-        session.execute(
-            _INSERT_PAYMENT,
-            {
-                "id": payment.id,
-                "processor": desk.processor.name,
-                "currency": payment.currency.upper(),
-                "amount": payment.amount,
-                "refunded": payment.refunded_amount(excluding=frozenset()),
-                "email_hash": None,
-                "created_at": payment.created_at,
-                "seen_at": now,
-            },
-        )
+    inserted = session.execute(
+        _INSERT_PAYMENT[session.get_bind().dialect.name],
+        {
+            "id": payment.id,
+            "processor": desk.processor.name,
+            "currency": payment.currency.upper(),
+            "amount": payment.amount,
+            "refunded": payment.refunded_amount(excluding=frozenset()),
+            "email_hash": None,
+            "created_at": payment.created_at,
+            "seen_at": now,
+        },
+    ).first()
+    if inserted is not None:
         return True
+    lock_payment(session, payment.id)
     # our own refunds are counted from our executions, never twice
     ours = frozenset(session.scalars(_OUR_REFUNDS, {"payment_id": payment.id}))
     elsewhere = payment.refunded_amount(excluding=ours)

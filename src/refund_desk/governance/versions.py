@@ -65,7 +65,7 @@ def load_version(session: Session, version: int) -> LoadedPolicy:
     return compiled
 
 
-_ACTIVE_VERSION = select(col(Control.active_version)).where(col(Control.id) == 1)  # built once
+ACTIVE_VERSION = select(col(Control.active_version)).where(col(Control.id) == 1)  # built once
 _PAUSED = select(col(Control.paused)).where(col(Control.id) == 1)
 
 
@@ -77,7 +77,7 @@ def paused_now(session: Session | Connection) -> bool:
 def active_version(session: Session) -> int | None:
     """The published version new cases are pinned to: one column, no `Control` object (a
     capture reads nothing else of the control row)."""
-    row = session.execute(_ACTIVE_VERSION).first()
+    row = session.execute(ACTIVE_VERSION).first()
     if row is None:  # the migration seeds it; a damaged database should say so
         raise CaseError("control_missing", "The control row is missing; run `db upgrade`.")
     version: int | None = row[0]
