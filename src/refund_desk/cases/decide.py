@@ -186,8 +186,7 @@ def _decide(desk: Desk, session: Session, case_id: str, payment: PaymentFacts) -
     locked = load_for_update(session, case_id)
     if locked.status != Status.advised:
         return None
-    money = case_facts.decided_on(session, locked.id, case_facts.refundable(session, payment))
-    assert money is not None
+    money = case_facts.decide_on(session, locked.id, case_facts.refundable(session, payment))
     history = case_facts.customer_history(
         session, email_hash=locked.email_hash, now=now, exclude=locked.id
     )

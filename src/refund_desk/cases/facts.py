@@ -68,17 +68,18 @@ def refundable(session: Session, payment: PaymentFacts, *, unseen: bool = False)
 _DECIDED_ON = "facts.decided on"  # the memo of `decided_on`
 
 
-def decided_on(
-    session: Session, case_id: str, money: Refundable | None = None
-) -> Refundable | None:
-    """What was refundable when the policy decided the case in this transaction: kept with
-    `money`, taken back (once) without it. The payment's row is locked from the decision
-    until the commit and nothing between the decision and the reservation writes an
-    execution, so the reservation's check reads the same rows and need not read them again."""
+def decide_on(session: Session, case_id: str, money: Refundable) -> Refundable:
+    """`money`, kept for the reservation of the case in this transaction (`decided_on`)."""
+    memo(session, _DECIDED_ON)[case_id] = money
+    return money
+
+
+def decided_on(session: Session, case_id: str) -> Refundable | None:
+    """What was refundable when the policy decided the case in this transaction (`decide_on`),
+    taken back once. The payment's row is locked from the decision until the commit and
+    nothing between the decision and the reservation writes an execution, so the
+    reservation's check reads the same rows and need not read them again."""
     kept: dict[str, Refundable] = memo(session, _DECIDED_ON)
-    if money is not None:
-        kept[case_id] = money
-        return money
     return kept.pop(case_id, None)
 
 

@@ -155,7 +155,8 @@ class Vault:
 
         On PostgreSQL a live key is held with a shared lock: an erasure (which locks the row
         for update first) waits for every transaction using the key, and those do not wait
-        for each other. Only a row to write (a new or an erased customer) is locked for update."""
+        for each other. A new customer's key is inserted; only an erased one is locked for
+        update (and replaced)."""
         row = _share_live_key(session, email_hash)
         if row is None:
             row = self._made_live(session, email_hash, ready)
