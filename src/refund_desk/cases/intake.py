@@ -389,9 +389,11 @@ _INSERT_CASE = (
 # compiled form). They name the table, so no `Payment` object is loaded or kept: nothing in
 # the capture reads one, and its row is only the lock refunds against the payment take.
 _PAYMENTS = Payment.__table__  # type: ignore[attr-defined]
-_INSERT_PAYMENT = {  # RETURNING a row only if it inserted one
-    "postgresql": pg_insert(_PAYMENTS).on_conflict_do_nothing().returning(_PAYMENTS.c.id),
-    "sqlite": sqlite_insert(_PAYMENTS).on_conflict_do_nothing().returning(_PAYMENTS.c.id),
+_INSERT_PAYMENT = {  # RETURNING a row only if it inserted one; only the id may conflict
+    dialect: insert_(_PAYMENTS)
+    .on_conflict_do_nothing(index_elements=[_PAYMENTS.c.id])
+    .returning(_PAYMENTS.c.id)
+    for dialect, insert_ in (("postgresql", pg_insert), ("sqlite", sqlite_insert))
 }
 _SEEN_AGAIN = (
     update(_PAYMENTS)

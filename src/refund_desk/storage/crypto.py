@@ -351,8 +351,16 @@ _SHARE_LIVE_KEY = _KEY_ROW.where(col(CustomerKey.key_enc).is_not(None)).with_for
 _KEYS = CustomerKey.__table__  # type: ignore[attr-defined]
 # On the table, not the class: no autoflush, no ORM bulk insert; RETURNING says whether the
 # row is this transaction's (a conflicting row returns nothing).
-_INSERT_KEY_PG = pg_insert(_KEYS).on_conflict_do_nothing().returning(_KEYS.c.email_hash)
-_INSERT_KEY_SQLITE = sqlite_insert(_KEYS).on_conflict_do_nothing().returning(_KEYS.c.email_hash)
+_INSERT_KEY_PG = (
+    pg_insert(_KEYS)
+    .on_conflict_do_nothing(index_elements=[_KEYS.c.email_hash])
+    .returning(_KEYS.c.email_hash)
+)
+_INSERT_KEY_SQLITE = (
+    sqlite_insert(_KEYS)
+    .on_conflict_do_nothing(index_elements=[_KEYS.c.email_hash])
+    .returning(_KEYS.c.email_hash)
+)
 
 
 def _on_postgresql(session: Session) -> bool:
