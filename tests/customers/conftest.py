@@ -7,19 +7,21 @@ import hashlib
 import hmac
 import re
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from email.message import EmailMessage
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
+from sqlmodel import Session
 
 from refund_desk import clock
 from refund_desk.payments.sandbox import SandboxProcessor
-from refund_desk.runtime import build
+from refund_desk.runtime import Runtime, build
 from refund_desk.storage.db import Database
 from refund_desk.storage.models import Case, CustomerMessage
-from tests.conftest import make_settings
+from tests.conftest import make_runtime, make_settings
 from tests.fakes.mail_server import MailServer
 from tests.fakes.receiver import Receiver
 from tests.helpers import CUSTOMER, Harness
@@ -208,3 +210,22 @@ def channels(
     harness.publish()
     yield harness
     db.dispose()
+
+
+# ---------------------------------------------------------------- PostgreSQL: a customer's key
+
+
+@pytest.fixture()
+def pg_runtime(pg_url: str) -> Iterator[Runtime]:
+    runtime = make_runtime(pg_url)
+    yield runtime
+    runtime.db.dispose()
+
+
+@contextmanager
+def open_write(runtime: Runtime, lock_timeout: str = "2s") -> Iterator[Session]:
+    """A write transaction left open (as an intake's is while it captures), waiting for a
+    lock at most `lock_timeout`."""
+    with runtime.db.write() as session:
+        session.execute(text(f"SET LOCAL lock_timeout = '{lock_timeout}'"))
+        yield session

@@ -8,35 +8,19 @@ it too and queues behind it (before, all of them took FOR SHARE and ran side by 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import pytest
 from sqlalchemy import func, select, text
 from sqlalchemy.exc import OperationalError
-from sqlmodel import Session
 
 from refund_desk.runtime import Runtime
 from refund_desk.storage.crypto import lock_customer_key
 from refund_desk.storage.models import CustomerKey
 from tests.conftest import make_runtime
+from tests.customers.conftest import open_write
 from tests.helpers import CUSTOMER, Harness
 
 pytestmark = pytest.mark.postgres
-
-
-@pytest.fixture()
-def pg_runtime(pg_url: str) -> Iterator[Runtime]:
-    runtime = make_runtime(pg_url)
-    yield runtime
-    runtime.db.dispose()
-
-
-@contextmanager
-def _open(runtime: Runtime, lock_timeout: str = "5s") -> Iterator[Session]:
-    with runtime.db.write() as session:
-        session.execute(text(f"SET LOCAL lock_timeout = '{lock_timeout}'"))
-        yield session
 
 
 def _customer(pg_runtime: Runtime) -> str:
@@ -58,14 +42,14 @@ def _intake_after_a_discard(
     release = threading.Event()
 
     def discard() -> None:
-        with _open(pg_runtime) as session:
+        with open_write(pg_runtime, "5s") as session:
             assert lock_customer_key(session, email_hash) is not None
             holding.set()
             release.wait(10)
 
     def intake() -> None:
         try:
-            with _open(pg_runtime, "10s") as session:
+            with open_write(pg_runtime, "10s") as session:
                 cipher = vault.for_customer(session, email_hash)
                 out.append(cipher)
                 got_key.set()
@@ -98,7 +82,7 @@ def test_intakes_do_not_wait_on_each_other_after_a_discard_held_the_key(
     try:
         assert not isinstance(out[0], BaseException), out
         try:
-            with _open(pg_runtime, "500ms") as second:
+            with open_write(pg_runtime, "500ms") as second:
                 again = vault.for_customer(second, email_hash)
         except OperationalError as exc:
             pytest.fail(
@@ -149,13 +133,13 @@ def test_after_a_discard_the_intake_uses_the_one_live_key(pg_runtime: Runtime, p
         got: list[object] = []
 
         def discard() -> None:
-            with _open(pg_runtime) as session:
+            with open_write(pg_runtime, "5s") as session:
                 lock_customer_key(session, email_hash)
                 holding.set()
                 release.wait(10)
 
         def intake() -> None:
-            with _open(other, "10s") as session:
+            with open_write(other, "10s") as session:
                 got.append(other.desk.vault.for_customer(session, email_hash, ready=fresh))
             done.set()
 

@@ -10,34 +10,15 @@ locked for update, and an erasure locks it for update first, as before.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import pytest
-from sqlalchemy import text
 from sqlalchemy.exc import OperationalError
-from sqlmodel import Session
 
 from refund_desk.runtime import Runtime
 from refund_desk.storage.crypto import lock_customer_key
 from refund_desk.storage.models import CustomerKey
-from tests.conftest import make_runtime
+from tests.customers.conftest import open_write
 from tests.helpers import CUSTOMER, Harness
-
-
-@pytest.fixture()
-def pg_runtime(pg_url: str) -> Iterator[Runtime]:
-    runtime = make_runtime(pg_url)
-    yield runtime
-    runtime.db.dispose()
-
-
-@contextmanager
-def _open(runtime: Runtime, lock_timeout: str = "2s") -> Iterator[Session]:
-    """A write transaction left open (as an intake's is while it captures)."""
-    with runtime.db.write() as session:
-        session.execute(text(f"SET LOCAL lock_timeout = '{lock_timeout}'"))
-        yield session
 
 
 def test_two_transactions_use_one_customers_key_at_once(pg_runtime: Runtime) -> None:
@@ -46,9 +27,9 @@ def test_two_transactions_use_one_customers_key_at_once(pg_runtime: Runtime) -> 
     assert desk.post(desk.request(desk.payment())).status_code == 201  # the key exists
     vault = pg_runtime.desk.vault
     email_hash = vault.email_hash(CUSTOMER)
-    with _open(pg_runtime) as first:
+    with open_write(pg_runtime) as first:
         held = vault.for_customer(first, email_hash)
-        with _open(pg_runtime) as second:  # would wait 2 s and fail with a lock for update
+        with open_write(pg_runtime) as second:  # would wait 2 s and fail with a lock for update
             again = vault.for_customer(second, email_hash)
         assert again.generation == held.generation
 
@@ -59,11 +40,11 @@ def test_an_erasure_waits_for_a_transaction_using_the_key(pg_runtime: Runtime) -
     assert desk.post(desk.request(desk.payment())).status_code == 201
     vault = pg_runtime.desk.vault
     email_hash = vault.email_hash(CUSTOMER)
-    with _open(pg_runtime) as using:
+    with open_write(pg_runtime) as using:
         vault.for_customer(using, email_hash)
         with (
             pytest.raises(OperationalError, match="lock timeout"),
-            _open(pg_runtime, "300ms") as erasing,
+            open_write(pg_runtime, "300ms") as erasing,
         ):
             lock_customer_key(erasing, email_hash)
 
@@ -82,13 +63,13 @@ def test_a_transaction_waits_for_an_erasure_and_then_makes_a_new_key(
 
     def intake() -> None:
         erasing_started.wait(5)
-        with _open(pg_runtime, "10s") as session:
+        with open_write(pg_runtime, "10s") as session:
             generations.append(vault.for_customer(session, email_hash).generation)
             used_before_erasure_ended.append(not erased.is_set())
 
     worker = threading.Thread(target=intake)
     worker.start()
-    with _open(pg_runtime) as erasing:
+    with open_write(pg_runtime) as erasing:
         row = lock_customer_key(erasing, email_hash)
         assert isinstance(row, CustomerKey)
         erasing_started.set()
