@@ -2,30 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
-import pytest
 from sqlalchemy import func, select
 
-from refund_desk.runtime import Runtime
 from refund_desk.storage.audit import verify_chain
 from refund_desk.storage.models import Case
 from tests.conftest import TEST_SECRET
 from tests.helpers import Harness, LiveServer
 
 N = 50
-
-
-@pytest.fixture()
-def live(any_runtime: Runtime) -> Iterator[tuple[Harness, LiveServer]]:
-    harness = Harness(any_runtime)
-    harness.publish()
-    server = LiveServer(any_runtime)
-    yield harness, server
-    server.stop()
 
 
 def _burst(server: LiveServer, key: str, body: dict[str, Any], idem: str | None) -> list[Any]:

@@ -4,23 +4,11 @@ HTTP, with a refund made elsewhere at the processor first: never more out than c
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
-import pytest
 
-from refund_desk.runtime import Runtime
 from tests.helpers import Harness, LiveServer
-
-
-@pytest.fixture()
-def live(any_runtime: Runtime) -> Iterator[tuple[Harness, LiveServer]]:
-    harness = Harness(any_runtime)
-    harness.publish()
-    server = LiveServer(any_runtime)
-    yield harness, server
-    server.stop()
 
 
 def test_concurrent_partial_refunds_never_exceed_the_payment(
