@@ -1,4 +1,4 @@
-"""Review (change 4): the reservation made in the decision's transaction reuses the
+"""The reservation made in the decision's transaction reuses the
 decision's "refundable". Concurrent cases of different amounts on one payment, through real
 HTTP, with a refund made elsewhere at the processor first: never more out than captured."""
 

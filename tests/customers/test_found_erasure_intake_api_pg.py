@@ -1,4 +1,4 @@
-"""Review: concurrent first intakes of one new customer through the HTTP API of several
+"""Concurrent first intakes of one new customer through the HTTP API of several
 runtimes (replicas) on one PostgreSQL database: every request a case, one key, every
 case's personal fields readable; then the erase API racing intakes of that customer."""
 

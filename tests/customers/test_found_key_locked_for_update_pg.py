@@ -1,4 +1,4 @@
-"""Review (change 1): a customer's key row held FOR UPDATE by something that is not an
+"""A customer's key row held FOR UPDATE by something that is not an
 erasure (evidence `discard` / an unclaimed-files sweep, retention that keeps the key). The
 shared look (FOR SHARE SKIP LOCKED) skips the row, the intake goes to INSERT ... ON CONFLICT
 DO NOTHING and then SELECT ... FOR UPDATE: once the holder commits, the intake holds the

@@ -1,7 +1,7 @@
-"""Review: a customer's key on PostgreSQL without a savepoint (FOR SHARE on a live key, else
-INSERT ... ON CONFLICT DO NOTHING, else FOR UPDATE). Several `Database`/runtime objects
-(replicas) and real threads: concurrent first intakes of one new customer, intakes racing
-an erasure."""
+"""A customer's key on PostgreSQL (FOR SHARE SKIP LOCKED on a live key, else INSERT ... ON
+CONFLICT DO NOTHING, else a waiting look in a savepoint and FOR UPDATE for an erased key).
+Several `Database`/runtime objects (replicas) and real threads: concurrent first intakes of
+one new customer, intakes racing an erasure (which once deadlocked all but one of them)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""Review: the audit seal as one statement on PostgreSQL (the head's UPDATE a CTE of the
-records' INSERT). Concurrent writers from several `Database` objects (replicas), varying
-record counts, rollbacks; a transaction with many records; verify after all of it."""
+"""The audit seal on PostgreSQL under concurrent writers from several `Database` objects
+(replicas), varying record counts and rollbacks, and one transaction with 6,000 records (a
+one-statement seal, the head's UPDATE a CTE of the records' INSERT, could not take more than
+about 5,950: the protocol's 65,535 parameters); verify after all of it."""
 
 from __future__ import annotations
 

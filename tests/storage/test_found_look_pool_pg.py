@@ -1,4 +1,4 @@
-"""Review (change 2): `Database.look` runs on an AUTOCOMMIT connection on PostgreSQL. The
+"""`Database.look` runs on an AUTOCOMMIT connection on PostgreSQL. The
 connection must go back to the pool in transactional mode: a later `write` or `read` on the
 same pooled connection is one transaction (atomic), never statement-by-statement."""
 

@@ -1,4 +1,4 @@
-"""Review: the pool pings only a connection in doubt. Backends terminated while idle in the
+"""The pool pings only a connection in doubt. Backends terminated while idle in the
 pool (one, every one, of several replicas), then bursts of concurrent transactions: each must
 get a live connection with no error."""
 
