@@ -344,8 +344,9 @@ def _recheck(
     every other check here still runs."""
     if payment.currency.upper() != case.currency:
         raise Parked("The payment's currency no longer matches the case.")
-    decided_on = case_facts.decided_on(session, case.id) if just_decided else None
-    refundable = decided_on or case_facts.refundable(session, payment)
+    refundable = case_facts.decided_on(session, case.id) if just_decided else None
+    if refundable is None:
+        refundable = case_facts.refundable(session, payment)
     money_left = refundable.left
     if case.amount > money_left:
         raise Parked(

@@ -16,8 +16,6 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, EmailStr, Field, ValidationError, field_validator
 from sqlalchemy import bindparam, insert, select, update
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col
 
@@ -29,7 +27,7 @@ from refund_desk.cases.ports import PaymentFacts, PaymentNotFound, ProcessorErro
 from refund_desk.governance.versions import ACTIVE_VERSION, active_version
 from refund_desk.storage.audit import Actor, canonical
 from refund_desk.storage.crypto import CustomerCipher
-from refund_desk.storage.db import lock_payment
+from refund_desk.storage.db import InsertIfNew, lock_payment
 from refund_desk.storage.jobs import queue
 from refund_desk.storage.models import Case, Execution, IntakeKey, Payment, row_defaults
 
@@ -389,12 +387,7 @@ _INSERT_CASE = (
 # compiled form). They name the table, so no `Payment` object is loaded or kept: nothing in
 # the capture reads one, and its row is only the lock refunds against the payment take.
 _PAYMENTS = Payment.__table__  # type: ignore[attr-defined]
-_INSERT_PAYMENT = {  # RETURNING a row only if it inserted one; only the id may conflict
-    dialect: insert_(_PAYMENTS)
-    .on_conflict_do_nothing(index_elements=[_PAYMENTS.c.id])
-    .returning(_PAYMENTS.c.id)
-    for dialect, insert_ in (("postgresql", pg_insert), ("sqlite", sqlite_insert))
-}
+_INSERT_PAYMENT = InsertIfNew(_PAYMENTS, _PAYMENTS.c.id)  # only the id may conflict
 _SEEN_AGAIN = (
     update(_PAYMENTS)
     .where(_PAYMENTS.c.id == bindparam("payment_id"))
@@ -413,8 +406,8 @@ def _upsert_payment(desk: Desk, session: Session, payment: PaymentFacts) -> bool
     a row already there is left as it is (a concurrent first sighting's, which the insert
     waits for) and locked for update, then brought up to date."""
     now = desk.now()
-    inserted = session.execute(
-        _INSERT_PAYMENT[session.get_bind().dialect.name],
+    inserted = _INSERT_PAYMENT.into(
+        session,
         {
             "id": payment.id,
             "processor": desk.processor.name,
@@ -425,8 +418,8 @@ def _upsert_payment(desk: Desk, session: Session, payment: PaymentFacts) -> bool
             "created_at": payment.created_at,
             "seen_at": now,
         },
-    ).first()
-    if inserted is not None:
+    )
+    if inserted:
         return True
     lock_payment(session, payment.id)
     # our own refunds are counted from our executions, never twice

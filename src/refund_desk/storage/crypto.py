@@ -20,13 +20,11 @@ from cryptography.fernet import Fernet, InvalidToken
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from sqlalchemy import bindparam, select, text
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import OperationalError
 from sqlmodel import Session, col
 
 from refund_desk import clock
-from refund_desk.storage.db import held_get
+from refund_desk.storage.db import InsertIfNew, held_get
 from refund_desk.storage.models import CustomerKey
 
 if TYPE_CHECKING:
@@ -349,18 +347,7 @@ _SHARE_LIVE_KEY = _KEY_ROW.where(col(CustomerKey.key_enc).is_not(None)).with_for
     read=True, skip_locked=True
 )
 _KEYS = CustomerKey.__table__  # type: ignore[attr-defined]
-# On the table, not the class: no autoflush, no ORM bulk insert; RETURNING says whether the
-# row is this transaction's (a conflicting row returns nothing).
-_INSERT_KEY_PG = (
-    pg_insert(_KEYS)
-    .on_conflict_do_nothing(index_elements=[_KEYS.c.email_hash])
-    .returning(_KEYS.c.email_hash)
-)
-_INSERT_KEY_SQLITE = (
-    sqlite_insert(_KEYS)
-    .on_conflict_do_nothing(index_elements=[_KEYS.c.email_hash])
-    .returning(_KEYS.c.email_hash)
-)
+_INSERT_KEY = InsertIfNew(_KEYS, _KEYS.c.email_hash)  # on the table: no autoflush, no ORM
 
 
 def _on_postgresql(session: Session) -> bool:
@@ -406,8 +393,7 @@ def _insert_key(session: Session, email_hash: str, key_enc: str) -> CustomerKey 
                       created_at=clock.now(), erased_at=None)  # fmt: skip
     values = {"email_hash": email_hash, "generation": 1, "key_enc": key_enc,
               "created_at": row.created_at}  # fmt: skip
-    statement = _INSERT_KEY_PG if _on_postgresql(session) else _INSERT_KEY_SQLITE
-    return row if session.execute(statement, values).first() is not None else None
+    return row if _INSERT_KEY.into(session, values) else None
 
 
 def _read_key(session: Session | None, db: Database | None, email_hash: str) -> CustomerKey | None:

@@ -24,6 +24,8 @@ except ImportError:  # pragma: no cover - not on Windows: SQLite's busy handler 
     fcntl = None  # type: ignore[assignment]
 
 from sqlalchemy import Connection, Engine, bindparam, create_engine, event, select
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import DisconnectionError
 from sqlmodel import Session
 
@@ -396,6 +398,23 @@ def held_get(session: Session, model: type[_Row], key: Any) -> _Row | None:
     if row is not None:
         memo(session, "held")[id(row)] = row
     return row
+
+
+class InsertIfNew:
+    """`INSERT ... ON CONFLICT (key) DO NOTHING RETURNING key` on `table`, built once for each
+    database: `into(session, values)` is True if this transaction inserted the row, False if
+    one with that key was there (a concurrent insert of the key is waited for first). Any
+    other unique violation is an error, not swallowed."""
+
+    def __init__(self, table: Any, key: Any) -> None:
+        self._statements = {
+            dialect: make(table).on_conflict_do_nothing(index_elements=[key]).returning(key)
+            for dialect, make in (("postgresql", pg_insert), ("sqlite", sqlite_insert))
+        }
+
+    def into(self, session: Session, values: dict[str, Any]) -> bool:
+        statement = self._statements[session.get_bind().dialect.name]
+        return session.execute(statement, values).first() is not None
 
 
 # Built once, on the table (no `Payment` object: the row is the lock, its callers read the
