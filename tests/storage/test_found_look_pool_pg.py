@@ -34,6 +34,15 @@ class Boom(Exception):
     pass
 
 
+def _a_failed_write_leaves_nothing(db: Database) -> None:
+    """A write that raises after its INSERT leaves no row: it ran as one transaction."""
+    with pytest.raises(Boom), db.write() as session:
+        session.execute(text("INSERT INTO review_atomic VALUES (1)"))
+        raise Boom
+    with db.read() as session:
+        assert session.execute(text("SELECT count(*) FROM review_atomic")).scalar() == 0
+
+
 def test_a_write_after_a_look_on_the_same_pooled_connection_is_atomic(small_db: Database) -> None:
     for i in range(5):
         with small_db.look() as conn:
@@ -53,11 +62,7 @@ def test_a_look_that_raises_leaves_the_connection_transactional(small_db: Databa
     with pytest.raises(Boom), small_db.look() as conn:
         conn.execute(text("SELECT 1"))
         raise Boom
-    with pytest.raises(Boom), small_db.write() as session:
-        session.execute(text("INSERT INTO review_atomic VALUES (1)"))
-        raise Boom
-    with small_db.read() as session:
-        assert session.execute(text("SELECT count(*) FROM review_atomic")).scalar() == 0
+    _a_failed_write_leaves_nothing(small_db)
 
 
 def test_a_failed_statement_in_a_look_then_a_write(small_db: Database) -> None:
@@ -65,11 +70,7 @@ def test_a_failed_statement_in_a_look_then_a_write(small_db: Database) -> None:
         conn.execute(text("SELECT * FROM no_such_table"))
     with small_db.look() as conn:  # the connection is usable after an error in autocommit
         assert conn.execute(text("SELECT 2")).scalar() == 2
-    with pytest.raises(Boom), small_db.write() as session:
-        session.execute(text("INSERT INTO review_atomic VALUES (1)"))
-        raise Boom
-    with small_db.read() as session:
-        assert session.execute(text("SELECT count(*) FROM review_atomic")).scalar() == 0
+    _a_failed_write_leaves_nothing(small_db)
 
 
 def test_an_invalidated_look_connection_is_replaced_transactional(small_db: Database) -> None:
@@ -80,8 +81,4 @@ def test_an_invalidated_look_connection_is_replaced_transactional(small_db: Data
         admin.execute(text("SELECT pg_terminate_backend(:p)"), {"p": pid})
     other.dispose()
     time.sleep(0.05)
-    with pytest.raises(Boom), small_db.write() as session:
-        session.execute(text("INSERT INTO review_atomic VALUES (1)"))
-        raise Boom
-    with small_db.read() as session:
-        assert session.execute(text("SELECT count(*) FROM review_atomic")).scalar() == 0
+    _a_failed_write_leaves_nothing(small_db)
