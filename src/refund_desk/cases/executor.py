@@ -296,8 +296,7 @@ def reserve_in(
         else "approval",
         created_at=desk.now(),
     )
-    session.add(execution)
-    session.flush()
+    session.add(execution)  # written with the case's change, in one flush at the commit
     move(
         session,
         desk.audit,

@@ -16,7 +16,7 @@ from refund_desk import clock
 from refund_desk.cases.lifecycle import FINAL, Status
 from refund_desk.cases.ports import PaymentFacts
 from refund_desk.storage.crypto import normalize_email
-from refund_desk.storage.db import memo
+from refund_desk.storage.db import memo, plain
 from refund_desk.storage.models import Case, Execution, Payment
 
 OPEN_EXECUTION = "reserved"
@@ -59,7 +59,7 @@ def refundable(session: Session, payment: PaymentFacts, *, unseen: bool = False)
         return Refundable(
             payment.amount, payment.refunded_amount(excluding=frozenset()), frozenset()
         )
-    open_rows = session.execute(_OPEN_RESERVATIONS, {"payment_id": payment.id}).all()
+    open_rows = plain(session).execute(_OPEN_RESERVATIONS, {"payment_id": payment.id}).all()
     ids = frozenset(r[0] for r in open_rows)
     reserved = sum(r[1] for r in open_rows)
     return Refundable(payment.amount, payment.refunded_amount(excluding=ids) + reserved, ids)
@@ -111,10 +111,8 @@ def customer_verified(email: str, payment: PaymentFacts) -> bool:
 def customer_history(
     session: Session, *, email_hash: str, now: datetime, exclude: str
 ) -> dict[str, int]:
-    refunds_90d, open_cases = session.execute(
-        _HISTORY,
-        {"email_hash": email_hash, "since": now - timedelta(days=90), "exclude": exclude},
-    ).one()
+    whose = {"email_hash": email_hash, "since": now - timedelta(days=90), "exclude": exclude}
+    refunds_90d, open_cases = plain(session).execute(_HISTORY, whose).one()
     return {"refunds_90d": int(refunds_90d or 0), "open_cases": int(open_cases or 0)}
 
 

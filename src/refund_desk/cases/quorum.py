@@ -5,6 +5,7 @@ from __future__ import annotations
 from sqlalchemy import bindparam, func, select
 from sqlmodel import Session, col
 
+from refund_desk.storage.db import plain
 from refund_desk.storage.models import Approval, Case
 
 
@@ -26,5 +27,10 @@ _APPROVALS = (  # built once: SQLAlchemy reuses its compiled form
 
 
 def approval_count(session: Session, case: Case) -> int:
-    found = session.scalar(_APPROVALS, {"case_id": case.id, "round": case.approval_round})
+    """The approvals on record in the case's round, this transaction's own included. Only a
+    pending approval is flushed first: the case's own pending changes wait for the commit,
+    to go out as one UPDATE."""
+    if any(isinstance(row, Approval) for row in (*session.new, *session.dirty)):
+        session.flush()
+    found = plain(session).scalar(_APPROVALS, {"case_id": case.id, "round": case.approval_round})
     return int(found or 0)

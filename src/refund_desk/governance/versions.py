@@ -85,7 +85,8 @@ def active_version(session: Session) -> int | None:
 
 
 def control(session: Session) -> Control:
-    row = held_get(session, Control, 1)
+    with session.no_autoflush:  # the control row depends on no other row's pending change
+        row = held_get(session, Control, 1)
     if row is None:  # the migration seeds it; a damaged database should say so
         raise CaseError("control_missing", "The control row is missing; run `db upgrade`.")
     return row

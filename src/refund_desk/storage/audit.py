@@ -19,6 +19,7 @@ from sqlmodel import Session, col
 
 from refund_desk import clock
 from refund_desk.storage.crypto import keyed_hash, same
+from refund_desk.storage.db import plain
 from refund_desk.storage.models import AuditHead, AuditRecord
 from refund_desk.text import Person
 
@@ -145,15 +146,16 @@ class AuditLog:
         only for the records' own INSERT and the commit; the records and the head are written
         as plain statements, not through the ORM's unit of work."""
         session.flush()
-        seq, prev = session.execute(_LOCK_HEAD).one()
+        connection = plain(session)
+        seq, prev = connection.execute(_LOCK_HEAD).one()
         for record in pending:
             seq += 1
             record.seq, record.prev_hash = seq, prev
             record.hash = prev = record_hash(self._secret, record)
-        session.execute(
+        connection.execute(
             _ADD_RECORDS, [{c: getattr(r, c) for c in _RECORD_COLUMNS} for r in pending]
         )
-        session.execute(_MOVE_HEAD, {"new_seq": seq, "new_hash": prev})
+        connection.execute(_MOVE_HEAD, {"new_seq": seq, "new_hash": prev})
 
 
 _HEAD = AuditHead.__table__  # type: ignore[attr-defined]

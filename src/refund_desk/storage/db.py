@@ -350,6 +350,15 @@ def memo(session: Session, name: str) -> dict[Any, Any]:
     return memos.setdefault(name, {})
 
 
+def plain(session: Session) -> Connection:
+    """The session's connection in its transaction, for a Core statement on rows the session
+    holds no changed objects of (jobs, the audit chain, a payment's lock, counts of other
+    rows): the statement runs without the ORM's execution layer and without flushing the
+    session's pending changes first, so a case changed several times in one transaction goes
+    out as one UPDATE at the next ORM query or the commit, not one per statement in between."""
+    return session.connection()
+
+
 @event.listens_for(Session, "after_transaction_end")
 def _forget_memo(session: Session, transaction: Any) -> None:
     if transaction.parent is None:
@@ -414,7 +423,7 @@ class InsertIfNew:
 
     def into(self, session: Session, values: dict[str, Any]) -> bool:
         statement = self._statements[session.get_bind().dialect.name]
-        return session.execute(statement, values).first() is not None
+        return plain(session).execute(statement, values).first() is not None
 
 
 # Built once, on the table (no `Payment` object: the row is the lock, its callers read the
@@ -428,4 +437,4 @@ _LOCK_PAYMENT = (
 def lock_payment(session: Session, payment_id: str) -> bool:
     """Lock a payment's row for the rest of the transaction (SQLite: BEGIN IMMEDIATE did);
     False if we have no row for it yet."""
-    return session.execute(_LOCK_PAYMENT, {"payment_id": payment_id}).first() is not None
+    return plain(session).execute(_LOCK_PAYMENT, {"payment_id": payment_id}).first() is not None

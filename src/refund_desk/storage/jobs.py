@@ -21,7 +21,7 @@ from sqlalchemy.orm import make_transient_to_detached
 from sqlmodel import Session
 
 from refund_desk import clock, logs, tracing
-from refund_desk.storage.db import Database, on_commit
+from refund_desk.storage.db import Database, on_commit, plain
 from refund_desk.storage.models import Job
 
 log = logging.getLogger(__name__)
@@ -108,7 +108,7 @@ def _row(
 
 
 def _insert(session: Session, row: dict[str, Any]) -> int:
-    return int(session.execute(_QUEUE, row).scalar_one())
+    return int(plain(session).execute(_QUEUE, row).scalar_one())
 
 
 # ---------------------------------------------------------------- statements
@@ -250,7 +250,7 @@ class JobQueue:
         """Mark due jobs of kinds with `nothing_to_do` done, all at once."""
         idle = [kind for kind, handler in self.handlers.items() if handler is nothing_to_do]
         if idle:
-            session.execute(_SETTLE_IDLE, {"now": now, "idle": idle})
+            plain(session).execute(_SETTLE_IDLE, {"now": now, "idle": idle})
 
     def claim_one(self, job_id: int, *, now: datetime | None = None) -> ClaimedJob | None:
         """Claim a specific job now, even before it is due: the request that created it runs
@@ -276,9 +276,8 @@ class JobQueue:
 
     def _lease(self, session: Session, claim: Any, now: datetime, **which: Any) -> list[ClaimedJob]:
         """Run one of the `_leasing` statements: one UPDATE leases and returns the jobs."""
-        rows = session.execute(
-            claim, {"now": now, "owner": self.owner, "lease_until": now + self.lease, **which}
-        ).all()
+        lease = {"now": now, "owner": self.owner, "lease_until": now + self.lease, **which}
+        rows = plain(session).execute(claim, lease).all()
         return [ClaimedJob(*r) for r in sorted(rows, key=lambda r: r[0])]
 
     # ------------------------------------------------------------ outcomes
@@ -344,8 +343,8 @@ class JobQueue:
     def _mark_done(self, session: Session, job: ClaimedJob) -> bool:
         """One fenced UPDATE: done, and the payload emptied for `forget_when_done` kinds."""
         done = _DONE_FORGETTING if job.kind in self.forget_when_done else _DONE
-        result = session.execute(done, {**self._fenced(job), "finished": clock.now()})
-        return bool(result.rowcount)  # type: ignore[attr-defined]
+        result = plain(session).execute(done, {**self._fenced(job), "finished": clock.now()})
+        return bool(result.rowcount)
 
     def complete(self, job: ClaimedJob) -> bool:
         with self.db.write() as session:
