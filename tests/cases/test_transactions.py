@@ -45,9 +45,10 @@ def test_an_automatic_refund_costs_four_write_transactions(
     # intake; the claim of `advance`; advice + decision + reservation (+ the execute job's
     # claim and the end of `advance`); the processor's answer (+ the end of `execute`).
     assert counted["IMMEDIATE"] == 4, counted
-    # the API key, the answer, one look at the case before each job's network calls (with
-    # a worker in the process the answer is read in the intake's transaction instead)
-    assert counted["DEFERRED"] == 4, counted
+    # the API key, the answer, the kill switch's look before paying (with a worker in the
+    # process the answer is read in the intake's transaction instead). The offline advisor
+    # advises in the decision's transaction: no look at the case before it.
+    assert counted["DEFERRED"] == 3, counted
     event.remove(db.engine, "begin", _begin)
     runtime.db.dispose()
     sandbox.db.dispose()

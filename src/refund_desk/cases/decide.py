@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from refund_desk.cases import advisory
 from refund_desk.cases import facts as case_facts
+from refund_desk.cases.errors import NotFound
 from refund_desk.cases.executor import enqueue_execution, reserve_early, reserved_here
 from refund_desk.cases.lifecycle import Status, mark_possible_duplicate, move, set_amount
 from refund_desk.cases.ports import (
@@ -16,6 +17,7 @@ from refund_desk.cases.ports import (
     PaymentFacts,
     ProcessorError,
     Provenance,
+    advises_locally,
 )
 from refund_desk.cases.rows import load_for_update
 from refund_desk.governance import shadow
@@ -45,49 +47,72 @@ def advance(desk: Desk, job: ClaimedJob) -> None:
     """Advise, decide and route a case. The advisor and the processor are asked first, outside
     any transaction; then one transaction records the advice, the decision and the route (and
     queues the execution). If the processor cannot be asked, the advice is recorded alone, so
-    a retry never asks the advisor again."""
-    case_id = job.payload["case_id"]
-    request: AdviceRequest | None = None
-    with desk.db.read() as session:
-        case = session.get(Case, case_id)
-        if case is not None and case.status == Status.received:
-            request = _request(desk, session, case)  # decrypted here: one read, not four
-    if case is None or case.status not in (Status.received, Status.advised):
-        return
-    asked = _ask(desk, request) if request is not None else None
+    a retry never asks the advisor again.
+
+    An advisor that makes no network call (`advises_locally`) is asked inside that one
+    transaction instead, on the case as locked there: no read transaction before it. The
+    payment's id then comes with the job (jobs queued without it take the first way)."""
     try:
-        payment = desk.processor.payment(case.payment_id)
+        _advance(desk, job, job.payload["case_id"])
+    except NotFound as missing:
+        if missing.code != "case_not_found":
+            raise
+        # no such case: nothing to advise
+
+
+def _advance(desk: Desk, job: ClaimedJob, case_id: str) -> None:
+    here = advises_locally(desk.advisor) and "payment_id" in job.payload
+    asked: _Asked | None = None
+    if here:
+        payment_id: str = job.payload["payment_id"]
+    else:
+        request: AdviceRequest | None = None
+        with desk.db.read() as session:
+            case = session.get(Case, case_id)
+            if case is not None and case.status == Status.received:
+                request = _request(desk, session, case)  # decrypted here: one read, not four
+        if case is None or case.status not in (Status.received, Status.advised):
+            return
+        asked = _ask(desk, request) if request is not None else None
+        payment_id = case.payment_id
+    try:
+        payment = desk.processor.payment(payment_id)
     except ProcessorError as exc:
-        if asked is not None:
+        if asked is not None or here:
             with desk.db.write() as session:
-                _record_advice(desk, session, case.id, asked)
+                _record_advice(desk, session, case_id, asked)
+                undecided = load_for_update(session, case_id).status == Status.advised
+            if not undecided:
+                return  # decided meanwhile (a run of this job whose lease had run out)
         if exc.transient and job.failures + 1 < PROCESSOR_PATIENCE:
             raise RetryLater(backoff(job.failures + 1), f"{exc.code}: {exc.message}") from None
-        _park(desk, case.id, f"The processor could not be asked about the payment ({exc.code}).")
+        _park(desk, case_id, f"The processor could not be asked about the payment ({exc.code}).")
         return
     claimed: ClaimedJob | None = None
     reserved: Execution | None = None
     try:
         with desk.db.write() as session:
-            lock_payment(session, case.payment_id)  # the payment first, as everywhere else
-            if asked is not None:
-                _record_advice(desk, session, case.id, asked)
-            exec_job = _decide(desk, session, case.id, payment)
+            lock_payment(session, payment_id)  # the payment first, as everywhere else
+            if asked is not None or here:
+                _record_advice(desk, session, case_id, asked)
+            exec_job = _decide(desk, session, case_id, payment)
+            # the case as this transaction leaves it (locked above: read once)
+            locked = load_for_update(session, case_id)
             if exec_job is not None and desk.run_inline:
                 # Approved by the policy: reserve now, on the facts just read, and take the
                 # execute job here; it only pays and records. This job ends in this commit.
                 # queued at the case's revision as this transaction left it (`route`, last)
-                revision = load_for_update(session, case.id).revision
-                reserved = reserve_early(desk, session, case.id, revision, payment)
+                reserved = reserve_early(desk, session, case_id, locked.revision, payment)
                 claimed = desk.jobs.claim_in(session, exec_job)
+            correlation_id = locked.correlation_id
             desk.jobs.finish_in(session, job)
     except Exception:
         if asked is not None:  # keep the advice we have; the decision is retried
             with desk.db.write() as session:
-                _record_advice(desk, session, case.id, asked)
+                _record_advice(desk, session, case_id, asked)
         raise
     if claimed is not None:
-        with reserved_here(reserved, case.correlation_id):
+        with reserved_here(reserved, correlation_id):
             desk.run_claimed(claimed)
     else:
         desk.kick(exec_job)
@@ -124,11 +149,17 @@ def _ask(desk: Desk, request: AdviceRequest) -> _Asked:
         return _Asked(None, f"{exc.code}: {exc.message}", exc)
 
 
-def _record_advice(desk: Desk, session: Session, case_id: str, asked: _Asked) -> None:
+def _record_advice(desk: Desk, session: Session, case_id: str, asked: _Asked | None) -> None:
+    """Record the advice on the case. `asked` None: the advisor is local and is asked here,
+    on the case as locked, if it still waits for advice."""
+    locked = load_for_update(session, case_id)
+    if asked is None:
+        if locked.status != Status.received:
+            return
+        asked = _ask(desk, _request(desk, session, locked))
     advice, failure, error = asked.advice, asked.failure, asked.error
     advisory.record_call(session, now=desk.now(), case_id=case_id, advisor=desk.advisor,
                          advice=advice, error=error)  # fmt: skip
-    locked = load_for_update(session, case_id)
     if locked.status != Status.received:
         return  # someone else advised it meanwhile
     if advice is None:

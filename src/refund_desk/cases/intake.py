@@ -357,8 +357,12 @@ def _capture(
                 )
             )
         # Handed to this process's worker (Desk.hand_off); a sweep takes over after the grace.
+        # The payment's id lets `advance` ask the processor before it opens a transaction.
         job_id = queue(
-            session, kind=ADVANCE, payload={"case_id": case_id}, due_at=desk.due_for_hand_off()
+            session,
+            kind=ADVANCE,
+            payload={"case_id": case_id, "payment_id": payment.id},
+            due_at=desk.due_for_hand_off(),
         )
         logs.bind(case_id, correlation_id)  # the rest of this request is about the case
         log.info(

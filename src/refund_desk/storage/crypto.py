@@ -182,10 +182,12 @@ class Vault:
 
         On PostgreSQL the insert comes first: the shared look found no live key, so the
         customer is most likely new, and a new customer's key is then one statement. On
-        SQLite (one writer) the row is read first, as a returning customer's is."""
+        SQLite (one writer) the row is read first, as a returning customer's is: once per
+        transaction, as its writer excludes every other change to it (a field decrypted
+        earlier in the transaction read it already)."""
         fresh = ready if ready is not None and ready.fresh else None
         postgresql = _on_postgresql(session)
-        row = None if postgresql else _lock_key(session, email_hash)
+        row = None if postgresql else held_get(session, CustomerKey, email_hash)
         if row is None:
             made = fresh.wrapped if fresh is not None and fresh.generation == 1 else None
             inserted = _insert_key(session, email_hash, made or self._new_wrapped_key())
