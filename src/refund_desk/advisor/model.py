@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +29,11 @@ INJECTION_WEIGHTS = WEIGHTS.with_name("injection_model.npz")
 INJECTION_CLASSES = ("clean", "injection")
 
 
+# The reason model and the injection detector read the same features, most often of the same
+# text (a message with nothing to redact): counted once. Read only (`tfidf` reads it).
+_counts = lru_cache(maxsize=16)(hashed_counts)
+
+
 @dataclass(frozen=True)
 class ReasonModel:
     classes: tuple[str, ...]
@@ -40,7 +46,7 @@ class ReasonModel:
 
     def margins(self, text: str) -> npt.NDArray[np.float64]:
         """The linear model's score for each class (before calibration)."""
-        weights = tfidf(hashed_counts(text), self.idf, self.unseen_idf)
+        weights = tfidf(_counts(text), self.idf, self.unseen_idf)
         known = [(self.rows[b], w) for b, w in weights.items() if b in self.rows]
         scores = self.intercept.copy()
         if known:
