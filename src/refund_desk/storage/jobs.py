@@ -22,6 +22,7 @@ from sqlmodel import Session
 
 from refund_desk import clock, logs, tracing
 from refund_desk.storage.db import Database, on_commit, plain
+from refund_desk.storage.leases import LeaseKeeper
 from refund_desk.storage.models import Job
 
 log = logging.getLogger(__name__)
@@ -225,6 +226,7 @@ class JobQueue:
         # kinds rewrites its waiting jobs, so no rendered words outlive the erasure.
         self.on_erasure: list[Callable[[Session, Sequence[str]], None]] = []
         self._finished_lock = threading.Lock()
+        self._leases: LeaseKeeper[ClaimedJob] = LeaseKeeper(self.renew)
 
     def install(self, table: dict[str, Handler]) -> None:
         """Take the whole table of job kinds at once (`runtime.job_table` builds it)."""
@@ -297,26 +299,15 @@ class JobQueue:
     @contextmanager
     def held(self, job: ClaimedJob) -> Iterator[None]:
         """Keep the job's lease while a slow call (the processor) is in flight: renewed every
-        third of the lease, so no other replica takes the job over meanwhile. A process that
-        dies stops renewing, and its lease runs out as before."""
-        stop = threading.Event()
-        period = self.lease.total_seconds() / 3
-
-        def beat() -> None:
-            while not stop.wait(period):
-                try:
-                    if not self.renew(job):
-                        return
-                except Exception:  # the next beat tries again; the lease may still hold
-                    log.warning("could not renew the lease of job %s", job.id, exc_info=True)
-
-        beater = threading.Thread(target=beat, name=f"lease-{job.id}", daemon=True)
-        beater.start()
+        third of the lease, so no other replica takes the job over meanwhile (one thread for
+        all the jobs held here, `storage/leases.py`). A process that dies stops renewing, and
+        its lease runs out as before."""
+        key = (job.id, job.attempt)
+        self._leases.hold(key, job, every=self.lease.total_seconds() / 3)
         try:
             yield
         finally:
-            stop.set()
-            beater.join()
+            self._leases.release(key)
 
     def finish_in(self, session: Session, job: ClaimedJob) -> bool:
         """Mark the job done inside the handler's last transaction, so the outcome and the
