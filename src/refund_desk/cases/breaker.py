@@ -18,7 +18,7 @@ from refund_desk import clock, money
 from refund_desk.cases.notify import notify
 from refund_desk.governance.versions import LoadedPolicy, control, load_version
 from refund_desk.storage.audit import SYSTEM
-from refund_desk.storage.db import plain
+from refund_desk.storage.db import flush_if_pending, plain
 from refund_desk.storage.models import Control, Execution
 from refund_desk.text import Code, Mark, Person, join, text
 
@@ -120,6 +120,7 @@ def over_limit(
         # The row is read afresh with its lock: another replica may have tripped the breaker,
         # or a lead changed the mode, while this transaction waited for it.
         session.scalars(_LOCK_CONTROL).one()
+    flush_if_pending(session, lambda row: isinstance(row, Execution))  # this one's reservations
     window = {"currency": currency, "since": clock.now() - WINDOW}
     count, total = plain(session).execute(_AUTOMATIC_IN_WINDOW, window).one()
     if breaker.max_refunds_per_hour is not None and count + 1 > breaker.max_refunds_per_hour:

@@ -30,6 +30,7 @@ from refund_desk.governance.versions import (
 )
 from refund_desk.policy import Decision
 from refund_desk.storage.audit import MODEL, POLICY, SYSTEM, Actor
+from refund_desk.storage.crypto import hold_key_of_case
 from refund_desk.storage.db import lock_payment
 from refund_desk.storage.jobs import ClaimedJob, RetryLater, backoff
 from refund_desk.storage.models import Case, Execution
@@ -152,6 +153,7 @@ def _ask(desk: Desk, request: AdviceRequest) -> _Asked:
 def _record_advice(desk: Desk, session: Session, case_id: str, asked: _Asked | None) -> None:
     """Record the advice on the case. `asked` None: the advisor is local and is asked here,
     on the case as locked, if it still waits for advice."""
+    hold_key_of_case(session, case_id)  # before the case: as an erasure takes them
     locked = load_for_update(session, case_id)
     if asked is None:
         if locked.status != Status.received:

@@ -16,7 +16,7 @@ from refund_desk import clock
 from refund_desk.cases.lifecycle import FINAL, Status
 from refund_desk.cases.ports import PaymentFacts
 from refund_desk.storage.crypto import normalize_email
-from refund_desk.storage.db import memo, plain
+from refund_desk.storage.db import flush_if_pending, memo, plain
 from refund_desk.storage.models import Case, Execution, Payment
 
 OPEN_EXECUTION = "reserved"
@@ -59,6 +59,8 @@ def refundable(session: Session, payment: PaymentFacts, *, unseen: bool = False)
         return Refundable(
             payment.amount, payment.refunded_amount(excluding=frozenset()), frozenset()
         )
+    # a reservation made in this transaction counts
+    flush_if_pending(session, lambda row: isinstance(row, Execution))
     open_rows = plain(session).execute(_OPEN_RESERVATIONS, {"payment_id": payment.id}).all()
     ids = frozenset(r[0] for r in open_rows)
     reserved = sum(r[1] for r in open_rows)
@@ -111,6 +113,8 @@ def customer_verified(email: str, payment: PaymentFacts) -> bool:
 def customer_history(
     session: Session, *, email_hash: str, now: datetime, exclude: str
 ) -> dict[str, int]:
+    # the customer's other cases as this transaction left them (`exclude`'s change waits)
+    flush_if_pending(session, lambda row: isinstance(row, Case) and row.id != exclude)
     whose = {"email_hash": email_hash, "since": now - timedelta(days=90), "exclude": exclude}
     refunds_90d, open_cases = plain(session).execute(_HISTORY, whose).one()
     return {"refunds_90d": int(refunds_90d or 0), "open_cases": int(open_cases or 0)}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from sqlalchemy import bindparam, func, select
 from sqlmodel import Session, col
 
-from refund_desk.storage.db import plain
+from refund_desk.storage.db import flush_if_pending, plain
 from refund_desk.storage.models import Approval, Case
 
 
@@ -30,7 +30,6 @@ def approval_count(session: Session, case: Case) -> int:
     """The approvals on record in the case's round, this transaction's own included. Only a
     pending approval is flushed first: the case's own pending changes wait for the commit,
     to go out as one UPDATE."""
-    if any(isinstance(row, Approval) for row in (*session.new, *session.dirty)):
-        session.flush()
+    flush_if_pending(session, lambda row: isinstance(row, Approval))
     found = plain(session).scalar(_APPROVALS, {"case_id": case.id, "round": case.approval_round})
     return int(found or 0)

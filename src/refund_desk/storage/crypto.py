@@ -24,8 +24,8 @@ from sqlalchemy.exc import OperationalError
 from sqlmodel import Session, col
 
 from refund_desk import clock
-from refund_desk.storage.db import InsertIfNew, held_get
-from refund_desk.storage.models import CustomerKey
+from refund_desk.storage.db import InsertIfNew, held_get, memo, plain
+from refund_desk.storage.models import Case, CustomerKey
 
 if TYPE_CHECKING:
     from refund_desk.storage.db import Database
@@ -348,6 +348,17 @@ _SHARE_KEY = _KEY_ROW.with_for_update(read=True)
 _SHARE_LIVE_KEY = _KEY_ROW.where(col(CustomerKey.key_enc).is_not(None)).with_for_update(
     read=True, skip_locked=True
 )
+_EMAIL_HASH_OF_CASE = select(col(Case.email_hash)).where(col(Case.id) == bindparam("case_id"))
+_SHARE_KEY_OF_CASE = (
+    select(CustomerKey)
+    .where(
+        col(CustomerKey.email_hash) == _EMAIL_HASH_OF_CASE.scalar_subquery(),
+        col(CustomerKey.key_enc).is_not(None),
+    )
+    .execution_options(populate_existing=True)
+    .with_for_update(read=True, skip_locked=True, of=CustomerKey)
+)
+_SHARED = "shared keys"  # memo: email hash -> key row this transaction holds FOR SHARE
 _KEYS = CustomerKey.__table__  # type: ignore[attr-defined]
 _INSERT_KEY = InsertIfNew(_KEYS, _KEYS.c.email_hash)  # on the table: no autoflush, no ORM
 
@@ -365,6 +376,9 @@ def _share_live_key(session: Session, email_hash: str) -> CustomerKey | None:
     (its writer, taken at BEGIN IMMEDIATE, already excludes all)."""
     if not _on_postgresql(session):
         return None
+    held = memo(session, _SHARED).get(email_hash)
+    if held is not None:  # held shared since `hold_key_of_case`: nobody changed it since
+        return held
     return session.scalars(_SHARE_LIVE_KEY, {"email_hash": email_hash}).first()
 
 
@@ -382,6 +396,24 @@ def _share_live_key_waiting(session: Session, email_hash: str) -> CustomerKey | 
         return row
     look.rollback()  # and the shared lock with it (PostgreSQL releases a savepoint's locks)
     return None
+
+
+def hold_key_of_case(session: Session, case_id: str) -> None:
+    """PostgreSQL: hold the live key of the case's customer under a shared lock, before the
+    case's row is locked. An erasure locks the key row, then the customer's cases; a
+    transaction that locked a case and then needed its customer's key (to seal advice under
+    it) would wait for the erasure while the erasure waited for it. With the key held first,
+    the erasure waits for this transaction, or this one for the erasure's commit (and then
+    finds the case erased). A missing or erased key is not held. SQLite: nothing (its writer,
+    taken at BEGIN IMMEDIATE, already excludes all)."""
+    if not _on_postgresql(session):
+        return
+    row = session.scalars(_SHARE_KEY_OF_CASE, {"case_id": case_id}).first()
+    if row is None:  # held for update (an erasure under way), erased, or no case
+        email_hash = plain(session).scalar(_EMAIL_HASH_OF_CASE, {"case_id": case_id})
+        row = _share_live_key_waiting(session, email_hash) if email_hash else None
+    if row is not None:
+        memo(session, _SHARED)[row.email_hash] = row
 
 
 def _lock_key(session: Session, email_hash: str) -> CustomerKey | None:

@@ -359,6 +359,14 @@ def plain(session: Session) -> Connection:
     return session.connection()
 
 
+def flush_if_pending(session: Session, pending: Callable[[object], bool]) -> None:
+    """Flush first if this transaction holds a new or changed row that `pending` picks out:
+    a count read with `plain` then sees it. Otherwise nothing is flushed, and the session's
+    other changes wait for the commit."""
+    if any(pending(row) for row in (*session.new, *session.dirty)):
+        session.flush()
+
+
 @event.listens_for(Session, "after_transaction_end")
 def _forget_memo(session: Session, transaction: Any) -> None:
     if transaction.parent is None:

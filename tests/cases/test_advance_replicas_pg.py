@@ -1,0 +1,123 @@
+"""PostgreSQL, two replicas (two runtimes on one database), real threads:
+the same advance job run by both at once pays once; two cases on one payment advanced at
+once never refund more than was paid; the breaker's hourly count holds across replicas now
+that the reservation is written only at the commit's flush."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import yaml
+
+from refund_desk.cases import decide
+from tests.cases.advance_common import advance_job, as_claimed, case_row, executions
+from tests.conftest import make_runtime
+from tests.helpers import ACME, Harness
+
+pytestmark = pytest.mark.postgres
+
+
+@pytest.fixture()
+def replicas(pg_url: str) -> Iterator[list[Harness]]:
+    runtimes = [make_runtime(pg_url) for _ in range(2)]
+    yield [Harness(rt) for rt in runtimes]
+    for rt in runtimes:
+        rt.db.dispose()
+
+
+def _meet_after_the_processor(replicas: list[Harness]) -> None:
+    """Both replicas leave the processor call together, then race for the transaction."""
+    barrier = threading.Barrier(len(replicas))
+    for h in replicas:
+        processor = h.runtime.desk.processor
+        asked = processor.payment
+
+        def payment(payment_id: str, _asked: Any = asked, **kw: Any) -> Any:
+            facts = _asked(payment_id, **kw)
+            barrier.wait(20)
+            return facts
+
+        processor.payment = payment  # type: ignore[method-assign]
+
+
+def _together(work: list[Any]) -> list[BaseException]:
+    errors: list[BaseException] = []
+
+    def run(fn: Any) -> None:
+        try:
+            fn()
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(fn,)) for fn in work]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    return errors
+
+
+def test_one_advance_job_run_by_two_replicas_at_once_pays_once(replicas: list[Harness]) -> None:
+    a = replicas[0]
+    a.publish()
+    a.runtime.desk.run_inline = False
+    payment = a.payment("30.00")
+    case_id = a.post(a.request(payment, "20.00")).json()["id"]
+    job = advance_job(a, case_id)
+    a.runtime.desk.run_inline = True
+    _meet_after_the_processor(replicas)
+    errors = _together(
+        [lambda h=h: decide.advance(h.runtime.desk, as_claimed(job)) for h in replicas]
+    )
+    assert not errors, errors
+    assert len(executions(a, case_id)) == 1
+    assert len(a.refunds_at_processor(payment)) == 1
+    assert case_row(a, case_id).status == "refunded"
+
+
+def test_two_cases_on_one_payment_advanced_at_once_never_over_refund(
+    replicas: list[Harness],
+) -> None:
+    a = replicas[0]
+    a.publish()
+    a.runtime.desk.run_inline = False
+    payment = a.payment("30.00")
+    ids = [a.post(a.request(payment, amt)).json()["id"] for amt in ("20.00", "15.00")]
+    jobs = [advance_job(a, i) for i in ids]
+    a.runtime.desk.run_inline = True
+    _meet_after_the_processor(replicas)
+    errors = _together(
+        [lambda h=h, j=j: decide.advance(h.runtime.desk, as_claimed(j))
+         for h, j in zip(replicas, jobs, strict=True)]
+    )  # fmt: skip
+    assert not errors, errors
+    assert sum(r["amount"] for r in a.refunds_at_processor(payment)) <= 3000
+    assert sorted(case_row(a, i).status for i in ids) == ["awaiting_approval", "refunded"]
+
+
+def test_the_breakers_hourly_count_holds_across_replicas(replicas: list[Harness]) -> None:
+    a = replicas[0]
+    raw = yaml.safe_load(ACME.read_text())
+    raw["breaker"] = {"max_refunds_per_hour": 1}
+    a.publish(yaml.safe_dump(raw, sort_keys=False))
+    a.runtime.desk.run_inline = False
+    ids, payments = [], []
+    for n in range(2):
+        email = f"c{n}@example.com"
+        payment = a.payment("30.00", email=email)
+        payments.append(payment)
+        ids.append(a.post({**a.request(payment, "20.00"), "email": email}).json()["id"])
+    jobs = [advance_job(a, i) for i in ids]
+    a.runtime.desk.run_inline = True
+    _meet_after_the_processor(replicas)
+    errors = _together(
+        [lambda h=h, j=j: decide.advance(h.runtime.desk, as_claimed(j))
+         for h, j in zip(replicas, jobs, strict=True)]
+    )  # fmt: skip
+    assert not errors, errors
+    refunded = sum(len(a.refunds_at_processor(p)) for p in payments)
+    assert refunded == 1
+    assert sorted(case_row(a, i).status for i in ids) == ["awaiting_approval", "refunded"]
