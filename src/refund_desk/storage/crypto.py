@@ -12,6 +12,7 @@ import hmac
 import re
 import threading
 from collections import OrderedDict
+from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
@@ -155,7 +156,7 @@ class Vault:
         for update first) waits for every transaction using the key, and those do not wait
         for each other. A new customer's key is inserted; only an erased one is locked for
         update (and replaced)."""
-        row = _share_live_key(session, email_hash)
+        row: CustomerKey | NewKey | None = _share_live_key(session, email_hash)
         if row is None:
             row = self._made_live(session, email_hash, ready)
         if (
@@ -174,20 +175,22 @@ class Vault:
 
     def _made_live(
         self, session: Session, email_hash: str, ready: CustomerCipher | None
-    ) -> CustomerKey:
+    ) -> CustomerKey | NewKey:
         """The customer's key row with a live key, made here if they have none: inserted by
         this transaction (a new customer), else read as it is once whoever holds it for update
         is done (a live key under a shared lock; an erased one locked for update, and a new
         key in a new generation).
 
-        On PostgreSQL the insert comes first: the shared look found no live key, so the
-        customer is most likely new, and a new customer's key is then one statement. On
-        SQLite (one writer) the row is read first, as a returning customer's is: once per
+        The insert comes first where the customer is most likely new, and a new customer's
+        key is then one statement: on PostgreSQL (the shared look found no live key), and on
+        SQLite when this process knew no key of theirs (`ready` is fresh). Otherwise (SQLite,
+        one writer) the row is read first, as a returning customer's is: once per
         transaction, as its writer excludes every other change to it (a field decrypted
         earlier in the transaction read it already)."""
         fresh = ready if ready is not None and ready.fresh else None
         postgresql = _on_postgresql(session)
-        row = None if postgresql else held_get(session, CustomerKey, email_hash)
+        insert_first = postgresql or fresh is not None
+        row = None if insert_first else held_get(session, CustomerKey, email_hash)
         if row is None:
             made = fresh.wrapped if fresh is not None and fresh.generation == 1 else None
             inserted = _insert_key(session, email_hash, made or self._new_wrapped_key())
@@ -420,14 +423,21 @@ def _lock_key(session: Session, email_hash: str) -> CustomerKey | None:
     return session.scalars(_LOCK_KEY, {"email_hash": email_hash}).first()
 
 
-def _insert_key(session: Session, email_hash: str, key_enc: str) -> CustomerKey | None:
+@dataclass(frozen=True)
+class NewKey:
+    """A key row this transaction inserted, as `for_customer` reads it (no ORM object)."""
+
+    email_hash: str
+    generation: int
+    key_enc: str
+
+
+def _insert_key(session: Session, email_hash: str, key_enc: str) -> NewKey | None:
     """The new key's row, unless the customer has a row already (an erased key, or a
     concurrent transaction's, which it waits for): then None."""
-    row = CustomerKey(email_hash=email_hash, generation=1, key_enc=key_enc,
-                      created_at=clock.now(), erased_at=None)  # fmt: skip
     values = {"email_hash": email_hash, "generation": 1, "key_enc": key_enc,
-              "created_at": row.created_at}  # fmt: skip
-    return row if _INSERT_KEY.into(session, values) else None
+              "created_at": clock.now()}  # fmt: skip
+    return NewKey(email_hash, 1, key_enc) if _INSERT_KEY.into(session, values) else None
 
 
 def _read_key(session: Session | None, db: Database | None, email_hash: str) -> CustomerKey | None:
