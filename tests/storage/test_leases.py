@@ -14,10 +14,6 @@ from tests.storage.test_jobs import add_job, load
 LEASE = 0.6  # seconds: renewed every 0.2 s while held
 
 
-def _leases_thread() -> threading.Thread | None:
-    return next((t for t in threading.enumerate() if t.name == "leases"), None)
-
-
 def test_a_job_held_across_a_slow_call_is_not_taken_over(db: Database) -> None:
     mine = JobQueue(db, owner="replica-a", lease_seconds=LEASE)
     other = JobQueue(db, owner="replica-b", lease_seconds=LEASE)
@@ -39,14 +35,25 @@ def test_several_jobs_are_held_by_one_thread(db: Database) -> None:
         add_job(db)
     jobs = mine.claim()
     assert len(jobs) == 3
+    before = {t.ident for t in threading.enumerate()}
     with mine.held(jobs[0]), mine.held(jobs[1]), mine.held(jobs[2]):
-        assert sum(t.name == "leases" for t in threading.enumerate()) == 1
+        started = [t for t in threading.enumerate() if t.ident not in before]
+        assert [t.name for t in started] == ["leases"]  # one thread for the three
         time.sleep(1.2)
         assert other.claim() == []
-    deadline = time.monotonic() + 2
-    while _leases_thread() is not None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert _leases_thread() is None, "the thread runs on with nothing held"
+
+
+def test_the_thread_is_kept_between_holds_and_ends_when_idle() -> None:
+    keeper: LeaseKeeper[str] = LeaseKeeper(lambda job: True, idle=0.5)
+    keeper.hold((1, 1), "a", every=0.05)
+    keeper.release((1, 1))
+    first = keeper.thread
+    assert first is not None
+    keeper.hold((2, 1), "b", every=0.05)  # soon after: the same thread keeps it
+    assert keeper.thread is first
+    keeper.release((2, 1))
+    first.join(3)
+    assert not first.is_alive(), "the thread runs on with nothing held"
 
 
 def test_a_lost_lease_is_renewed_no_more_and_none_after_release() -> None:

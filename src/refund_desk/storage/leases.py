@@ -2,11 +2,11 @@
 
 A job that calls the processor keeps its lease while the call is in flight, so no other
 replica takes it over meanwhile (`JobQueue.held`). One thread per queue renews every held job
-a third of a lease after it was taken or last renewed; the thread runs only while something
-is held. A job whose lease was lost (its renewal changed nothing) is renewed no more, and
-none is renewed after its holder let it go. A process that dies stops renewing, and its
-leases run out as before. (A thread per call cost about 150 µs of CPU, and its start and
-join were waited for.)
+a third of a lease after it was taken or last renewed. The thread runs while something is
+held and for `idle` seconds after, so a steady stream of refunds starts it once. A job whose
+lease was lost (its renewal changed nothing) is renewed no more, and none is renewed after
+its holder let it go. A process that dies stops renewing, and its leases run out as before.
+(A thread per call cost about 150 µs of CPU, and its start and join were waited for.)
 """
 
 from __future__ import annotations
@@ -24,13 +24,19 @@ Key = tuple[int, int]  # a job's id and attempt: one claim of it
 
 
 class LeaseKeeper(Generic[_Job]):
-    def __init__(self, renew: Callable[[_Job], bool]) -> None:
+    def __init__(self, renew: Callable[[_Job], bool], *, idle: float = 30.0) -> None:
         self._renew = renew
+        self._idle = idle
         # the job, how often it is renewed (seconds), when it is renewed next
         self._held: dict[Key, tuple[_Job, float, float]] = {}
         self._renewing: set[Key] = set()
         self._changed = threading.Condition()
         self._thread: threading.Thread | None = None
+
+    @property
+    def thread(self) -> threading.Thread | None:
+        """The thread keeping the leases, while it runs."""
+        return self._thread
 
     def hold(self, key: Key, job: _Job, every: float) -> None:
         with self._changed:
@@ -49,12 +55,18 @@ class LeaseKeeper(Generic[_Job]):
             self._changed.notify_all()
 
     def _keep(self) -> None:
+        idle_since: float | None = None
         while True:
             with self._changed:
-                if not self._held:
-                    self._thread = None  # the next `hold` starts another
-                    return
                 now = time.monotonic()
+                if not self._held:
+                    idle_since = now if idle_since is None else idle_since
+                    if now - idle_since >= self._idle:
+                        self._thread = None  # the next `hold` starts another
+                        return
+                    self._changed.wait(self._idle - (now - idle_since))
+                    continue
+                idle_since = None
                 due = [
                     (key, job, every) for key, (job, every, at) in self._held.items() if at <= now
                 ]
