@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from refund_desk import logs
 from refund_desk.cases import advisory
 from refund_desk.cases import facts as case_facts
 from refund_desk.cases.errors import NotFound
@@ -66,6 +67,8 @@ def _advance(desk: Desk, job: ClaimedJob, case_id: str) -> None:
     asked: _Asked | None = None
     if here:
         payment_id: str = job.payload["payment_id"]
+        if "correlation_id" in job.payload:  # on this job's lines, as a read of the case puts it
+            logs.case_loaded(case_id, job.payload["correlation_id"])
     else:
         request: AdviceRequest | None = None
         with desk.db.read() as session:

@@ -357,11 +357,16 @@ def _capture(
                 )
             )
         # Handed to this process's worker (Desk.hand_off); a sweep takes over after the grace.
-        # The payment's id lets `advance` ask the processor before it opens a transaction.
+        # The payment's id lets `advance` ask the processor before it reads the case (and
+        # its log lines name the request from the start).
         job_id = queue(
             session,
             kind=ADVANCE,
-            payload={"case_id": case_id, "payment_id": payment.id},
+            payload={
+                "case_id": case_id,
+                "payment_id": payment.id,
+                "correlation_id": correlation_id,
+            },
             due_at=desk.due_for_hand_off(),
         )
         logs.bind(case_id, correlation_id)  # the rest of this request is about the case
