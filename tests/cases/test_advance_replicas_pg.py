@@ -60,6 +60,16 @@ def _together(work: list[Any]) -> list[BaseException]:
     return errors
 
 
+def _advance_on_both(replicas: list[Harness], jobs: list[Any]) -> None:
+    """Each replica runs its job at once, both leaving the processor call together."""
+    _meet_after_the_processor(replicas)
+    errors = _together(
+        [lambda h=h, j=j: decide.advance(h.runtime.desk, as_claimed(j))
+         for h, j in zip(replicas, jobs, strict=True)]
+    )  # fmt: skip
+    assert not errors, errors
+
+
 def test_one_advance_job_run_by_two_replicas_at_once_pays_once(replicas: list[Harness]) -> None:
     a = replicas[0]
     a.publish()
@@ -88,12 +98,7 @@ def test_two_cases_on_one_payment_advanced_at_once_never_over_refund(
     ids = [a.post(a.request(payment, amt)).json()["id"] for amt in ("20.00", "15.00")]
     jobs = [advance_job(a, i) for i in ids]
     a.runtime.desk.run_inline = True
-    _meet_after_the_processor(replicas)
-    errors = _together(
-        [lambda h=h, j=j: decide.advance(h.runtime.desk, as_claimed(j))
-         for h, j in zip(replicas, jobs, strict=True)]
-    )  # fmt: skip
-    assert not errors, errors
+    _advance_on_both(replicas, jobs)
     assert sum(r["amount"] for r in a.refunds_at_processor(payment)) <= 3000
     assert sorted(case_row(a, i).status for i in ids) == ["awaiting_approval", "refunded"]
 
@@ -112,12 +117,7 @@ def test_the_breakers_hourly_count_holds_across_replicas(replicas: list[Harness]
         ids.append(a.post({**a.request(payment, "20.00"), "email": email}).json()["id"])
     jobs = [advance_job(a, i) for i in ids]
     a.runtime.desk.run_inline = True
-    _meet_after_the_processor(replicas)
-    errors = _together(
-        [lambda h=h, j=j: decide.advance(h.runtime.desk, as_claimed(j))
-         for h, j in zip(replicas, jobs, strict=True)]
-    )  # fmt: skip
-    assert not errors, errors
+    _advance_on_both(replicas, jobs)
     refunded = sum(len(a.refunds_at_processor(p)) for p in payments)
     assert refunded == 1
     assert sorted(case_row(a, i).status for i in ids) == ["awaiting_approval", "refunded"]

@@ -7,11 +7,16 @@ the next one from over-refunding or under-counting the breaker."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import pytest
 import yaml
+from sqlmodel import Session
 
 from refund_desk.cases import breaker, facts
 from refund_desk.cases.executor import reserve_in
+from refund_desk.cases.ports import PaymentFacts
 from refund_desk.governance.versions import load_version
 from refund_desk.runtime import Runtime
 from refund_desk.storage.db import lock_payment
@@ -41,30 +46,30 @@ def desk(any_runtime: Runtime) -> Harness:
     return harness
 
 
-def test_refundable_sees_a_reservation_made_earlier_in_the_transaction(desk: Harness) -> None:
+@contextmanager
+def _reserved(desk: Harness) -> Iterator[tuple[Session, PaymentFacts, str]]:
+    """An approved case's 20.00 reserved in a transaction left open (rolled back after)."""
     case_id, payment_id = _approved_case(desk)
     runtime = desk.runtime
     payment = runtime.desk.processor.payment(payment_id)
     with runtime.db.write() as session:
         lock_payment(session, payment_id)
         execution = reserve_in(runtime.desk, session, case_id, None, payment)
-        assert execution is not None and execution.amount == 2000
-        left = facts.refundable(session, payment).left
+        assert execution is not None and execution.amount == 2000 and execution.automatic
+        yield session, payment, case_id
         session.rollback()
+
+
+def test_refundable_sees_a_reservation_made_earlier_in_the_transaction(desk: Harness) -> None:
+    with _reserved(desk) as (session, payment, _):
+        left = facts.refundable(session, payment).left
     assert left == 1000, f"30.00 captured, 20.00 just reserved: {left} minor units left"
 
 
 def test_the_breakers_window_sees_a_reservation_made_earlier_in_the_transaction(
     desk: Harness,
 ) -> None:
-    case_id, payment_id = _approved_case(desk)
-    runtime = desk.runtime
-    payment = runtime.desk.processor.payment(payment_id)
-    with runtime.db.write() as session:
-        lock_payment(session, payment_id)
-        execution = reserve_in(runtime.desk, session, case_id, None, payment)
-        assert execution is not None and execution.automatic
+    with _reserved(desk) as (session, _, case_id):
         policy = load_version(session, case_row(desk, case_id).policy_version or 0)
         why = breaker.over_limit(session, policy, 500, "USD")
-        session.rollback()
     assert why is not None, "one automatic refund reserved, limit 1 an hour: one more is over"

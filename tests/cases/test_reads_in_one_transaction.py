@@ -106,21 +106,13 @@ def test_sqlite_the_held_key_row_reflects_this_transactions_erasure(runtime: Run
 def test_sqlite_a_returning_customer_after_an_erasure_gets_a_new_key(runtime: Runtime) -> None:
     desk = Harness(runtime)
     desk.publish()
-    old = desk.post(
-        desk.request(
-            desk.payment("30.00"),
-            "20.00",
-            message="My zanzibar vase arrived broken, shattered in the box.",
-        )
-    ).json()
+
+    def ask(message: str) -> dict[str, Any]:
+        return dict(desk.post(desk.request(desk.payment("30.00"), "20.00", message=message)).json())
+
+    old = ask("My zanzibar vase arrived broken, shattered in the box.")
     erasure.erase_customer(runtime.desk, CUSTOMER, actor=Actor("cli", "t"), evidence=None)
-    new = desk.post(
-        desk.request(
-            desk.payment("30.00"),
-            "20.00",
-            message="My kilimanjaro vase arrived broken, shattered in the box.",
-        )
-    ).json()
+    new = ask("My kilimanjaro vase arrived broken, shattered in the box.")
     vault = runtime.desk.vault
     with runtime.db.read() as session:
         old_case, new_case = case_row(desk, old["id"]), case_row(desk, new["id"])
