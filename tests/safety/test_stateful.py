@@ -5,8 +5,9 @@ requests (duplicates, tier-4 customers, amounts over what is left), advisor fail
 processor faults (`down`, `timeout-after-success`, `decline`, `crash-after-success`), clicks
 by random users (approve, partial with random amounts, deny, escalate, replays of used
 buttons, stale buttons), publish, rollback, pause and resume, mode changes, the second-lead
-rule, sweeps with time jumps past leases and SLAs, repeated and out-of-order webhooks, and
-reconciliation. After every step the invariants are checked against the processor's ledger:
+rule, sweeps with time jumps past leases and SLAs, repeated and out-of-order webhooks,
+reconciliation, and the customer's erasure (after which none of their words reads back).
+After every step the invariants are checked against the processor's ledger:
 
 - money out per payment is at most what was captured; each execution id has at most one
   refund at the processor;
@@ -60,6 +61,7 @@ from refund_desk.cases.ports import (
     ProcessorError,
     ProcessorTimeout,
 )
+from refund_desk.customers import erasure
 from refund_desk.governance import admin
 from refund_desk.governance.versions import load_version
 from refund_desk.payments.reconcile import reconcile
@@ -79,7 +81,7 @@ from refund_desk.storage.models import (
 )
 from tests.conftest import PG_URL, TEST_SECRET, SimulatedCrash, _raise_crash, fresh_sqlite
 from tests.conftest import make_settings as _make_settings
-from tests.helpers import ACME, Harness
+from tests.helpers import ACME, CUSTOMER, Harness
 
 DEEP = os.environ.get("REFUND_DESK_DEEP", "").lower() in ("1", "true", "yes")
 # REFUND_DESK_STATS=1 prints what the runs did (examples, cases by status, refunds, steps).
@@ -241,6 +243,23 @@ class DeskMachine(RuleBasedStateMachine):
     )
     def request_small_or_large(self, pick: int, new: bool, amount: str) -> None:
         self.request(pick, new, "900.00", 0, amount, "damaged")
+
+    @rule()
+    def erase(self) -> None:
+        """The customer asks to be forgotten, between any two steps: their cases keep their
+        record and their money, and none of their words stays readable."""
+        vault = self.runtime.desk.vault
+        try:
+            self._guard(
+                lambda: erasure.erase_customer(
+                    self.runtime.desk, CUSTOMER, actor=Actor("cli", "privacy"), evidence=None
+                )
+            )
+        except CaseError:  # nothing of theirs is held
+            return
+        with self.runtime.db.read() as session:
+            for case in session.scalars(select(Case)).all():  # every case so far is theirs
+                assert vault.decrypt(case.message_enc, session=session) is None, case.id
 
     @rule(
         what=st.sampled_from(
