@@ -14,7 +14,7 @@ from sqlalchemy import func, select, text
 from sqlalchemy.exc import OperationalError
 
 from refund_desk.runtime import Runtime
-from refund_desk.storage.crypto import lock_customer_key
+from refund_desk.storage.crypto import CustomerCipher, lock_customer_key
 from refund_desk.storage.models import CustomerKey
 from tests.conftest import make_runtime
 from tests.customers.conftest import open_write
@@ -31,11 +31,17 @@ def _customer(pg_runtime: Runtime) -> str:
 
 
 def _intake_after_a_discard(
-    pg_runtime: Runtime, email_hash: str
+    pg_runtime: Runtime,
+    email_hash: str,
+    *,
+    by: Runtime | None = None,
+    ready: CustomerCipher | None = None,
 ) -> tuple[threading.Thread, threading.Event, threading.Event, list[object]]:
-    """A discard-like transaction holds the key row FOR UPDATE; an intake starts meanwhile,
-    waits, gets the key once the discard commits and keeps its transaction open."""
-    vault = pg_runtime.desk.vault
+    """A discard-like transaction holds the key row FOR UPDATE; an intake (on `by`, another
+    replica, if given, with its `ready` cipher) starts meanwhile, waits, gets the key once
+    the discard commits and keeps its transaction open until `finish` is set."""
+    intake_runtime = by or pg_runtime
+    vault = intake_runtime.desk.vault
     got_key, finish = threading.Event(), threading.Event()
     out: list[object] = []
     holding = threading.Event()
@@ -49,8 +55,8 @@ def _intake_after_a_discard(
 
     def intake() -> None:
         try:
-            with open_write(pg_runtime, "10s") as session:
-                cipher = vault.for_customer(session, email_hash)
+            with open_write(intake_runtime, "10s") as session:
+                cipher = vault.for_customer(session, email_hash, ready=ready)
                 out.append(cipher)
                 got_key.set()
                 finish.wait(10)
@@ -129,30 +135,12 @@ def test_after_a_discard_the_intake_uses_the_one_live_key(pg_runtime: Runtime, p
     other = make_runtime(pg_url)  # another replica
     try:
         fresh = other.desk.vault.ready_cipher(email_hash)  # this replica has none in memory
-        holding, release, done = threading.Event(), threading.Event(), threading.Event()
-        got: list[object] = []
-
-        def discard() -> None:
-            with open_write(pg_runtime, "5s") as session:
-                lock_customer_key(session, email_hash)
-                holding.set()
-                release.wait(10)
-
-        def intake() -> None:
-            with open_write(other, "10s") as session:
-                got.append(other.desk.vault.for_customer(session, email_hash, ready=fresh))
-            done.set()
-
-        h = threading.Thread(target=discard)
-        h.start()
-        assert holding.wait(5)
-        w = threading.Thread(target=intake)
-        w.start()
-        w.join(0.3)
-        release.set()
-        h.join(5)
-        w.join(10)
-        assert done.is_set()
+        worker, _, finish, got = _intake_after_a_discard(
+            pg_runtime, email_hash, by=other, ready=fresh
+        )
+        finish.set()  # the intake commits
+        worker.join(10)
+        assert not worker.is_alive()
         cipher = got[0]
         assert cipher is not fresh
         assert cipher.generation == generation  # type: ignore[attr-defined]
