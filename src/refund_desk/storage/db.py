@@ -7,13 +7,14 @@ serialized lock rows explicitly (`lock_payment`, the audit head).
 
 from __future__ import annotations
 
+import asyncio
 import os
 import select as io_select
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import AbstractContextManager, asynccontextmanager, contextmanager, nullcontext
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -133,14 +134,20 @@ def _configure_sqlite(engine: Engine) -> None:
 # Set while a transaction must finish within a deadline (a Slack listener's, before ack()):
 # on SQLite it goes before the writers that can wait.
 _URGENT: ContextVar[bool] = ContextVar("urgent_write", default=False)
+# Set while a job runs: on SQLite its writes let the requests someone is waiting on go first.
+_BACKGROUND: ContextVar[bool] = ContextVar("background_write", default=False)
+# How long a background writer lets waiting requests go first before it takes its turn
+# anyway: jobs slow down under an intake burst but never stop.
+BACKGROUND_PATIENCE = 0.1
 
 
 class _Turns:
-    """The threads of one process, one writer at a time; urgent writers go first.
+    """The threads of one process, one writer at a time: urgent writers first, then the
+    others in order of arrival, background writers (jobs) last, unless the oldest of them has
+    waited `BACKGROUND_PATIENCE` already.
 
-    The turn is handed straight to the next waiter (urgent ones first, then in order of
-    arrival), each waiting on a lock of its own: a release wakes one thread, not every
-    waiting one to find that one of them may go.
+    The turn is handed straight to the next waiter, each waiting on a lock of its own: a
+    release wakes one thread, not every waiting one to find that one of them may go.
     """
 
     def __init__(self) -> None:
@@ -148,32 +155,53 @@ class _Turns:
         self._busy = False
         self._urgent: deque[threading.Lock] = deque()
         self._waiting: deque[threading.Lock] = deque()
+        self._background: deque[tuple[float, threading.Lock]] = deque()
 
-    def acquire(self, urgent: bool) -> None:
+    def acquire(self, urgent: bool, background: bool = False) -> None:
         with self._lock:
             if not self._busy:
                 self._busy = True
                 return
-            queue = self._urgent if urgent else self._waiting
             turn = threading.Lock()
             turn.acquire()
-            queue.append(turn)
+            if urgent:
+                self._urgent.append(turn)
+            elif background:
+                self._background.append((time.monotonic(), turn))
+            else:
+                self._waiting.append(turn)
         try:
             turn.acquire()  # released by `release`, which hands the turn over to this thread
         except BaseException:  # interrupted: leave the queue, or pass on a turn just handed over
             with self._lock:
-                handed = turn not in queue
-                if not handed:
-                    queue.remove(turn)
+                handed = not self._forget(turn)
             if handed:
                 self.release()
             raise
 
+    def _forget(self, turn: threading.Lock) -> bool:
+        """Take a waiter out of its queue; False if it is in none (it has the turn)."""
+        for queue in (self._urgent, self._waiting):
+            if turn in queue:
+                queue.remove(turn)
+                return True
+        for entry in self._background:
+            if entry[1] is turn:
+                self._background.remove(entry)
+                return True
+        return False
+
     def release(self) -> None:
         with self._lock:
-            queue = self._urgent or self._waiting
-            if queue:
-                queue.popleft().release()  # still busy: the turn is theirs now
+            if self._urgent:
+                self._urgent.popleft().release()  # still busy: the turn is theirs now
+            elif self._background and (
+                not self._waiting
+                or time.monotonic() - self._background[0][0] >= BACKGROUND_PATIENCE
+            ):
+                self._background.popleft()[1].release()
+            elif self._waiting:
+                self._waiting.popleft().release()
             else:
                 self._busy = False
 
@@ -189,20 +217,38 @@ class SqliteWriters:
     file (`.urgent`) from before it waits for the writer until it is done, and every other
     writer passes that file's exclusive lock (taken and dropped at once) before it waits: a
     job process's next transaction waits while a Slack listener's is waiting or running,
-    instead of taking turns with it."""
+    instead of taking turns with it.
+
+    Background writers (jobs) let requests go first, across processes: while a request that
+    someone is waiting on is queued for capture or being captured (`serving`), its process
+    holds a shared `flock` of a third file (`.requests`), and a background writer, before it
+    queues for the writer at all, waits until it could take that file's exclusive lock (on
+    a descriptor of its own, so its own process's requests count too), for at most
+    `BACKGROUND_PATIENCE`. Without it a job process and a stream of intakes take turns:
+    every capture waits for a whole job transaction."""
 
     def __init__(self, path: str | None) -> None:
         self._turns = _Turns()
         self._fd: int | None = None
         self._urgent_fd: int | None = None
+        self._requests_fd: int | None = None  # held shared while this process serves requests
+        self._probe_fd: int | None = None  # a background writer's look at `.requests`
         if path and path != ":memory:" and fcntl is not None:
             self._fd = os.open(f"{path}.writer", os.O_RDWR | os.O_CREAT, 0o600)
             self._urgent_fd = os.open(f"{path}.urgent", os.O_RDWR | os.O_CREAT, 0o600)
+            self._requests_fd = os.open(f"{path}.requests", os.O_RDWR | os.O_CREAT, 0o600)
+            self._probe_fd = os.open(f"{path}.requests", os.O_RDWR)
         self._held_urgent = False  # only the thread whose turn it is reads or sets it
+        self._serving = 0  # requests queued or being captured in this process
+        self._serving_lock = threading.Lock()
+        self._probing = threading.Lock()  # one background writer looks at a time
 
     def __enter__(self) -> None:
         urgent = _URGENT.get()
-        self._turns.acquire(urgent)
+        background = not urgent and _BACKGROUND.get()
+        if background:
+            self._let_requests_go_first()
+        self._turns.acquire(urgent, background)
         if self._fd is None or self._urgent_fd is None:
             return
         try:
@@ -219,6 +265,42 @@ class SqliteWriters:
             self._drop_urgent()
             self._turns.release()
             raise
+
+    def _let_requests_go_first(self) -> None:
+        """Wait while any process serves requests, for at most `BACKGROUND_PATIENCE`."""
+        if self._probe_fd is None:
+            return
+        deadline = time.monotonic() + BACKGROUND_PATIENCE
+        with self._probing:
+            while True:
+                try:
+                    fcntl.flock(self._probe_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        return
+                    time.sleep(0.0005)
+                    continue
+                fcntl.flock(self._probe_fd, fcntl.LOCK_UN)  # held for no longer than this
+                return
+
+    def serve_begin(self) -> bool:
+        """A request someone waits on is queued or being captured here; False if that could
+        not be said at once (a background writer is looking: try again in a moment). Never
+        blocks: the event loop calls it."""
+        with self._serving_lock:
+            if self._serving == 0 and self._requests_fd is not None:
+                try:
+                    fcntl.flock(self._requests_fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    return False
+            self._serving += 1
+            return True
+
+    def serve_end(self) -> None:
+        with self._serving_lock:
+            self._serving -= 1
+            if self._serving == 0 and self._requests_fd is not None:
+                fcntl.flock(self._requests_fd, fcntl.LOCK_UN)
 
     def __exit__(self, *exc: object) -> None:
         try:
@@ -238,10 +320,11 @@ class SqliteWriters:
     def close(self) -> None:
         self._turns.acquire(True)
         try:
-            for fd in (self._fd, self._urgent_fd):
-                if fd is not None:
-                    os.close(fd)
-            self._fd = self._urgent_fd = None
+            with self._serving_lock, self._probing:
+                for fd in (self._fd, self._urgent_fd, self._requests_fd, self._probe_fd):
+                    if fd is not None:
+                        os.close(fd)
+                self._fd = self._urgent_fd = self._requests_fd = self._probe_fd = None
         finally:
             self._turns.release()
 
@@ -301,6 +384,33 @@ class Database:
             session.begin(),
         ):
             yield session
+
+    @staticmethod
+    @contextmanager
+    def background() -> Iterator[None]:
+        """Write transactions in this block are a job's: on SQLite they let the requests
+        someone is waiting on (`serving`) go first, for at most `BACKGROUND_PATIENCE`."""
+        token = _BACKGROUND.set(True)
+        try:
+            yield
+        finally:
+            _BACKGROUND.reset(token)
+
+    @asynccontextmanager
+    async def serving(self) -> AsyncIterator[None]:
+        """A request someone waits on is queued for capture or being captured in this block
+        (the intake gate's): on SQLite, background writers of every process let it go first.
+        Called on the event loop; it never blocks it."""
+        writers = self._write_lock
+        if not isinstance(writers, SqliteWriters):
+            yield
+            return
+        while not writers.serve_begin():
+            await asyncio.sleep(0.0005)  # a background writer's look lasts two system calls
+        try:
+            yield
+        finally:
+            writers.serve_end()
 
     @staticmethod
     @contextmanager

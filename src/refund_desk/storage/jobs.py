@@ -244,7 +244,7 @@ class JobQueue:
         self, *, now: datetime | None = None, limit: int = 20, skip: frozenset[int] = frozenset()
     ) -> list[ClaimedJob]:
         now = now or clock.now()
-        with self.db.write() as session:
+        with self.db.background(), self.db.write() as session:
             self._settle_idle(session, now)
             return self._lease(session, _CLAIM_DUE, now, skip=list(skip), limit=limit)
 
@@ -257,7 +257,7 @@ class JobQueue:
     def claim_one(self, job_id: int, *, now: datetime | None = None) -> ClaimedJob | None:
         """Claim a specific job now, even before it is due: the request that created it runs
         it inline, and its due time is only the grace after which a sweep takes over."""
-        with self.db.write() as session:
+        with self.db.background(), self.db.write() as session:
             claimed = self._lease(session, _CLAIM_ONE, now or clock.now(), job_id=job_id)
         return claimed[0] if claimed else None
 
@@ -273,7 +273,7 @@ class JobQueue:
         left out."""
         if not job_ids:
             return []
-        with self.db.write() as session:
+        with self.db.background(), self.db.write() as session:
             return self._lease(session, _CLAIM_IDS, now or clock.now(), job_ids=list(job_ids))
 
     def _lease(self, session: Session, claim: Any, now: datetime, **which: Any) -> list[ClaimedJob]:
@@ -372,6 +372,7 @@ class JobQueue:
         case_id = job.payload.get("case_id")
         try:
             with (
+                self.db.background(),  # on SQLite, requests someone waits on write first
                 logs.about(case_id),  # its lines (and its span) name the case it is about
                 tracing.span(
                     f"job {job.kind}", case_id=case_id, job_id=job.id, attempt=job.attempt

@@ -266,7 +266,8 @@ def create_app(
             runtime.settings.intake_concurrency,
             jobs_elsewhere=runtime.desk.jobs_elsewhere,
             processor_is_remote=runtime.sandbox is None,  # the sandbox is this database
-        )
+        ),
+        serving=runtime.db.serving,
     )
     runtime.desk.jobs.listeners.append(waiters.job_finished)
 

@@ -1,0 +1,271 @@
+"""On SQLite, jobs' writes let the requests someone is waiting on go first, for a while.
+
+A job process commits one transaction after another; without this, every intake capture
+waited for a whole job transaction, so a stream of intakes and a job process took turns.
+Two `Database`s on one file stand for two processes (each opens its own lock files, and
+`flock` locks of different open files conflict as between processes); one test uses a real
+second process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, text
+
+from refund_desk.storage import db as db_module
+from refund_desk.storage.db import Database, _Turns
+
+
+@pytest.fixture
+def two_processes(tmp_path: Path) -> Iterator[tuple[Database, Database]]:
+    url = f"sqlite:///{tmp_path / 'shared.db'}"
+    jobs, server = Database.from_url(url), Database.from_url(url)
+    with server.write() as session:
+        session.execute(text("CREATE TABLE t (who TEXT)"))
+    yield jobs, server
+    jobs.dispose()
+    server.dispose()
+
+
+def _background_write(db: Database, who: str = "job") -> None:
+    with db.background(), db.write() as session:
+        session.execute(text("INSERT INTO t VALUES (:who)"), {"who": who})
+
+
+def _write(db: Database, who: str) -> None:
+    with db.write() as session:
+        session.execute(text("INSERT INTO t VALUES (:who)"), {"who": who})
+
+
+def _writers(db: Database) -> list[str]:
+    with db.read() as session:
+        return list(session.execute(text("SELECT who FROM t ORDER BY rowid")).scalars())
+
+
+class _Held:
+    """`db.serving()` held on an event loop of its own until `release()`."""
+
+    def __init__(self, db: Database) -> None:
+        self._entered, self._leave = threading.Event(), threading.Event()
+        self._thread = threading.Thread(target=asyncio.run, args=(self._hold(db),))
+
+    async def _hold(self, db: Database) -> None:
+        async with db.serving():
+            self._entered.set()
+            while not self._leave.is_set():
+                await asyncio.sleep(0.005)
+
+    def __enter__(self) -> _Held:
+        self._thread.start()
+        assert self._entered.wait(5)
+        return self
+
+    def release(self) -> None:
+        self._leave.set()
+        self._thread.join(5)
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def test_a_job_process_writing_back_to_back_lets_a_stream_of_intakes_go_first(
+    two_processes: tuple[Database, Database], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While requests are queued or captured, the job process's next transaction waits: the
+    captures run back to back instead of one after each of its transactions."""
+    monkeypatch.setattr(db_module, "BACKGROUND_PATIENCE", 5.0)
+    jobs, server = two_processes
+    stop, started = threading.Event(), threading.Event()
+
+    def job_process() -> None:
+        while not stop.is_set():
+            _background_write(jobs)
+            started.set()
+            time.sleep(0.001)
+
+    async def intakes() -> None:
+        async with server.serving():  # what the intake gate holds while requests wait
+            for i in range(20):
+                await asyncio.to_thread(_write, server, f"intake-{i}")
+
+    worker = threading.Thread(target=job_process)
+    worker.start()
+    try:
+        assert started.wait(5)
+        asyncio.run(intakes())
+    finally:
+        stop.set()
+        worker.join(10)
+    order = _writers(server)
+    first, last = order.index("intake-0"), order.index("intake-19")
+    jobs_between = order[first:last].count("job")
+    assert jobs_between == 0, f"{jobs_between} job transactions went between the intakes"
+    assert order.count("job") > 1  # the job process did write before and after
+    assert (Path(str(server.engine.url.database) + ".requests")).exists()
+
+
+def test_without_requests_a_job_writes_at_once(
+    two_processes: tuple[Database, Database], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(db_module, "BACKGROUND_PATIENCE", 5.0)
+    jobs, server = two_processes
+    with _Held(server) as held:
+        held.release()  # served and done: nothing is waiting any more
+    began = time.monotonic()
+    _background_write(jobs)
+    assert time.monotonic() - began < 1.0
+    assert _writers(server) == ["job"]
+
+
+def test_a_job_waits_for_requests_no_longer_than_its_patience(
+    two_processes: tuple[Database, Database], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Requests that never stop slow the jobs down but never stop them."""
+    monkeypatch.setattr(db_module, "BACKGROUND_PATIENCE", 0.3)
+    jobs, server = two_processes
+    with _Held(server):
+        began = time.monotonic()
+        _background_write(jobs)
+        waited = time.monotonic() - began
+    assert 0.25 <= waited < 3.0, waited
+    assert _writers(server) == ["job"]
+
+
+def test_a_waiting_job_goes_as_soon_as_the_requests_are_served(
+    two_processes: tuple[Database, Database], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(db_module, "BACKGROUND_PATIENCE", 10.0)
+    jobs, server = two_processes
+    done = threading.Event()
+    with _Held(server) as held:
+        job = threading.Thread(target=lambda: (_background_write(jobs), done.set()))
+        began = time.monotonic()
+        job.start()
+        time.sleep(0.2)
+        assert not done.is_set()  # it waits while the requests are served
+        held.release()
+        assert done.wait(5)
+        waited = time.monotonic() - began
+    job.join(5)
+    assert 0.15 <= waited < 5.0, waited
+
+
+def test_requests_in_the_jobs_own_process_go_first_too(tmp_path: Path) -> None:
+    """A server that runs its jobs in its own threads: a job's write waits for the requests
+    that this same process serves (its look uses a descriptor of its own)."""
+    db = Database.from_url(f"sqlite:///{tmp_path / 'one.db'}")
+    with db.write() as session:
+        session.execute(text("CREATE TABLE t (who TEXT)"))
+    done = threading.Event()
+    with _Held(db) as held:
+        job = threading.Thread(target=lambda: (_background_write(db), done.set()))
+        job.start()
+        time.sleep(0.05)
+        assert not done.is_set()
+        _write(db, "intake")  # a request's write is not held back
+        held.release()
+        assert done.wait(5)
+    job.join(5)
+    assert _writers(db) == ["intake", "job"]
+    db.dispose()
+
+
+def test_requests_served_by_another_process_hold_back_a_job(tmp_path: Path) -> None:
+    """The same across two real processes: a server process serving requests, and a job
+    here."""
+    path = tmp_path / "procs.db"
+    url = f"sqlite:///{path}"
+    db = Database.from_url(url)
+    with db.write() as session:
+        session.execute(text("CREATE TABLE t (who TEXT)"))
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(
+                f"""
+                import asyncio, sys
+                from refund_desk.storage.db import Database
+
+                async def main():
+                    db = Database.from_url({url!r})
+                    async with db.serving():
+                        print("serving", flush=True)
+                        sys.stdin.readline()
+
+                asyncio.run(main())
+                """
+            ),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert server.stdout is not None and server.stdin is not None
+        assert server.stdout.readline().strip() == "serving"
+        done = threading.Event()
+        job = threading.Thread(target=lambda: (_background_write(db), done.set()))
+        job.start()
+        time.sleep(0.05)  # well under the patience (100 ms): still waiting
+        assert not done.is_set()
+        server.stdin.write("done\n")
+        server.stdin.flush()
+        assert server.wait(10) == 0
+        assert done.wait(5)
+        job.join(5)
+    finally:
+        if server.poll() is None:
+            server.kill()
+    assert _writers(db) == ["job"]
+    db.dispose()
+
+
+def test_background_threads_get_the_turn_after_the_others_unless_they_waited_long(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """In one process: queued jobs go after queued requests, but one that has waited its
+    patience goes before requests that came after it."""
+
+    def run(patience: float) -> list[str]:
+        monkeypatch.setattr(db_module, "BACKGROUND_PATIENCE", patience)
+        turns, order = _Turns(), []
+        turns.acquire(False)
+
+        def write(name: str, background: bool) -> None:
+            turns.acquire(False, background)
+            order.append(name)
+            turns.release()
+
+        threads = []
+        for name, background in [("job", True), ("intake-1", False), ("intake-2", False)]:
+            thread = threading.Thread(target=write, args=(name, background))
+            thread.start()
+            threads.append(thread)
+            time.sleep(0.05)
+        turns.release()
+        for thread in threads:
+            thread.join(5)
+        return order
+
+    assert run(10.0) == ["intake-1", "intake-2", "job"]
+    assert run(0.01) == ["job", "intake-1", "intake-2"]
+
+
+def test_serving_on_postgresql_holds_nothing() -> None:
+    db = Database(create_engine("postgresql+psycopg://nobody@127.0.0.1:1/none"))
+
+    async def serve() -> bool:
+        async with db.serving():
+            return True
+
+    assert asyncio.run(serve())  # no lock file, no connection
