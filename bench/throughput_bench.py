@@ -13,7 +13,8 @@ endpoint's req/s in the same run; at the end `audit verify` must pass.
 
 `--workers 1,2` runs Refund Desk on PostgreSQL once per worker count (`serve --workers N`);
 `--job-processes` runs the jobs in processes apart from one HTTP process: the worker counts
-are then job processes (`serve --job-processes N`; SQLite: one);
+are then job processes (`serve --job-processes N`; SQLite: one, or the counts of
+`--sqlite-job-processes 1,2`);
 `--wait` adds a run where every client sends `Prefer: wait=10` and gets the outcome in the
 answer; `--profile DIR` samples the Refund Desk server with py-spy during each run (collapsed
 stacks, one file per run; `bench/parts/profile_summary.py` reads them).
@@ -439,11 +440,18 @@ def main() -> None:
         help="jobs in processes apart from one HTTP process; worker counts count those",
     )
     parser.add_argument(
+        "--sqlite-job-processes",
+        default="1",
+        help="with --job-processes, SQLite's job process counts, e.g. 1,2 (one writer: they "
+        "overlap only what they do outside write transactions)",
+    )
+    parser.add_argument(
         "--profile", type=Path, help="sample Refund Desk with py-spy into this folder"
     )
     args = parser.parse_args()
     if args.only != "postgres":
-        side_by_side("SQLite", SqliteUrl, args, [1])
+        sqlite_counts = [int(n) for n in args.sqlite_job_processes.split(",")]
+        side_by_side("SQLite", SqliteUrl, args, sqlite_counts if args.job_processes else [1])
     if args.only != "sqlite":
         try:
             create_engine(PG_ADMIN).connect().close()
