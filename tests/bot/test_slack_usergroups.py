@@ -8,12 +8,18 @@ from collections.abc import Callable
 from datetime import timedelta
 
 import pytest
+from slack_sdk import WebClient
+from sqlalchemy import update
+from sqlmodel import col
 
 from refund_desk import clock
+from refund_desk.bot.directory import SlackDirectory
 from refund_desk.demo.slack import SlackEmulator
 from refund_desk.policy.errors import PolicyInvalid
 from refund_desk.policy.schema import parse_policy
-from tests.helpers import ACME
+from refund_desk.runtime import Runtime
+from refund_desk.storage.models import Case
+from tests.helpers import ACME, Harness
 from tests.slack_helpers import SlackHarness
 
 GROUPS_POLICY = (
@@ -91,3 +97,21 @@ def test_a_group_names_members_a_usergroup_or_both() -> None:
         parse_policy(GROUPS_POLICY.replace("usergroup: S0FINANCE, ", ""))
     with pytest.raises(PolicyInvalid):
         parse_policy(GROUPS_POLICY.replace("S0FINANCE", "U0FINANCE"))
+
+
+def test_the_groups_named_follow_the_active_policy_and_the_open_cases(runtime: Runtime) -> None:
+    """What a click refreshes before its transaction: the groups of the active version and of
+    every version an open case keeps, read afresh each time (each version's groups are read
+    once: a published version never changes)."""
+    harness = Harness(runtime)
+    directory = SlackDirectory(client=WebClient(token="xoxb-test"), db=runtime.db)
+    assert directory.named() == set()  # no policy yet
+    harness.publish(GROUPS_POLICY)
+    assert directory.named() == {"S0FINANCE", "S0LEADS", "S0OPS"}
+    case_id = harness.post(harness.request(harness.payment("900.00"), "600.00")).json()["id"]
+    assert harness.get(case_id)["status"] == "awaiting_approval"  # kept under that version
+    harness.publish(GROUPS_POLICY.replace("S0FINANCE", "S0TREASURY"))
+    assert directory.named() == {"S0FINANCE", "S0TREASURY", "S0LEADS", "S0OPS"}
+    with runtime.db.write() as session:  # the open case closes: its version's groups go
+        session.execute(update(Case).where(col(Case.id) == case_id).values(status="denied"))
+    assert directory.named() == {"S0TREASURY", "S0LEADS", "S0OPS"}

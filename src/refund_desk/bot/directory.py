@@ -18,24 +18,28 @@ from datetime import datetime, timedelta
 
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
-from sqlalchemy import select
+from sqlalchemy import select, union
 from sqlmodel import col
 
 from refund_desk import clock
 from refund_desk.bot.blocks.cards import DECIDABLE
 from refund_desk.cases.people import DirectoryUnavailable
-from refund_desk.governance.versions import control, load_version
+from refund_desk.governance.versions import load_version
 from refund_desk.policy.schema import usergroups
 from refund_desk.storage.db import Database
-from refund_desk.storage.models import Case
+from refund_desk.storage.models import Case, Control
 
 log = logging.getLogger(__name__)
 MAX_AGE = timedelta(seconds=60)  # a reading is relied on for at most this long
 REFRESH_AFTER = timedelta(seconds=45)  # refresh before it gets that old
 
 
-# The policy versions open cases keep: read before every click (built once).
-_OPEN_VERSIONS = select(col(Case.policy_version)).where(col(Case.status).in_(DECIDABLE)).distinct()
+# The policy versions that decide who may click: the active one and those open cases keep.
+# Read before every click, as one statement on a plain connection (built once).
+_VERSIONS_IN_FORCE = union(
+    select(col(Case.policy_version)).where(col(Case.status).in_(DECIDABLE)),
+    select(col(Control.active_version)).where(col(Control.id) == 1),
+)
 
 
 @dataclass
@@ -44,6 +48,8 @@ class SlackDirectory:
     db: Database
     _read: dict[str, tuple[datetime, frozenset[str]]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    # The user groups each policy version names (a published version never changes).
+    _groups_of: dict[int, frozenset[str]] = field(default_factory=dict)
 
     def members(self, usergroup: str) -> frozenset[str]:
         with self._lock:
@@ -74,12 +80,17 @@ class SlackDirectory:
                 self._read[group] = (now, users)
 
     def named(self) -> set[str]:
-        """The user groups of the active policy and of every version an open case keeps."""
-        with self.db.read() as session:
-            versions = set(session.scalars(_OPEN_VERSIONS).all())
-            versions.add(control(session).active_version)
-            docs = [load_version(session, v).doc for v in versions if v is not None]
-        return {group for doc in docs for group in usergroups(doc)}
+        """The user groups of the active policy and of every version an open case keeps: one
+        look for the versions; a version's groups are read once (versions never change)."""
+        with self.db.look() as connection:
+            versions = {v for v in connection.scalars(_VERSIONS_IN_FORCE) if v is not None}
+        unknown = versions - self._groups_of.keys()
+        if unknown:
+            with self.db.read() as session:
+                for version in unknown:
+                    groups = frozenset(usergroups(load_version(session, version).doc))
+                    self._groups_of[version] = groups
+        return {group for version in versions for group in self._groups_of[version]}
 
     def people(self, ids: Iterable[str]) -> list[str]:
         """User ids for a list of people and user groups (a group: its members now)."""
