@@ -136,6 +136,9 @@ def _configure_sqlite(engine: Engine) -> None:
 _URGENT: ContextVar[bool] = ContextVar("urgent_write", default=False)
 # Set while a job runs: on SQLite its writes let the requests someone is waiting on go first.
 _BACKGROUND: ContextVar[bool] = ContextVar("background_write", default=False)
+# Set in a request's own context while it is served (`Database.serving`): a job the request
+# runs itself (no worker in the process) writes as the request, not behind it.
+_SERVING: ContextVar[bool] = ContextVar("serving_request", default=False)
 # How long a background writer lets waiting requests go first before it takes its turn
 # anyway: jobs slow down under an intake burst but never stop.
 BACKGROUND_PATIENCE = 0.1
@@ -157,7 +160,8 @@ class _Turns:
         self._waiting: deque[threading.Lock] = deque()
         self._background: deque[tuple[float, threading.Lock]] = deque()
 
-    def acquire(self, urgent: bool, background: bool = False) -> None:
+    def acquire(self, urgent: bool, background: bool = False, since: float | None = None) -> None:
+        """`since`: when a background writer began to wait (its patience counts from then)."""
         with self._lock:
             if not self._busy:
                 self._busy = True
@@ -167,7 +171,7 @@ class _Turns:
             if urgent:
                 self._urgent.append(turn)
             elif background:
-                self._background.append((time.monotonic(), turn))
+                self._background.append((time.monotonic() if since is None else since, turn))
             else:
                 self._waiting.append(turn)
         try:
@@ -222,10 +226,13 @@ class SqliteWriters:
     Background writers (jobs) let requests go first, across processes: while a request that
     someone is waiting on is queued for capture or being captured (`serving`), its process
     holds a shared `flock` of a third file (`.requests`), and a background writer, before it
-    queues for the writer at all, waits until it could take that file's exclusive lock (on
-    a descriptor of its own, so its own process's requests count too), for at most
-    `BACKGROUND_PATIENCE`. Without it a job process and a stream of intakes take turns:
-    every capture waits for a whole job transaction."""
+    queues for the writer, waits until it could take that file's exclusive lock (on a
+    descriptor of its own, so its own process's requests count too); once it has the writer
+    it looks again, and if requests came meanwhile it hands the writer back and waits for
+    them. All of it for at most `BACKGROUND_PATIENCE` from its first look, then it writes.
+    A job a request runs itself (`_SERVING` in its context) is not a background writer.
+    Without this a job process and a stream of intakes take turns: every capture waits for
+    a whole job transaction."""
 
     def __init__(self, path: str | None) -> None:
         self._turns = _Turns()
@@ -245,10 +252,21 @@ class SqliteWriters:
 
     def __enter__(self) -> None:
         urgent = _URGENT.get()
-        background = not urgent and _BACKGROUND.get()
-        if background:
-            self._let_requests_go_first()
-        self._turns.acquire(urgent, background)
+        background = not urgent and _BACKGROUND.get() and not _SERVING.get()
+        began = time.monotonic()
+        deadline = began + BACKGROUND_PATIENCE
+        while True:
+            if background:
+                self._wait_for_requests(deadline)
+            self._take(urgent, background, began)
+            if not background or not self._requests_served(deadline):
+                return
+            # Requests came while this job queued for the writer: it is theirs first.
+            self.__exit__()
+
+    def _take(self, urgent: bool, background: bool, began: float) -> None:
+        """This process's turn, then the file's writer lock (urgent writers first)."""
+        self._turns.acquire(urgent, background, since=began)
         if self._fd is None or self._urgent_fd is None:
             return
         try:
@@ -266,22 +284,26 @@ class SqliteWriters:
             self._turns.release()
             raise
 
-    def _let_requests_go_first(self) -> None:
-        """Wait while any process serves requests, for at most `BACKGROUND_PATIENCE`."""
-        if self._probe_fd is None:
-            return
-        deadline = time.monotonic() + BACKGROUND_PATIENCE
+    def _wait_for_requests(self, deadline: float) -> None:
+        """Wait while any process serves requests, until `deadline` at most."""
+        while self._requests_served(deadline):
+            time.sleep(0.0005)
+
+    def _requests_served(self, deadline: float) -> bool:
+        """Does a process serve requests now (and is there time left to let them go first)?
+        A look at `.requests` with an exclusive lock taken and dropped at once, on this
+        writer's own descriptor, so this process's requests count too."""
+        if time.monotonic() >= deadline:
+            return False
         with self._probing:
-            while True:
-                try:
-                    fcntl.flock(self._probe_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    if time.monotonic() >= deadline:
-                        return
-                    time.sleep(0.0005)
-                    continue
-                fcntl.flock(self._probe_fd, fcntl.LOCK_UN)  # held for no longer than this
-                return
+            if self._probe_fd is None:  # closed
+                return False
+            try:
+                fcntl.flock(self._probe_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True
+            fcntl.flock(self._probe_fd, fcntl.LOCK_UN)  # held for no longer than this
+            return False
 
     def serve_begin(self) -> bool:
         """A request someone waits on is queued or being captured here; False if that could
@@ -320,7 +342,7 @@ class SqliteWriters:
     def close(self) -> None:
         self._turns.acquire(True)
         try:
-            with self._serving_lock, self._probing:
+            with self._probing, self._serving_lock:  # a look lasts two system calls
                 for fd in (self._fd, self._urgent_fd, self._requests_fd, self._probe_fd):
                     if fd is not None:
                         os.close(fd)
@@ -407,9 +429,11 @@ class Database:
             return
         while not writers.serve_begin():
             await asyncio.sleep(0.0005)  # a background writer's look lasts two system calls
+        token = _SERVING.set(True)  # seen by the request's threads (their context is a copy)
         try:
             yield
         finally:
+            _SERVING.reset(token)
             writers.serve_end()
 
     @staticmethod

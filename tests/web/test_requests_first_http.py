@@ -1,0 +1,172 @@
+"""End to end over HTTP on SQLite: concurrent `POST /api/v1/refund-requests` while jobs run
+(a worker thread in the server; or a job process's loop on a second `Database` of the same
+file, standing for `refund-desk worker`). Every request is answered, every case is refunded
+exactly once, the audit chain verifies, and no lock or counter is left behind."""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+from sqlalchemy import func, select
+
+from refund_desk.runtime import Runtime
+from refund_desk.storage.audit import verify_chain
+from refund_desk.storage.db import SqliteWriters
+from refund_desk.storage.models import Case
+from refund_desk.web import job_process
+from refund_desk.web.app import create_app
+from tests.conftest import TEST_SECRET, make_runtime
+from tests.helpers import Harness
+
+N = 40
+
+
+class _Server:
+    def __init__(self, runtime: Runtime) -> None:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        config = uvicorn.Config(
+            create_app(runtime),  # with its scheduler: a worker thread runs the jobs here
+            host="127.0.0.1",
+            port=port,
+            log_level="warning",
+            limit_concurrency=1000,
+        )
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + 15
+        while not self.server.started:
+            assert time.monotonic() < deadline, "server did not start"
+            time.sleep(0.02)
+        self.url = f"http://127.0.0.1:{port}"
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=30)
+
+
+async def _post_all(url: str, key: str, bodies: list[dict[str, Any]]) -> list[httpx.Response]:
+    async with httpx.AsyncClient(base_url=url, timeout=60) as client:
+        return list(
+            await asyncio.gather(
+                *(
+                    client.post(
+                        "/api/v1/refund-requests",
+                        json=body,
+                        headers={"Authorization": f"Bearer {key}", "Idempotency-Key": f"k{i}"},
+                    )
+                    for i, body in enumerate(bodies)
+                )
+            )
+        )
+
+
+def _wait_refunded(h: Harness, ids: list[str], seconds: float = 90) -> dict[str, str]:
+    deadline = time.monotonic() + seconds
+    statuses: dict[str, str] = {}
+    while time.monotonic() < deadline:
+        with h.runtime.db.read() as session:
+            rows = session.execute(select(Case.id, Case.status).where(Case.id.in_(ids))).all()  # type: ignore[attr-defined]
+        statuses = {r[0]: r[1] for r in rows}
+        if len(statuses) == len(ids) and all(s == "refunded" for s in statuses.values()):
+            break
+        time.sleep(0.1)
+    return statuses
+
+
+def _requests_free(h: Harness) -> bool:
+    fd = os.open(f"{h.runtime.db.engine.url.database}.requests", os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return True
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def _check(h: Harness, responses: list[httpx.Response], payments: list[str]) -> None:
+    assert all(r.status_code == 201 for r in responses), [
+        (r.status_code, r.text[:200]) for r in responses if r.status_code != 201
+    ]
+    ids = [r.json()["id"] for r in responses]
+    assert len(set(ids)) == N
+    statuses = _wait_refunded(h, ids)
+    not_refunded = {k: v for k, v in statuses.items() if v != "refunded"}
+    assert len(statuses) == N and not not_refunded, not_refunded
+    for payment in payments:
+        assert len(h.refunds_at_processor(payment)) == 1, payment
+    with h.runtime.db.read() as session:
+        assert verify_chain(TEST_SECRET, session).ok
+        assert session.scalar(select(func.count()).select_from(Case)) == N
+    writers = h.runtime.db._write_lock
+    assert isinstance(writers, SqliteWriters)
+    assert writers._serving == 0
+    assert _requests_free(h)
+
+
+def _email(i: int) -> str:
+    return f"customer{i}@example.com"  # one refund each: the policy refunds it at once
+
+
+def _body(h: Harness, i: int, payment: str) -> dict[str, Any]:
+    return {**h.request(payment), "email": _email(i)}
+
+
+@pytest.fixture()
+def web(sqlite_url: str) -> Iterator[tuple[Harness, str]]:
+    rt = make_runtime(sqlite_url)
+    h = Harness(rt)
+    h.publish()
+    yield h, sqlite_url
+    rt.db.dispose()
+
+
+def test_concurrent_intakes_with_the_servers_own_worker_thread(
+    web: tuple[Harness, str],
+) -> None:
+    h, _ = web
+    payments = [h.payment(email=_email(i)) for i in range(N)]
+    server = _Server(h.runtime)
+    try:
+        responses = asyncio.run(
+            _post_all(server.url, h.key, [_body(h, i, p) for i, p in enumerate(payments)])
+        )
+        _check(h, responses, payments)
+    finally:
+        server.stop()
+
+
+def test_concurrent_intakes_with_a_job_process(web: tuple[Harness, str]) -> None:
+    h, url = web
+    h.runtime.settings = h.runtime.settings.model_copy(update={"job_processes": 1})
+    payments = [h.payment(email=_email(i)) for i in range(N)]
+    jobs = make_runtime(url)  # the job process's runtime: its own lock files' descriptors
+    stop = threading.Event()
+    worker = threading.Thread(target=job_process.run, args=(jobs, stop))
+    worker.start()
+    server = _Server(h.runtime)
+    try:
+        responses = asyncio.run(
+            _post_all(server.url, h.key, [_body(h, i, p) for i, p in enumerate(payments)])
+        )
+        _check(h, responses, payments)
+    finally:
+        server.stop()
+        stop.set()
+        worker.join(60)
+        jobs.db.dispose()
+    assert not worker.is_alive()
