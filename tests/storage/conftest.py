@@ -1,12 +1,15 @@
-"""A `Database` on each real database (any_db_url) and on PostgreSQL alone (pg_db)."""
+"""A `Database` on each real database (any_db_url) and on PostgreSQL alone (pg_db); two on one
+SQLite file, standing for a job process and a server (two_processes)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from refund_desk.storage.db import Database
+from tests.requests_first_helpers import two_databases
 
 
 @pytest.fixture()
@@ -21,3 +24,12 @@ def pg_db(pg_url: str) -> Iterator[Database]:
     database = Database.from_url(pg_url)
     yield database
     database.dispose()
+
+
+@pytest.fixture()
+def two_processes(tmp_path: Path) -> Iterator[tuple[Database, Database]]:
+    """(jobs, server): two handles on one SQLite file with a table `t (who)`."""
+    jobs, server = two_databases(tmp_path / "shared.db")
+    yield jobs, server
+    jobs.dispose()
+    server.dispose()

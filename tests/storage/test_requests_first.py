@@ -15,7 +15,6 @@ import sys
 import textwrap
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,17 +22,7 @@ from sqlalchemy import create_engine, text
 
 from refund_desk.storage import db as db_module
 from refund_desk.storage.db import Database, _Turns
-
-
-@pytest.fixture
-def two_processes(tmp_path: Path) -> Iterator[tuple[Database, Database]]:
-    url = f"sqlite:///{tmp_path / 'shared.db'}"
-    jobs, server = Database.from_url(url), Database.from_url(url)
-    with server.write() as session:
-        session.execute(text("CREATE TABLE t (who TEXT)"))
-    yield jobs, server
-    jobs.dispose()
-    server.dispose()
+from tests.requests_first_helpers import Served
 
 
 def _background_write(db: Database, who: str = "job") -> None:
@@ -49,32 +38,6 @@ def _write(db: Database, who: str) -> None:
 def _writers(db: Database) -> list[str]:
     with db.read() as session:
         return list(session.execute(text("SELECT who FROM t ORDER BY rowid")).scalars())
-
-
-class _Held:
-    """`db.serving()` held on an event loop of its own until `release()`."""
-
-    def __init__(self, db: Database) -> None:
-        self._entered, self._leave = threading.Event(), threading.Event()
-        self._thread = threading.Thread(target=asyncio.run, args=(self._hold(db),))
-
-    async def _hold(self, db: Database) -> None:
-        async with db.serving():
-            self._entered.set()
-            while not self._leave.is_set():
-                await asyncio.sleep(0.005)
-
-    def __enter__(self) -> _Held:
-        self._thread.start()
-        assert self._entered.wait(5)
-        return self
-
-    def release(self) -> None:
-        self._leave.set()
-        self._thread.join(5)
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
 
 
 def test_a_job_process_writing_back_to_back_lets_a_stream_of_intakes_go_first(
@@ -118,7 +81,7 @@ def test_without_requests_a_job_writes_at_once(
 ) -> None:
     monkeypatch.setattr(db_module, "BACKGROUND_PATIENCE", 5.0)
     jobs, server = two_processes
-    with _Held(server) as held:
+    with Served(server) as held:
         held.release()  # served and done: nothing is waiting any more
     began = time.monotonic()
     _background_write(jobs)
@@ -132,7 +95,7 @@ def test_a_job_waits_for_requests_no_longer_than_its_patience(
     """Requests that never stop slow the jobs down but never stop them."""
     monkeypatch.setattr(db_module, "BACKGROUND_PATIENCE", 0.3)
     jobs, server = two_processes
-    with _Held(server):
+    with Served(server):
         began = time.monotonic()
         _background_write(jobs)
         waited = time.monotonic() - began
@@ -146,7 +109,7 @@ def test_a_waiting_job_goes_as_soon_as_the_requests_are_served(
     monkeypatch.setattr(db_module, "BACKGROUND_PATIENCE", 10.0)
     jobs, server = two_processes
     done = threading.Event()
-    with _Held(server) as held:
+    with Served(server) as held:
         job = threading.Thread(target=lambda: (_background_write(jobs), done.set()))
         began = time.monotonic()
         job.start()
@@ -166,7 +129,7 @@ def test_requests_in_the_jobs_own_process_go_first_too(tmp_path: Path) -> None:
     with db.write() as session:
         session.execute(text("CREATE TABLE t (who TEXT)"))
     done = threading.Event()
-    with _Held(db) as held:
+    with Served(db) as held:
         job = threading.Thread(target=lambda: (_background_write(db), done.set()))
         job.start()
         time.sleep(0.05)

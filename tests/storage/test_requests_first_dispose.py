@@ -7,8 +7,6 @@ system calls; the close takes it before the serving lock)."""
 from __future__ import annotations
 
 import asyncio
-import fcntl
-import os
 import threading
 import time
 from pathlib import Path
@@ -18,6 +16,7 @@ from sqlalchemy import text
 
 from refund_desk.storage import db as db_module
 from refund_desk.storage.db import Database, SqliteWriters
+from tests.requests_first_helpers import Served, requests_free
 
 
 def _make(tmp_path: Path, name: str = "d.db") -> Database:
@@ -35,34 +34,21 @@ def _bg_write(db: Database, errors: list[BaseException]) -> None:
         errors.append(exc)
 
 
-def _requests_free(path: Path) -> bool:
-    fd = os.open(f"{path}.requests", os.O_RDWR)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return True
-    except BlockingIOError:
-        return False
-    finally:
-        os.close(fd)
-
-
 def test_dispose_while_serving_releases_the_lock_and_serve_end_is_harmless(
     tmp_path: Path,
 ) -> None:
     db = _make(tmp_path)
-    path = tmp_path / "d.db"
 
     async def main() -> None:
         async with db.serving():
-            assert not _requests_free(path)
+            assert not requests_free(db)
             await asyncio.to_thread(db.dispose)
         # after dispose: serving again works (no fd), nothing raises
         async with db.serving():
             pass
 
     asyncio.run(asyncio.wait_for(main(), 10))
-    assert _requests_free(path)
+    assert requests_free(db)
     writers = db._write_lock
     assert isinstance(writers, SqliteWriters)
     assert writers._serving == 0
@@ -82,16 +68,7 @@ def test_a_background_writer_racing_dispose_does_not_crash_on_a_closed_probe(
         writers = db._write_lock
         assert isinstance(writers, SqliteWriters)
         holder = Database.from_url(str(db.engine.url))  # another process serving
-        stop = threading.Event()
-
-        async def serve(holder: Database = holder, stop: threading.Event = stop) -> None:
-            async with holder.serving():
-                while not stop.is_set():
-                    await asyncio.sleep(0.002)
-
-        server = threading.Thread(target=asyncio.run, args=(serve(),))
-        server.start()
-        time.sleep(0.02)
+        served = Served(holder).__enter__()
         first = threading.Thread(target=_bg_write, args=(db, errors))
         first.start()
         time.sleep(0.01)  # `first` waits for the requests, looking again and again
@@ -102,8 +79,7 @@ def test_a_background_writer_racing_dispose_does_not_crash_on_a_closed_probe(
         second.start()  # waits for the requests too, until the files are closed
         for t in (first, second, closer):
             t.join(10)
-        stop.set()
-        server.join(10)
+        served.release()
         holder.dispose()
     assert not errors, f"{len(errors)} background writes failed around dispose: {errors[:3]!r}"
 
@@ -118,16 +94,7 @@ def test_dispose_does_not_block_the_event_loop_while_a_job_probes(
     db = _make(tmp_path)
     other = Database.from_url(str(db.engine.url))
     errors: list[BaseException] = []
-    stop = threading.Event()
-
-    async def serve_elsewhere() -> None:
-        async with other.serving():
-            while not stop.is_set():
-                await asyncio.sleep(0.002)
-
-    server = threading.Thread(target=asyncio.run, args=(serve_elsewhere(),))
-    server.start()
-    time.sleep(0.02)
+    served = Served(other).__enter__()
     job = threading.Thread(target=_bg_write, args=(db, errors))
     job.start()
     time.sleep(0.02)  # the job waits for the requests elsewhere (up to 0.5 s)
@@ -147,7 +114,6 @@ def test_dispose_does_not_block_the_event_loop_while_a_job_probes(
         blocked = asyncio.run(loop_side())
     finally:
         job.join(10)
-        stop.set()
-        server.join(10)
+        served.release()
         other.dispose()
     assert blocked < 0.05, f"the event loop was blocked {blocked:.2f} s in serving()"

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,17 +16,6 @@ from sqlalchemy import text
 
 from refund_desk.storage import db as db_module
 from refund_desk.storage.db import Database
-
-
-@pytest.fixture
-def files(tmp_path: Path) -> Iterator[tuple[Database, Database]]:
-    url = f"sqlite:///{tmp_path / 'shared.db'}"
-    jobs, server = Database.from_url(url), Database.from_url(url)
-    with server.write() as session:
-        session.execute(text("CREATE TABLE t (who TEXT)"))
-    yield jobs, server
-    jobs.dispose()
-    server.dispose()
 
 
 def _order(db: Database) -> list[str]:
@@ -74,12 +62,12 @@ def _run_scenario(jobs: Database, server: Database, second_job_db: Database) -> 
 
 
 def test_a_queued_job_thread_of_the_same_job_process_does_not_cut_in_before_a_request(
-    files: tuple[Database, Database], monkeypatch: pytest.MonkeyPatch
+    two_processes: tuple[Database, Database], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A job process with two job threads (the in-process `_Turns` hands B the turn as soon
     as A is done; B then races the server's capture for the `.writer` flock)."""
     monkeypatch.setattr(db_module, "BACKGROUND_PATIENCE", 5.0)
-    jobs, server = files
+    jobs, server = two_processes
     results = [_run_scenario(jobs, server, jobs) for _ in range(5)]
     cut_in = [r for r in results if r.index("job-b") < r.index("intake")]
     assert not cut_in, (
@@ -89,11 +77,11 @@ def test_a_queued_job_thread_of_the_same_job_process_does_not_cut_in_before_a_re
 
 
 def test_a_queued_job_of_another_job_process_does_not_cut_in_before_a_request(
-    files: tuple[Database, Database], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    two_processes: tuple[Database, Database], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """`serve --job-processes 2`: B is in a second job process."""
     monkeypatch.setattr(db_module, "BACKGROUND_PATIENCE", 5.0)
-    jobs, server = files
+    jobs, server = two_processes
     other = Database.from_url(str(jobs.engine.url))
     try:
         results = [_run_scenario(jobs, server, other) for _ in range(5)]

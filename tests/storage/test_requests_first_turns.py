@@ -4,12 +4,9 @@ served."""
 
 from __future__ import annotations
 
-import asyncio
 import signal
 import threading
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from sqlalchemy import text
@@ -17,6 +14,7 @@ from sqlalchemy import text
 from refund_desk.storage import db as db_module
 from refund_desk.storage.db import Database, SqliteWriters, _Turns
 from refund_desk.storage.leases import LeaseKeeper
+from tests.requests_first_helpers import Served
 
 
 class _Interrupt(Exception):
@@ -96,45 +94,13 @@ def test_a_background_waiter_is_not_starved_by_a_stream_of_writers(
     assert _queues_empty(turns)
 
 
-@pytest.fixture
-def pair(tmp_path: Path) -> Iterator[tuple[Database, Database]]:
-    url = f"sqlite:///{tmp_path / 'p.db'}"
-    jobs, server = Database.from_url(url), Database.from_url(url)
-    with server.write() as session:
-        session.execute(text("CREATE TABLE t (who TEXT)"))
-    yield jobs, server
-    jobs.dispose()
-    server.dispose()
-
-
-class _Serving:
-    def __init__(self, db: Database) -> None:
-        self.stop, self.entered = threading.Event(), threading.Event()
-        self.thread = threading.Thread(target=asyncio.run, args=(self._run(db),))
-
-    async def _run(self, db: Database) -> None:
-        async with db.serving():
-            self.entered.set()
-            while not self.stop.is_set():
-                await asyncio.sleep(0.002)
-
-    def __enter__(self) -> _Serving:
-        self.thread.start()
-        assert self.entered.wait(5)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        self.thread.join(5)
-
-
 def test_many_background_threads_probing_at_once_each_wait_about_the_patience(
-    pair: tuple[Database, Database], monkeypatch: pytest.MonkeyPatch
+    two_processes: tuple[Database, Database], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """`_probing` lets one look at a time; each thread's deadline is taken before it queues
     for `_probing`, so no thread's look lasts much more than the patience."""
     monkeypatch.setattr(db_module, "BACKGROUND_PATIENCE", 0.2)
-    jobs, server = pair
+    jobs, server = two_processes
     writers = jobs._write_lock
     assert isinstance(writers, SqliteWriters)
     looks: list[float] = []
@@ -153,7 +119,7 @@ def test_many_background_threads_probing_at_once_each_wait_about_the_patience(
         with jobs.background(), jobs.write() as session:
             session.execute(text("INSERT INTO t VALUES ('job')"))
 
-    with _Serving(server):
+    with Served(server):
         began = time.monotonic()
         threads = [threading.Thread(target=job) for _ in range(16)]
         for t in threads:
@@ -167,11 +133,11 @@ def test_many_background_threads_probing_at_once_each_wait_about_the_patience(
 
 
 def test_urgent_inside_background_and_background_inside_urgent_are_not_held_back(
-    pair: tuple[Database, Database], monkeypatch: pytest.MonkeyPatch
+    two_processes: tuple[Database, Database], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(db_module, "BACKGROUND_PATIENCE", 2.0)
-    jobs, server = pair
-    with _Serving(server):
+    jobs, server = two_processes
+    with Served(server):
         for outer, inner in ((jobs.background, jobs.urgent), (jobs.urgent, jobs.background)):
             began = time.monotonic()
             with outer(), inner(), jobs.write() as session:
@@ -192,12 +158,12 @@ def test_urgent_inside_background_and_background_inside_urgent_are_not_held_back
 
 
 def test_lease_renewals_of_a_job_are_not_held_back_by_requests(
-    pair: tuple[Database, Database], monkeypatch: pytest.MonkeyPatch
+    two_processes: tuple[Database, Database], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The keeper's thread renews from outside the job's context: not a background writer, so
     requests served elsewhere do not delay a renewal (the lease is not starved)."""
     monkeypatch.setattr(db_module, "BACKGROUND_PATIENCE", 5.0)
-    jobs, server = pair
+    jobs, server = two_processes
     renewed: list[float] = []
 
     def renew(_job: object) -> bool:
@@ -207,7 +173,7 @@ def test_lease_renewals_of_a_job_are_not_held_back_by_requests(
         return True
 
     keeper: LeaseKeeper[object] = LeaseKeeper(renew, idle=0.1)
-    with _Serving(server), jobs.background():  # the job holds its lease from inside its run
+    with Served(server), jobs.background():  # the job holds its lease from inside its run
         began = time.monotonic()
         keeper.hold((1, 1), object(), every=0.05)
         time.sleep(0.5)

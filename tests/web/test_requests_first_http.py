@@ -6,8 +6,6 @@ exactly once, the audit chain verifies, and no lock or counter is left behind.""
 from __future__ import annotations
 
 import asyncio
-import fcntl
-import os
 import socket
 import threading
 import time
@@ -27,6 +25,7 @@ from refund_desk.web import job_process
 from refund_desk.web.app import create_app
 from tests.conftest import TEST_SECRET, make_runtime
 from tests.helpers import Harness
+from tests.requests_first_helpers import requests_free
 
 N = 40
 
@@ -86,18 +85,6 @@ def _wait_refunded(h: Harness, ids: list[str], seconds: float = 90) -> dict[str,
     return statuses
 
 
-def _requests_free(h: Harness) -> bool:
-    fd = os.open(f"{h.runtime.db.engine.url.database}.requests", os.O_RDWR)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return True
-    except BlockingIOError:
-        return False
-    finally:
-        os.close(fd)
-
-
 def _check(h: Harness, responses: list[httpx.Response], payments: list[str]) -> None:
     assert all(r.status_code == 201 for r in responses), [
         (r.status_code, r.text[:200]) for r in responses if r.status_code != 201
@@ -115,7 +102,7 @@ def _check(h: Harness, responses: list[httpx.Response], payments: list[str]) -> 
     writers = h.runtime.db._write_lock
     assert isinstance(writers, SqliteWriters)
     assert writers._serving == 0
-    assert _requests_free(h)
+    assert requests_free(h.runtime.db)
 
 
 def _email(i: int) -> str:

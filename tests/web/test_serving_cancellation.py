@@ -16,6 +16,7 @@ from starlette.concurrency import run_in_threadpool
 
 from refund_desk.storage.db import Database, SqliteWriters
 from refund_desk.web.admission import IntakeGate
+from tests.requests_first_helpers import requests_free
 
 
 @pytest.fixture
@@ -31,18 +32,6 @@ def _writers(db: Database) -> SqliteWriters:
     w = db._write_lock
     assert isinstance(w, SqliteWriters)
     return w
-
-
-def _requests_free(db: Database) -> bool:
-    fd = os.open(f"{db.engine.url.database}.requests", os.O_RDWR)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return True
-    except BlockingIOError:
-        return False
-    finally:
-        os.close(fd)
 
 
 def test_requests_cancelled_while_queued_at_the_gate_leave_nothing_held(db: Database) -> None:
@@ -62,7 +51,7 @@ def test_requests_cancelled_while_queued_at_the_gate_leave_nothing_held(db: Data
         ]
         await asyncio.sleep(0.05)
         assert _writers(db)._serving == 6
-        assert not _requests_free(db)
+        assert not requests_free(db)
         for task in tasks[2:]:
             task.cancel()  # disconnected while queued at the gate
         await asyncio.sleep(0.01)
@@ -74,7 +63,7 @@ def test_requests_cancelled_while_queued_at_the_gate_leave_nothing_held(db: Data
     assert results[:2] == [0, 1]
     assert all(isinstance(r, asyncio.CancelledError) for r in results[2:])
     assert _writers(db)._serving == 0
-    assert _requests_free(db)
+    assert requests_free(db)
 
 
 def test_a_request_cancelled_while_serve_begin_retries_leaves_nothing_held(
@@ -111,9 +100,9 @@ def test_a_request_cancelled_while_serve_begin_retries_leaves_nothing_held(
     finally:
         fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
-    assert _requests_free(db)
+    assert requests_free(db)
     asyncio.run(asyncio.wait_for(_serve_once(db), 5))  # and serving works again
-    assert _requests_free(db)
+    assert requests_free(db)
 
 
 async def _serve_once(db: Database) -> None:
@@ -145,7 +134,7 @@ def test_a_capture_that_raises_or_is_cancelled_mid_capture_leaves_nothing_held(
 
     asyncio.run(asyncio.wait_for(main(), 10))
     assert _writers(db)._serving == 0
-    assert _requests_free(db)
+    assert requests_free(db)
 
 
 def test_serving_from_two_event_loops_in_threads_counts_right(db: Database) -> None:
@@ -167,4 +156,4 @@ def test_serving_from_two_event_loops_in_threads_counts_right(db: Database) -> N
     for t in threads:
         t.join(30)
     assert _writers(db)._serving == 0
-    assert _requests_free(db)
+    assert requests_free(db)
