@@ -115,9 +115,10 @@ class Harness:
 
 
 class LiveServer:
-    """The real app under uvicorn on a loopback port, in a background thread."""
+    """The real app under uvicorn on a loopback port, in a background thread; with
+    `scheduler`, its sweeper and worker thread run the jobs as a server's do."""
 
-    def __init__(self, runtime: Runtime) -> None:
+    def __init__(self, runtime: Runtime, *, scheduler: bool = False) -> None:
         import socket
         import threading
 
@@ -127,7 +128,7 @@ class LiveServer:
             sock.bind(("127.0.0.1", 0))
             self.port = sock.getsockname()[1]
         config = uvicorn.Config(
-            create_app(runtime, scheduler=False),
+            create_app(runtime, scheduler=scheduler),
             host="127.0.0.1",
             port=self.port,
             log_level="warning",
@@ -145,9 +146,9 @@ class LiveServer:
             time.sleep(0.02)
         self.url = f"http://127.0.0.1:{self.port}"
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 10) -> None:
         self.server.should_exit = True
-        self.thread.join(timeout=10)
+        self.thread.join(timeout=timeout)
 
 
 def button_token(desk: Desk, case: Case, action: str) -> str:

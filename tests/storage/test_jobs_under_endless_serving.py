@@ -6,7 +6,6 @@ and one refund at the processor."""
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
 from collections.abc import Iterator
@@ -21,6 +20,7 @@ from refund_desk.web import job_process
 from refund_desk.web.app import create_app
 from tests.conftest import make_runtime
 from tests.helpers import Harness
+from tests.requests_first_helpers import Served
 
 
 @pytest.fixture()
@@ -43,17 +43,7 @@ def test_jobs_finish_while_requests_are_served_without_a_break(
     apart: tuple[Harness, TestClient, Runtime],
 ) -> None:
     desk, client, jobs = apart
-    stop, entered = threading.Event(), threading.Event()
-
-    async def endless() -> None:
-        async with desk.runtime.db.serving():
-            entered.set()
-            while not stop.is_set():
-                await asyncio.sleep(0.005)
-
-    server = threading.Thread(target=asyncio.run, args=(endless(),))
-    server.start()
-    assert entered.wait(5)
+    served = Served(desk.runtime.db).__enter__()  # until the end: requests without a break
     worker_stop = threading.Event()
     worker = threading.Thread(target=job_process.run, args=(jobs, worker_stop))
     try:
@@ -76,8 +66,7 @@ def test_jobs_finish_while_requests_are_served_without_a_break(
         worker_stop.set()
         if worker.is_alive():
             worker.join(30)
-        stop.set()
-        server.join(5)
+        served.release()
     assert len(desk.refunds_at_processor(payment)) == 1
     with desk.runtime.db.read() as session:
         attempts = {j.kind: j.attempt for j in session.scalars(select(Job))}

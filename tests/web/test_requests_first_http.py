@@ -6,7 +6,6 @@ exactly once, the audit chain verifies, and no lock or counter is left behind.""
 from __future__ import annotations
 
 import asyncio
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -14,46 +13,17 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from sqlalchemy import func, select
 
-from refund_desk.runtime import Runtime
 from refund_desk.storage.audit import verify_chain
 from refund_desk.storage.db import SqliteWriters
 from refund_desk.storage.models import Case
 from refund_desk.web import job_process
-from refund_desk.web.app import create_app
 from tests.conftest import TEST_SECRET, make_runtime
-from tests.helpers import Harness
+from tests.helpers import Harness, LiveServer
 from tests.requests_first_helpers import requests_free
 
 N = 40
-
-
-class _Server:
-    def __init__(self, runtime: Runtime) -> None:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
-        config = uvicorn.Config(
-            create_app(runtime),  # with its scheduler: a worker thread runs the jobs here
-            host="127.0.0.1",
-            port=port,
-            log_level="warning",
-            limit_concurrency=1000,
-        )
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-        self.thread.start()
-        deadline = time.monotonic() + 15
-        while not self.server.started:
-            assert time.monotonic() < deadline, "server did not start"
-            time.sleep(0.02)
-        self.url = f"http://127.0.0.1:{port}"
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=30)
 
 
 async def _post_all(url: str, key: str, bodies: list[dict[str, Any]]) -> list[httpx.Response]:
@@ -126,15 +96,7 @@ def test_concurrent_intakes_with_the_servers_own_worker_thread(
     web: tuple[Harness, str],
 ) -> None:
     h, _ = web
-    payments = [h.payment(email=_email(i)) for i in range(N)]
-    server = _Server(h.runtime)
-    try:
-        responses = asyncio.run(
-            _post_all(server.url, h.key, [_body(h, i, p) for i, p in enumerate(payments)])
-        )
-        _check(h, responses, payments)
-    finally:
-        server.stop()
+    _intakes_refunded(h, [h.payment(email=_email(i)) for i in range(N)])
 
 
 def test_concurrent_intakes_with_a_job_process(web: tuple[Harness, str]) -> None:
@@ -145,15 +107,23 @@ def test_concurrent_intakes_with_a_job_process(web: tuple[Harness, str]) -> None
     stop = threading.Event()
     worker = threading.Thread(target=job_process.run, args=(jobs, stop))
     worker.start()
-    server = _Server(h.runtime)
+    try:
+        _intakes_refunded(h, payments)
+    finally:
+        stop.set()
+        worker.join(60)
+        jobs.db.dispose()
+    assert not worker.is_alive()
+
+
+def _intakes_refunded(h: Harness, payments: list[str]) -> None:
+    """All the intakes at once at the live server (its sweeper on), all answered and
+    refunded once."""
+    server = LiveServer(h.runtime, scheduler=True)
     try:
         responses = asyncio.run(
             _post_all(server.url, h.key, [_body(h, i, p) for i, p in enumerate(payments)])
         )
         _check(h, responses, payments)
     finally:
-        server.stop()
-        stop.set()
-        worker.join(60)
-        jobs.db.dispose()
-    assert not worker.is_alive()
+        server.stop(timeout=30)
