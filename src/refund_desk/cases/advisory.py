@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import func, insert, select
 from sqlmodel import Session, col
 
 from refund_desk import logs, money
@@ -20,7 +20,9 @@ from refund_desk.cases.ports import Advisor, AdvisorError, PolicyText, Provenanc
 from refund_desk.governance.versions import LoadedPolicy
 from refund_desk.policy import Decision, PolicyDocument
 from refund_desk.storage.crypto import Vault
+from refund_desk.storage.db import plain
 from refund_desk.storage.models import AdvisorCall, Case
+from refund_desk.storage.prepared import Prepared
 
 ANSWER_RULE = "policy-question"
 ADVISORY = "Advisory (AI-generated, not a decision)"
@@ -246,20 +248,26 @@ def record_call(
     else:
         outcome = "unparsed" if error is not None and error.format_error else "failed"
         prompt, completion = (error.tokens_used if error else 0), 0
-    session.add(
-        AdvisorCall(
-            at=now,
-            day=now.date().isoformat(),
-            case_id=case_id,
-            correlation_id=logs.current()[1] if case_id and logs.current()[0] == case_id else None,
-            provider=advisor.name,
-            model=advice["model"] if advice else getattr(advisor, "model", None),
-            outcome=outcome,
-            error_code=error.code if error else (advice or {}).get("fallback"),
-            prompt_tokens=prompt,
-            completion_tokens=completion,
-        )
+    _ADD_CALL.run(  # a row nothing in the transaction reads back: no ORM object
+        plain(session),
+        {
+            "at": now,
+            "day": now.date().isoformat(),
+            "case_id": case_id,
+            "correlation_id": (
+                logs.current()[1] if case_id and logs.current()[0] == case_id else None
+            ),
+            "provider": advisor.name,
+            "model": advice["model"] if advice else getattr(advisor, "model", None),
+            "outcome": outcome,
+            "error_code": error.code if error else (advice or {}).get("fallback"),
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+        },
     )
+
+
+_ADD_CALL = Prepared(insert(AdvisorCall.__table__))  # type: ignore[attr-defined]
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from sqlalchemy import bindparam, func, select, update
+from sqlalchemy import bindparam, func, or_, select, update
 from sqlmodel import Session, col
 
 from refund_desk import clock, money
@@ -20,6 +20,7 @@ from refund_desk.governance.versions import LoadedPolicy, control, load_version
 from refund_desk.storage.audit import SYSTEM
 from refund_desk.storage.db import flush_if_pending, plain
 from refund_desk.storage.models import Control, Execution
+from refund_desk.storage.prepared import Prepared
 from refund_desk.text import Code, Mark, Person, join, text
 
 if TYPE_CHECKING:
@@ -97,13 +98,13 @@ _LOCK_CONTROL = (
     .with_for_update()
     .execution_options(populate_existing=True)
 )
-_AUTOMATIC_IN_WINDOW = select(
-    func.count(), func.coalesce(func.sum(col(Execution.amount)), 0)
-).where(
-    col(Execution.automatic).is_(True),
-    col(Execution.status).in_(["reserved", "succeeded"]),
-    col(Execution.currency) == bindparam("currency"),
-    col(Execution.created_at) >= bindparam("since"),
+_AUTOMATIC_IN_WINDOW = Prepared(
+    select(func.count(), func.coalesce(func.sum(col(Execution.amount)), 0)).where(
+        col(Execution.automatic).is_(True),
+        or_(col(Execution.status) == "reserved", col(Execution.status) == "succeeded"),
+        col(Execution.currency) == bindparam("currency"),
+        col(Execution.created_at) >= bindparam("since"),
+    )
 )
 
 
@@ -122,7 +123,7 @@ def over_limit(
         session.scalars(_LOCK_CONTROL).one()
     flush_if_pending(session, lambda row: isinstance(row, Execution))  # this one's reservations
     window = {"currency": currency, "since": clock.now() - WINDOW}
-    count, total = plain(session).execute(_AUTOMATIC_IN_WINDOW, window).one()
+    count, total = _AUTOMATIC_IN_WINDOW.run(plain(session), window).one()
     if breaker.max_refunds_per_hour is not None and count + 1 > breaker.max_refunds_per_hour:
         return f"more than {breaker.max_refunds_per_hour} automatic refunds in an hour"
     if breaker.max_amount_per_hour is not None and currency == policy.doc.currency:

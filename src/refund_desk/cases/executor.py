@@ -18,7 +18,7 @@ from contextvars import ContextVar
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from sqlalchemy import bindparam, select
+from sqlalchemy import bindparam, or_, select
 from sqlmodel import col
 
 from refund_desk import clock, logs, money
@@ -47,9 +47,10 @@ from refund_desk.governance.versions import (
     paused_now,
 )
 from refund_desk.storage.audit import SYSTEM
-from refund_desk.storage.db import lock_payment
+from refund_desk.storage.db import lock_payment, plain
 from refund_desk.storage.jobs import ClaimedJob, RetryLater, backoff, enqueue, queue
 from refund_desk.storage.models import Case, Execution
+from refund_desk.storage.prepared import Prepared
 
 if TYPE_CHECKING:
     from sqlmodel import Session
@@ -566,18 +567,20 @@ def _fail(desk: Desk, case_id: str, execution: Execution | None, code: str, mess
             _mark_failed(desk, session, case, row, code, message)
 
 
-_WAITING_ON_PAYMENT = select(col(Case.id)).where(
-    col(Case.payment_id) == bindparam("payment_id"),
-    col(Case.id) != bindparam("case_id"),
-    col(Case.status).in_([Status.awaiting_approval, Status.parked]),
+_WAITING_ON_PAYMENT = Prepared(
+    select(col(Case.id)).where(
+        col(Case.payment_id) == bindparam("payment_id"),
+        col(Case.id) != bindparam("case_id"),
+        or_(col(Case.status) == Status.awaiting_approval, col(Case.status) == Status.parked),
+    )
 )
 
 
 def _refresh_waiting_cards(session: Session, case: Case) -> None:
     """Money left the payment: the other cases waiting on it show what is still refundable."""
-    waiting = session.scalars(
-        _WAITING_ON_PAYMENT, {"payment_id": case.payment_id, "case_id": case.id}
-    ).all()
+    waiting = _WAITING_ON_PAYMENT.run(
+        plain(session), {"payment_id": case.payment_id, "case_id": case.id}
+    ).scalars()  # other cases: none of them is changed in this transaction
     for other in waiting:
         notify(session, event="case.payment_changed", case_id=other)
 

@@ -18,23 +18,30 @@ from refund_desk.cases.ports import PaymentFacts
 from refund_desk.storage.crypto import normalize_email
 from refund_desk.storage.db import flush_if_pending, memo, plain
 from refund_desk.storage.models import Case, Execution, Payment
+from refund_desk.storage.prepared import Prepared
 
 OPEN_EXECUTION = "reserved"
 
 
 # Statements of every case's decision, built once (SQLAlchemy reuses their compiled form).
-_OPEN_RESERVATIONS = select(col(Execution.id), col(Execution.amount)).where(
-    col(Execution.payment_id) == bindparam("payment_id"),
-    col(Execution.status) == OPEN_EXECUTION,
+_OPEN_RESERVATIONS = Prepared(
+    select(col(Execution.id), col(Execution.amount)).where(
+        col(Execution.payment_id) == bindparam("payment_id"),
+        col(Execution.status) == OPEN_EXECUTION,
+    )
 )
-_HISTORY = select(  # one pass over the customer's cases
-    func.count().filter(
-        col(Case.status) == Status.refunded, col(Case.created_at) >= bindparam("since")
-    ),
-    func.count().filter(
-        col(Case.status).not_in([str(s) for s in FINAL]), col(Case.id) != bindparam("exclude")
-    ),
-).where(col(Case.email_hash) == bindparam("email_hash"))
+_HISTORY = Prepared(  # one pass over the customer's cases
+    select(
+        func.count().filter(
+            col(Case.status) == Status.refunded, col(Case.created_at) >= bindparam("since")
+        ),
+        func.count().filter(
+            # not final; each status its own comparison, so the SQL is the same at every call
+            *(col(Case.status) != str(s) for s in sorted(FINAL)),
+            col(Case.id) != bindparam("exclude"),
+        ),
+    ).where(col(Case.email_hash) == bindparam("email_hash"))
+)
 
 
 @dataclass(frozen=True)
@@ -61,7 +68,7 @@ def refundable(session: Session, payment: PaymentFacts, *, unseen: bool = False)
         )
     # a reservation made in this transaction counts
     flush_if_pending(session, lambda row: isinstance(row, Execution))
-    open_rows = plain(session).execute(_OPEN_RESERVATIONS, {"payment_id": payment.id}).all()
+    open_rows = _OPEN_RESERVATIONS.run(plain(session), {"payment_id": payment.id})
     ids = frozenset(r[0] for r in open_rows)
     reserved = sum(r[1] for r in open_rows)
     return Refundable(payment.amount, payment.refunded_amount(excluding=ids) + reserved, ids)
@@ -116,7 +123,7 @@ def customer_history(
     # the customer's other cases as this transaction left them (`exclude`'s change waits)
     flush_if_pending(session, lambda row: isinstance(row, Case) and row.id != exclude)
     whose = {"email_hash": email_hash, "since": now - timedelta(days=90), "exclude": exclude}
-    refunds_90d, open_cases = plain(session).execute(_HISTORY, whose).one()
+    refunds_90d, open_cases = _HISTORY.run(plain(session), whose).one()
     return {"refunds_90d": int(refunds_90d or 0), "open_cases": int(open_cases or 0)}
 
 

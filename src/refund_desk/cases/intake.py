@@ -27,9 +27,10 @@ from refund_desk.cases.ports import PaymentFacts, PaymentNotFound, ProcessorErro
 from refund_desk.governance.versions import ACTIVE_VERSION, active_version
 from refund_desk.storage.audit import Actor, canonical
 from refund_desk.storage.crypto import CustomerCipher
-from refund_desk.storage.db import InsertIfNew, lock_payment
+from refund_desk.storage.db import InsertIfNew, flush_if_pending, lock_payment, plain
 from refund_desk.storage.jobs import queue
 from refund_desk.storage.models import Case, Execution, IntakeKey, Payment, row_defaults
+from refund_desk.storage.prepared import Prepared
 
 if TYPE_CHECKING:
     from refund_desk.cases.desk import Desk
@@ -310,7 +311,8 @@ def _capture(
             "possible_duplicate": duplicate_of is not None,
             "duplicate_of": duplicate_of,
         }
-        row["policy_version"] = session.execute(_INSERT_CASE, row).scalar_one()
+        flush_if_pending(session, lambda _row: True)  # as the ORM's autoflush would
+        row["policy_version"] = _INSERT_CASE.run(plain(session), row).scalar_one()
         if row["policy_version"] is None:
             active_version(session)  # none published, or no control row: that one says so
         desk.audit.append(
@@ -385,7 +387,7 @@ _CASE_DEFAULTS = {k: v for k, v in row_defaults(Case).items() if k != "policy_ve
 _CASES = Case.__table__  # type: ignore[attr-defined]
 # Built once. The case is pinned to the active policy version in its own INSERT, which
 # returns it: one statement, not a read of the control row and then the INSERT.
-_INSERT_CASE = (
+_INSERT_CASE = Prepared(
     insert(_CASES)
     .values(policy_version=ACTIVE_VERSION.scalar_subquery())
     .returning(_CASES.c.policy_version)
@@ -397,12 +399,14 @@ _INSERT_CASE = (
 # the capture reads one, and its row is only the lock refunds against the payment take.
 _PAYMENTS = Payment.__table__  # type: ignore[attr-defined]
 _INSERT_PAYMENT = InsertIfNew(_PAYMENTS, _PAYMENTS.c.id)  # only the id may conflict
-_SEEN_AGAIN = (
+_SEEN_AGAIN = Prepared(
     update(_PAYMENTS)
     .where(_PAYMENTS.c.id == bindparam("payment_id"))
     .values(amount=bindparam("amount"), refunded=bindparam("refunded"), seen_at=bindparam("now"))
 )
-_OUR_REFUNDS = select(col(Execution.id)).where(col(Execution.payment_id) == bindparam("payment_id"))
+_OUR_REFUNDS = Prepared(
+    select(col(Execution.id)).where(col(Execution.payment_id) == bindparam("payment_id"))
+)
 
 
 def _upsert_payment(desk: Desk, session: Session, payment: PaymentFacts) -> bool:
@@ -432,10 +436,10 @@ def _upsert_payment(desk: Desk, session: Session, payment: PaymentFacts) -> bool
         return True
     lock_payment(session, payment.id)
     # our own refunds are counted from our executions, never twice
-    ours = frozenset(session.scalars(_OUR_REFUNDS, {"payment_id": payment.id}))
+    ours = frozenset(_OUR_REFUNDS.run(plain(session), {"payment_id": payment.id}).scalars())
     elsewhere = payment.refunded_amount(excluding=ours)
-    session.execute(
-        _SEEN_AGAIN,
+    _SEEN_AGAIN.run(
+        plain(session),
         {"payment_id": payment.id, "amount": payment.amount, "refunded": elsewhere, "now": now},
     )
     return False

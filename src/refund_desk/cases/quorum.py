@@ -7,6 +7,7 @@ from sqlmodel import Session, col
 
 from refund_desk.storage.db import flush_if_pending, plain
 from refund_desk.storage.models import Approval, Case
+from refund_desk.storage.prepared import Prepared
 
 
 def approvals_needed(case: Case) -> int:
@@ -15,7 +16,7 @@ def approvals_needed(case: Case) -> int:
     return 2 if int(case.decision.get("tier") or 3) >= 4 else 1
 
 
-_APPROVALS = (  # built once: SQLAlchemy reuses its compiled form
+_APPROVALS = Prepared(  # built once: SQLAlchemy compiles it once
     select(func.count())
     .select_from(Approval)
     .where(
@@ -31,5 +32,7 @@ def approval_count(session: Session, case: Case) -> int:
     pending approval is flushed first: the case's own pending changes wait for the commit,
     to go out as one UPDATE."""
     flush_if_pending(session, lambda row: isinstance(row, Approval))
-    found = plain(session).scalar(_APPROVALS, {"case_id": case.id, "round": case.approval_round})
+    found = _APPROVALS.run(
+        plain(session), {"case_id": case.id, "round": case.approval_round}
+    ).scalar()
     return int(found or 0)

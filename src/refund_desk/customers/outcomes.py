@@ -16,15 +16,16 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
-from sqlalchemy import bindparam, select
+from sqlalchemy import bindparam, insert, select
 from sqlmodel import Session, col
 
 from refund_desk import clock, money
 from refund_desk.cases.notify import notify
 from refund_desk.storage.audit import SYSTEM, AuditLog
-from refund_desk.storage.db import deployment
+from refund_desk.storage.db import deployment, flush_if_pending, plain
 from refund_desk.storage.jobs import ClaimedJob, RetryLater, backoff, queue
 from refund_desk.storage.models import Approval, Case, CustomerMessage
+from refund_desk.storage.prepared import Prepared
 
 if TYPE_CHECKING:
     from refund_desk.cases.desk import Desk
@@ -96,32 +97,39 @@ def tell(session: Session, case: Case, audit: AuditLog) -> int | None:
         return None
     kind, text, expected = compose(session, case)
     now = clock.now()
-    message = CustomerMessage(
-        case_id=case.id,
-        direction="out",
-        kind=kind,
-        case_status=case.status,
-        case_revision=case.revision,
-        body=text,
-        expected_by=expected,
-        created_at=now,
-    )
     nowhere = _nowhere_to_go(session, case, kind)
-    if nowhere:  # written as told: one INSERT, not an INSERT and an UPDATE
-        message.status, message.channel, message.sent_at = "recorded", "none", now
-    session.add(message)
-    session.flush()
-    assert message.id is not None
+    message_id: int = _ADD_MESSAGE.run(  # one INSERT, no ORM object: only its id is used
+        plain(session),
+        {
+            "case_id": case.id,
+            "direction": "out",
+            "kind": kind,
+            "case_status": case.status,
+            "case_revision": case.revision,
+            "body": text,
+            "expected_by": expected,
+            # nowhere to go: written as told, one INSERT, not an INSERT and an UPDATE
+            "channel": "none" if nowhere else None,
+            "status": "recorded" if nowhere else "queued",
+            "external_ref": None,
+            "created_at": now,
+            "sent_at": now if nowhere else None,
+        },
+    ).scalar_one()
     if nowhere:
-        _told(session, audit, case, message.id, kind, channel=None, status="recorded")
+        _told(session, audit, case, message_id, kind, channel=None, status="recorded")
         log.info("customer told %s (recorded)", kind)
         return None
     return queue(
         session,
         kind=TELL,
-        payload={"case_id": case.id, "message_id": message.id},
+        payload={"case_id": case.id, "message_id": message_id},
         dedupe_key=f"tell:{case.id}:{case.status}:{case.revision}",
     )
+
+
+_MESSAGES = CustomerMessage.__table__  # type: ignore[attr-defined]
+_ADD_MESSAGE = Prepared(insert(_MESSAGES).returning(_MESSAGES.c.id))
 
 
 def _nowhere_to_go(session: Session, case: Case, kind: str) -> bool:
@@ -191,7 +199,7 @@ def compose(session: Session, case: Case) -> tuple[str, str, datetime | None]:
     return kind, text, None
 
 
-_LAST_APPROVAL_REASON = (  # built once: its compiled form is reused
+_LAST_APPROVAL_REASON = Prepared(
     select(col(Approval.reason))
     .where(col(Approval.case_id) == bindparam("case_id"), col(Approval.decision) == "approve")
     .order_by(col(Approval.created_at).desc())
@@ -200,7 +208,8 @@ _LAST_APPROVAL_REASON = (  # built once: its compiled form is reused
 
 
 def _approver_note(session: Session, case: Case) -> str | None:
-    reason = session.scalars(_LAST_APPROVAL_REASON, {"case_id": case.id}).first()
+    flush_if_pending(session, lambda row: isinstance(row, Approval))  # this transaction's own
+    reason = _LAST_APPROVAL_REASON.run(plain(session), {"case_id": case.id}).scalar()
     return reason.strip() if reason and reason.strip() else None
 
 

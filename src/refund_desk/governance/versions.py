@@ -26,8 +26,9 @@ from refund_desk.policy import (
     run_policy_tests,
 )
 from refund_desk.storage.audit import Actor, AuditLog
-from refund_desk.storage.db import held_get, on_commit, shared
+from refund_desk.storage.db import held_get, on_commit, plain, shared
 from refund_desk.storage.models import Control, PolicyVersion
+from refund_desk.storage.prepared import Prepared
 from refund_desk.text import Code, Text, lines, text
 
 MODES = ("shadow", "approve-all", "supervised")
@@ -66,12 +67,13 @@ def load_version(session: Session, version: int) -> LoadedPolicy:
 
 
 ACTIVE_VERSION = select(col(Control.active_version)).where(col(Control.id) == 1)  # built once
-_PAUSED = select(col(Control.paused)).where(col(Control.id) == 1)
+_PAUSED = Prepared(select(col(Control.paused)).where(col(Control.id) == 1))
 
 
 def paused_now(session: Session | Connection) -> bool:
     """The kill switch as committed now: one column, read afresh (never a row kept)."""
-    return bool(session.scalars(_PAUSED).first())
+    connection = session if isinstance(session, Connection) else plain(session)
+    return bool(_PAUSED.run(connection).scalar())
 
 
 def active_version(session: Session) -> int | None:

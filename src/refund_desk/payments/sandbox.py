@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, TypeAlias
 
-from sqlalchemy import Connection, Row, Select, bindparam, func, insert, select, update
+from sqlalchemy import Connection, bindparam, func, insert, select, update
 from sqlmodel import col
 
 from refund_desk import clock
@@ -36,6 +36,7 @@ from refund_desk.cases.ports import (
 )
 from refund_desk.storage.db import Database
 from refund_desk.storage.models import SandboxFault, SandboxPayment, SandboxRefund
+from refund_desk.storage.prepared import Prepared
 
 FAULT_MODES = ("none", "down", "timeout-after-success", "decline", "crash-after-success")
 CRASH_EXIT_CODE = 86
@@ -58,8 +59,10 @@ _FAULT_COLUMNS = (
     select(_faults.c.mode).where(_THE_FAULT).scalar_subquery().label("fault_mode"),
     select(_faults.c.remaining).where(_THE_FAULT).scalar_subquery().label("fault_remaining"),
 )
-_FAULT = select(*_FAULT_COLUMNS)  # always one row; empty columns where there is no fault row
-_SET_FAULT = update(_faults).where(_THE_FAULT)  # SET from the parameters: mode, remaining
+_FAULT = Prepared(
+    select(*_FAULT_COLUMNS)
+)  # always one row; empty columns where there is no fault row
+_SET_FAULT = Prepared(update(_faults).where(_THE_FAULT))  # SET from the parameters: mode, remaining
 
 # A refund's columns under the names `_to_refund` reads.
 _REFUND = (
@@ -71,17 +74,22 @@ _REFUND = (
     _refunds.c.meta,
     _refunds.c.created_at,
 )
-_REFUND_BY_ID = select(*_FAULT_COLUMNS, *_REFUND).where(_refunds.c.id == bindparam("refund_id"))
-_REFUNDS_SINCE = (
+_REFUND_BY_ID = Prepared(
+    select(*_FAULT_COLUMNS, *_REFUND).where(_refunds.c.id == bindparam("refund_id"))
+)
+_REFUNDS_SINCE_STATEMENT = (
     select(*_FAULT_COLUMNS, *_REFUND)
     .where(_refunds.c.created_at >= bindparam("since"))
     .order_by(_refunds.c.created_at)
 )
-_REFUNDS_BETWEEN = _REFUNDS_SINCE.where(_refunds.c.created_at < bindparam("until"))
+_REFUNDS_SINCE = Prepared(_REFUNDS_SINCE_STATEMENT)
+_REFUNDS_BETWEEN = Prepared(
+    _REFUNDS_SINCE_STATEMENT.where(_refunds.c.created_at < bindparam("until"))
+)
 
 # A payment and its refunds in one statement: one row per refund, or one with the refund's
 # columns empty. The payment's id is read as `payment_id`, which a refund row's is too.
-_PAYMENT = (
+_PAYMENT = Prepared(
     select(
         *_FAULT_COLUMNS,
         _payments.c.id.label("payment_id"),
@@ -100,20 +108,19 @@ _PAYMENT = (
 
 # The refund's own transaction: the payment locked (FOR UPDATE on PostgreSQL; SQLite's
 # BEGIN IMMEDIATE already holds the database), then its refunds read after the lock.
-_LOCK_PAYMENT = (
+_LOCK_PAYMENT = Prepared(
     select(*_FAULT_COLUMNS, _payments.c.amount, _payments.c.currency)
     .where(_payments.c.id == bindparam("payment_id"))
     .with_for_update(of=_payments)
 )
-_REFUNDS_OF = (
+_REFUNDS_OF = Prepared(
     select(*_REFUND, _refunds.c.idempotency_key)
     .where(_refunds.c.payment_id == bindparam("payment_id"))
     .order_by(_refunds.c.created_at)
 )
-_INSERT_REFUND = insert(_refunds)
+_INSERT_REFUND = Prepared(insert(_refunds))
 
-_Statement: TypeAlias = Select[*tuple[Any, ...]]
-_Row: TypeAlias = Row[*tuple[Any, ...]]  # a row of any of the statements above
+_Row: TypeAlias = Any  # a row of any of the statements above (a named tuple)
 
 
 def _power_cut() -> None:
@@ -203,7 +210,7 @@ class SandboxProcessor:
         fault = {"mode": mode, "remaining": None if mode == "none" else times}
         with self.db.write() as session:
             ledger = session.connection()
-            if ledger.execute(_SET_FAULT, fault).rowcount == 0:
+            if _SET_FAULT.run(ledger, fault).rowcount == 0:
                 ledger.execute(insert(_faults), {"id": 1, **fault})
 
     def show_payment(self, payment_id: str) -> dict[str, Any]:
@@ -268,7 +275,7 @@ class SandboxProcessor:
     ) -> ProcessorRefund:
         with self.db.write() as session:  # a fault that applies is used up in this commit
             ledger = session.connection()
-            payment = ledger.execute(_LOCK_PAYMENT, {"payment_id": payment_id}).first()
+            payment = _LOCK_PAYMENT.run(ledger, {"payment_id": payment_id}).first()
             fault = _use_fault(ledger, _fault_in(ledger, payment), _REFUND_FAULTS)
             if fault in ("down", "decline"):
                 refund = None
@@ -299,7 +306,7 @@ class SandboxProcessor:
         metadata: dict[str, str],
     ) -> ProcessorRefund:
         """The refund, made on the payment locked in this transaction (or the one its key made)."""
-        refunds = ledger.execute(_REFUNDS_OF, {"payment_id": payment_id}).all()
+        refunds = _REFUNDS_OF.run(ledger, {"payment_id": payment_id})
         if self.honour_idempotency_keys:
             for seen in refunds:
                 if seen.idempotency_key == idempotency_key:
@@ -323,8 +330,8 @@ class SandboxProcessor:
             metadata=_metadata(meta),
             created_at=clock.now(),
         )
-        ledger.execute(
-            _INSERT_REFUND,
+        _INSERT_REFUND.run(
+            ledger,
             {
                 "id": refund.id,
                 "payment_id": payment_id,
@@ -357,7 +364,7 @@ class SandboxProcessor:
 
     def _read(
         self,
-        statement: _Statement,
+        statement: Prepared,
         params: dict[str, Any],
         *,
         faults: bool = True,
@@ -366,14 +373,14 @@ class SandboxProcessor:
         processor is `down`, when the call uses up one of the fault's uses and fails."""
         while True:
             with self.db.look() as ledger:  # its statements need not share a snapshot
-                rows = ledger.execute(statement, params).all()
+                rows = statement.run(ledger, params)
                 if not faults:
                     return rows
                 if _fault_in(ledger, rows[0] if rows else None).fault_mode != "down":
                     return rows
             with self.db.write() as session:  # a read only sees it; a write takes a use
                 ledger = session.connection()
-                used = _use_fault(ledger, ledger.execute(_FAULT).one(), ("down",))
+                used = _use_fault(ledger, _FAULT.run(ledger).one(), ("down",))
             if used == "down":
                 raise ProcessorUnavailable("processor_unavailable", "The processor is unavailable.")
             # changed since the read (another process set a fault): read again
@@ -398,7 +405,7 @@ def _metadata(meta: dict[str, Any]) -> dict[str, str]:
 
 def _fault_in(ledger: Connection, first: _Row | None) -> _Row:
     """The fault's columns: carried by the call's first row, or read by themselves."""
-    return first if first is not None else ledger.execute(_FAULT).one()
+    return first if first is not None else _FAULT.run(ledger).one()
 
 
 def _use_fault(ledger: Connection, fault: _Row, applies_to: tuple[str, ...]) -> str | None:
@@ -410,5 +417,5 @@ def _use_fault(ledger: Connection, fault: _Row, applies_to: tuple[str, ...]) -> 
     if fault.fault_remaining is not None:
         left = fault.fault_remaining - 1
         used_up = {"mode": "none", "remaining": None}
-        ledger.execute(_SET_FAULT, {"mode": mode, "remaining": left} if left > 0 else used_up)
+        _SET_FAULT.run(ledger, {"mode": mode, "remaining": left} if left > 0 else used_up)
     return mode

@@ -21,6 +21,7 @@ from refund_desk import clock
 from refund_desk.storage.crypto import keyed_hash, same
 from refund_desk.storage.db import plain
 from refund_desk.storage.models import AuditHead, AuditRecord
+from refund_desk.storage.prepared import Prepared
 from refund_desk.text import Person
 
 GENESIS = "0" * 64
@@ -147,15 +148,13 @@ class AuditLog:
         as plain statements, not through the ORM's unit of work."""
         session.flush()
         connection = plain(session)
-        seq, prev = connection.execute(_LOCK_HEAD).one()
+        seq, prev = _LOCK_HEAD.run(connection).one()
         for record in pending:
             seq += 1
             record.seq, record.prev_hash = seq, prev
             record.hash = prev = record_hash(self._secret, record)
-        connection.execute(
-            _ADD_RECORDS, [{c: getattr(r, c) for c in _RECORD_COLUMNS} for r in pending]
-        )
-        connection.execute(_MOVE_HEAD, {"new_seq": seq, "new_hash": prev})
+        _ADD_RECORDS.run(connection, [{c: getattr(r, c) for c in _RECORD_COLUMNS} for r in pending])
+        _MOVE_HEAD.run(connection, {"new_seq": seq, "new_hash": prev})
 
 
 _HEAD = AuditHead.__table__  # type: ignore[attr-defined]
@@ -163,9 +162,9 @@ _RECORDS = AuditRecord.__table__  # type: ignore[attr-defined]
 _RECORD_COLUMNS = tuple(c.name for c in _RECORDS.columns)
 # Built once, executed with parameters (the seal runs at every commit that audits). The head
 # is read `FOR UPDATE` on PostgreSQL; SQLite renders no `FOR UPDATE`: it has one writer.
-_LOCK_HEAD = select(_HEAD.c.seq, _HEAD.c.hash).where(_HEAD.c.id == 1).with_for_update()
-_ADD_RECORDS = insert(_RECORDS)  # executemany: the transaction's records in one call
-_MOVE_HEAD = (
+_LOCK_HEAD = Prepared(select(_HEAD.c.seq, _HEAD.c.hash).where(_HEAD.c.id == 1).with_for_update())
+_ADD_RECORDS = Prepared(insert(_RECORDS))  # executemany: the transaction's records in one call
+_MOVE_HEAD = Prepared(
     update(_HEAD)
     .where(_HEAD.c.id == 1)
     .values(seq=bindparam("new_seq"), hash=bindparam("new_hash"))

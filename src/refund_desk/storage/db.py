@@ -32,6 +32,7 @@ from sqlmodel import Session
 
 from refund_desk import logs
 from refund_desk.storage.models import Case, Payment
+from refund_desk.storage.prepared import Prepared
 
 _Row = TypeVar("_Row")
 
@@ -559,19 +560,21 @@ class InsertIfNew:
 
     def __init__(self, table: Any, key: Any) -> None:
         self._statements = {
-            dialect: make(table).on_conflict_do_nothing(index_elements=[key]).returning(key)
+            dialect: Prepared(
+                make(table).on_conflict_do_nothing(index_elements=[key]).returning(key)
+            )
             for dialect, make in (("postgresql", pg_insert), ("sqlite", sqlite_insert))
         }
 
     def into(self, session: Session, values: dict[str, Any]) -> bool:
         statement = self._statements[session.get_bind().dialect.name]
-        return plain(session).execute(statement, values).first() is not None
+        return statement.run(plain(session), values).first() is not None
 
 
 # Built once, on the table (no `Payment` object: the row is the lock, its callers read the
 # processor's facts); FOR UPDATE renders nothing on SQLite, whose writer BEGIN IMMEDIATE took.
 _PAYMENTS = Payment.__table__  # type: ignore[attr-defined]
-_LOCK_PAYMENT = (
+_LOCK_PAYMENT = Prepared(
     select(_PAYMENTS.c.id).where(_PAYMENTS.c.id == bindparam("payment_id")).with_for_update()
 )
 
@@ -579,4 +582,4 @@ _LOCK_PAYMENT = (
 def lock_payment(session: Session, payment_id: str) -> bool:
     """Lock a payment's row for the rest of the transaction (SQLite: BEGIN IMMEDIATE did);
     False if we have no row for it yet."""
-    return plain(session).execute(_LOCK_PAYMENT, {"payment_id": payment_id}).first() is not None
+    return _LOCK_PAYMENT.run(plain(session), {"payment_id": payment_id}).first() is not None

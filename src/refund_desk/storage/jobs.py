@@ -24,6 +24,7 @@ from refund_desk import clock, logs, tracing
 from refund_desk.storage.db import Database, on_commit, plain
 from refund_desk.storage.leases import LeaseKeeper
 from refund_desk.storage.models import Job
+from refund_desk.storage.prepared import Prepared
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +110,7 @@ def _row(
 
 
 def _insert(session: Session, row: dict[str, Any]) -> int:
-    return int(plain(session).execute(_QUEUE, row).scalar_one())
+    return int(_QUEUE.run(plain(session), row).scalar_one())
 
 
 # ---------------------------------------------------------------- statements
@@ -134,12 +135,12 @@ _FENCE = and_(
     _C.status == "pending",
 )
 
-_QUEUE = insert(_JOBS).returning(_C.id)
+_QUEUE = Prepared(insert(_JOBS).returning(_C.id))
 
 
-def _leasing(which: Any) -> Any:
+def _leasing(which: Any) -> Prepared:
     """Lease the jobs `which` selects to `owner` until `lease_until`, one attempt more."""
-    return (
+    return Prepared(
         update(_JOBS)
         .where(which)
         .values(
@@ -166,7 +167,7 @@ _CLAIM_ONE = _leasing(and_(_C.id == bindparam("job_id"), _C.status == "pending",
 _CLAIM_IDS = _leasing(
     and_(_C.id.in_(bindparam("job_ids", expanding=True)), _C.status == "pending", _FREE)
 )
-_SETTLE_IDLE = (
+_SETTLE_IDLE = Prepared(
     update(_JOBS)
     .where(
         _C.id.in_(
@@ -178,14 +179,15 @@ _SETTLE_IDLE = (
     )
     .values(status="done", finished_at=_NOW, lease_expires_at=None)
 )
-_RENEW = update(_JOBS).where(_FENCE).values(lease_expires_at=bindparam("lease_until"))
-_DONE = (
+_RENEW = Prepared(update(_JOBS).where(_FENCE).values(lease_expires_at=bindparam("lease_until")))
+_DONE_STATEMENT = (
     update(_JOBS)
     .where(_FENCE)
     .values(status="done", finished_at=bindparam("finished"), lease_expires_at=None)
 )
-_DONE_FORGETTING = _DONE.values(payload={})  # `forget_when_done` kinds
-_RETRY = (
+_DONE = Prepared(_DONE_STATEMENT)
+_DONE_FORGETTING = Prepared(_DONE_STATEMENT.values(payload={}))  # `forget_when_done` kinds
+_RETRY = Prepared(
     update(_JOBS)
     .where(_FENCE)
     .values(
@@ -252,7 +254,7 @@ class JobQueue:
         """Mark due jobs of kinds with `nothing_to_do` done, all at once."""
         idle = [kind for kind, handler in self.handlers.items() if handler is nothing_to_do]
         if idle:
-            plain(session).execute(_SETTLE_IDLE, {"now": now, "idle": idle})
+            _SETTLE_IDLE.run(plain(session), {"now": now, "idle": idle})
 
     def claim_one(self, job_id: int, *, now: datetime | None = None) -> ClaimedJob | None:
         """Claim a specific job now, even before it is due: the request that created it runs
@@ -276,10 +278,12 @@ class JobQueue:
         with self.db.background(), self.db.write() as session:
             return self._lease(session, _CLAIM_IDS, now or clock.now(), job_ids=list(job_ids))
 
-    def _lease(self, session: Session, claim: Any, now: datetime, **which: Any) -> list[ClaimedJob]:
+    def _lease(
+        self, session: Session, claim: Prepared, now: datetime, **which: Any
+    ) -> list[ClaimedJob]:
         """Run one of the `_leasing` statements: one UPDATE leases and returns the jobs."""
         lease = {"now": now, "owner": self.owner, "lease_until": now + self.lease, **which}
-        rows = plain(session).execute(claim, lease).all()
+        rows = claim.run(plain(session), lease)
         return [ClaimedJob(*r) for r in sorted(rows, key=lambda r: r[0])]
 
     # ------------------------------------------------------------ outcomes
@@ -291,10 +295,10 @@ class JobQueue:
     def renew(self, job: ClaimedJob) -> bool:
         """Extend the lease of a job still running here; False once it is lost."""
         with self.db.write() as session:
-            renewed = session.execute(
-                _RENEW, {**self._fenced(job), "lease_until": clock.now() + self.lease}
+            renewed = _RENEW.run(
+                plain(session), {**self._fenced(job), "lease_until": clock.now() + self.lease}
             )
-        return bool(renewed.rowcount)  # type: ignore[attr-defined]
+        return bool(renewed.rowcount)
 
     @contextmanager
     def held(self, job: ClaimedJob) -> Iterator[None]:
@@ -334,7 +338,7 @@ class JobQueue:
     def _mark_done(self, session: Session, job: ClaimedJob) -> bool:
         """One fenced UPDATE: done, and the payload emptied for `forget_when_done` kinds."""
         done = _DONE_FORGETTING if job.kind in self.forget_when_done else _DONE
-        result = plain(session).execute(done, {**self._fenced(job), "finished": clock.now()})
+        result = done.run(plain(session), {**self._fenced(job), "finished": clock.now()})
         return bool(result.rowcount)
 
     def complete(self, job: ClaimedJob) -> bool:
@@ -349,8 +353,8 @@ class JobQueue:
         failures = job.failures + (1 if failed else 0)
         dead = failures >= job.max_attempts
         with self.db.write() as session:
-            result = session.execute(
-                _RETRY,
+            result = _RETRY.run(
+                plain(session),
                 {
                     **self._fenced(job),
                     "next_status": "dead" if dead else "pending",
@@ -364,7 +368,7 @@ class JobQueue:
             log.error(
                 "job %s (%s) gave up after %s attempts: %s", job.id, job.kind, job.attempt, error
             )
-        return bool(result.rowcount)  # type: ignore[attr-defined]
+        return bool(result.rowcount)
 
     # ------------------------------------------------------------ running
 
