@@ -66,7 +66,7 @@ def _row_type(names: list[str]) -> Any:
 class _Plan:
     """One statement compiled for one dialect and one set of parameter names."""
 
-    __slots__ = ("binders", "compiled", "order", "results", "row", "sql")
+    __slots__ = ("binders", "binds", "compiled", "names", "order", "results", "row", "sql")
 
     def __init__(self, compiled: Any) -> None:
         self.compiled = compiled
@@ -75,6 +75,22 @@ class _Plan:
             tuple(compiled.positiontup) if compiled.positional else None
         )
         self.binders: dict[str, Callable[[Any], Any]] = dict(compiled._bind_processors)
+        # Each parameter sent, in order: the key and name it is given by, its bind, its
+        # converter. None where SQLAlchemy builds them with more than that (escaped names,
+        # parameters it collected while compiling): then `construct_params` does.
+        by_name = {name: bind for bind, name in compiled.bind_names.items()}
+        self.names: tuple[str, ...] = self.order if self.order is not None else tuple(by_name)
+        simple = not compiled.escaped_bind_names and not getattr(
+            compiled, "_collected_params", None
+        )
+        self.binds: list[tuple[str, str, Any, Callable[[Any], Any] | None]] | None = (
+            [
+                (by_name[name].key, name, by_name[name], self.binders.get(name))
+                for name in self.names
+            ]
+            if simple and set(self.names) == set(by_name)
+            else None
+        )
         columns = compiled._result_columns
         self.row: Any = namedtuple("Row", [c[0] for c in columns], rename=True) if columns else None
         # Result converters, by column: known once the driver has described a result.
@@ -96,6 +112,26 @@ class _Plan:
         return None if any(context_work) else cls(compiled)
 
     def parameters(self, given: Params) -> Any:
+        """What the driver is sent for `given`, as SQLAlchemy builds it (`construct_params`,
+        then each type's converter), read from a table made once per plan."""
+        if self.binds is None:  # what SQLAlchemy keeps aside for itself: its own way
+            return self._as_sqlalchemy_builds(given)
+        values = []
+        for key, name, bind, convert in self.binds:
+            if key in given:
+                value = given[key]
+            elif name in given:
+                value = given[name]
+            elif bind.required:  # SQLAlchemy's own error for a missing value
+                return self.compiled.construct_params(given)
+            else:
+                value = bind.effective_value if bind.callable else bind.value
+            values.append(value if convert is None else convert(value))
+        if self.order is not None:
+            return tuple(values)
+        return dict(zip(self.names, values, strict=True))
+
+    def _as_sqlalchemy_builds(self, given: Params) -> Any:
         values = self.compiled.construct_params(given)
         binders = self.binders
         if self.order is not None:
