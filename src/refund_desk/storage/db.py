@@ -129,7 +129,14 @@ def _configure_sqlite(engine: Engine) -> None:
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Any) -> None:
         mode = conn.get_execution_options().get("sqlite_begin", "IMMEDIATE")
-        conn.exec_driver_sql(f"BEGIN {mode}")
+        if conn.engine.dispatch.before_cursor_execute:  # a listener sees it, as every statement
+            conn.exec_driver_sql(f"BEGIN {mode}")
+        else:  # straight to the driver: SQLAlchemy's path costs more than the BEGIN itself
+            begin = f"BEGIN {mode}"
+            try:
+                conn.connection.dbapi_connection.execute(begin)
+            except conn.dialect.loaded_dbapi.Error as exc:  # as SQLAlchemy's own error
+                conn._handle_dbapi_exception(exc, begin, (), None, None)
 
 
 # Set while a transaction must finish within a deadline (a Slack listener's, before ack()):
@@ -490,8 +497,16 @@ def plain(session: Session) -> Connection:
     holds no changed objects of (jobs, the audit chain, a payment's lock, counts of other
     rows): the statement runs without the ORM's execution layer and without flushing the
     session's pending changes first, so a case changed several times in one transaction goes
-    out as one UPDATE at the next ORM query or the commit, not one per statement in between."""
-    return session.connection()
+    out as one UPDATE at the next ORM query or the commit, not one per statement in between.
+    Asked once per transaction (the session's own look-up costs more than a hot statement)."""
+    held = memo(session, _PLAIN)
+    connection: Connection | None = held.get(_PLAIN)
+    if connection is None:
+        connection = held[_PLAIN] = session.connection()
+    return connection
+
+
+_PLAIN = "plain connection"
 
 
 def flush_if_pending(session: Session, pending: Callable[[object], bool]) -> None:
