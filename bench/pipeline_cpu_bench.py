@@ -12,10 +12,16 @@ to the pipeline's code costs: the process's CPU time per request, with no HTTP a
 - **pipeline**: the same request carried to `refunded` in the calling thread: intake,
   advise, decide, reserve, pay on the sandbox processor, record; then a sweep runs the work
   the refund left due (its notifications, telling the customer), as a server's sweeper would.
+- **bare app** and **intake app**: the whole request through each FastAPI app in this
+  process, as uvicorn calls it once it has parsed the request (middleware, routing, body,
+  thread hops, the key check, the intake gate, the answer), with no socket and no HTTP
+  parsing (the same for both); the intake app's jobs are left for a job process. Measured
+  against each other: what the server's own process spends per request, apart from uvicorn.
 
 Each request is a small damaged-item refund of a customer of its own, which the reference
 policy (breaker off) refunds by itself. Prints CPU milliseconds per request (median of
-`--rounds`), each as a multiple of bare, and the SQL statements per request.
+`--rounds`), each as a multiple of its reference (bare, or bare app), and the SQL statements
+per request (counted in a round of their own: a statement listener changes the CPU).
 
     python bench/pipeline_cpu_bench.py [--requests 300] [--rounds 3] [--database-url EMPTY_DB_URL]
 """
@@ -23,6 +29,8 @@ policy (breaker off) refunds by itself. Prints CPU milliseconds per request (med
 from __future__ import annotations
 
 import argparse
+import asyncio
+import json
 import os
 import statistics
 import sys
@@ -100,6 +108,10 @@ def requests_for(runtime: Runtime, count: int, tag: str) -> list[dict[str, Any]]
     return bodies
 
 
+# The whole request path through each FastAPI app, measured against each other.
+APPS = ("bare app", "intake app")
+
+
 def cpu_per_request(run: Callable[[dict[str, Any]], None], bodies: list[dict[str, Any]]) -> float:
     started = time.process_time()
     for body in bodies:
@@ -118,6 +130,65 @@ def bare_runner(url: str) -> Callable[[dict[str, Any]], None]:
     return run
 
 
+class AsgiDriver:
+    """An app's whole request path in this process, as uvicorn would call it once it has
+    parsed the request (no socket, no HTTP parsing: the same for both apps, left out), on
+    one event loop kept for all the requests."""
+
+    def __init__(self, app: Any, headers: dict[str, str]) -> None:
+        self.app = app
+        self.headers = [(k.lower().encode(), v.encode()) for k, v in headers.items()]
+        self.loop = asyncio.new_event_loop()
+
+    def enter(self, context: Any) -> None:
+        self.loop.run_until_complete(context.__aenter__())
+
+    def __call__(self, body: dict[str, Any]) -> None:
+        status = self.loop.run_until_complete(self._post(json.dumps(body).encode()))
+        assert status in (200, 201), status
+
+    async def _post(self, raw: bytes) -> int:
+        path = "/api/v1/refund-requests"
+        headers = [(b"content-type", b"application/json"),
+                   (b"content-length", str(len(raw)).encode()), *self.headers]  # fmt: skip
+        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
+                 "method": "POST", "scheme": "http", "path": path, "raw_path": path.encode(),
+                 "query_string": b"", "root_path": "", "headers": headers,
+                 "client": ("127.0.0.1", 50000), "server": ("127.0.0.1", 80),
+                 "state": {}}  # fmt: skip
+        messages = [{"type": "http.request", "body": raw, "more_body": False}]
+        statuses: list[int] = []
+
+        async def receive() -> dict[str, Any]:
+            if messages:
+                return messages.pop()
+            await asyncio.Event().wait()  # the client stays: nothing more comes
+            raise AssertionError("unreachable")
+
+        async def send(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                statuses.append(message["status"])
+            elif statuses and statuses[0] >= 300 and message.get("body"):
+                raise AssertionError(f"{statuses[0]}: {message['body'][:500]!r}")
+
+        await self.app(scope, receive, send)
+        return statuses[0]
+
+
+def app_runners(runtime: Runtime, secret_key: str) -> tuple[AsgiDriver, AsgiDriver]:
+    """(bare, intake) through their FastAPI apps: Refund Desk's with its middleware, its key
+    check, its intake gate; the jobs left for a job process, as `serve --job-processes`."""
+    import bare_app
+
+    from refund_desk.web.app import create_app
+
+    runtime.settings.job_processes = 1
+    app = create_app(runtime, scheduler=False)
+    intake = AsgiDriver(app, {"Authorization": f"Bearer {secret_key}"})
+    intake.enter(app.router.lifespan_context(app))
+    return AsgiDriver(bare_app.app, {}), intake
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=300)
@@ -126,6 +197,7 @@ def main() -> None:
     args = parser.parse_args()
     url = args.database_url or f"sqlite:///{tempfile.mkdtemp()}/bench.db"
     runtime, key = setup(url)
+    secret_key = create_api_key(runtime.db, "bench-app")
     statements = 0
 
     def _count(*_: Any) -> None:
@@ -144,13 +216,22 @@ def main() -> None:
         runtime.desk.jobs.sweep()  # and what the refund left to do: notifications, the customer
 
     bare = bare_runner(url)
-    figures: dict[str, list[float]] = {"bare": [], "intake": [], "pipeline": []}
+    bare_app, intake_driver = app_runners(runtime, secret_key)
+
+    def intake_app(body: dict[str, Any]) -> None:
+        runtime.desk.jobs_elsewhere = True
+        intake_driver(body)
+
+    figures: dict[str, list[float]] = {n: [] for n in ("bare", "intake", "pipeline", *APPS)}
     counted: dict[str, int] = {}
-    runners = {"bare": bare, "intake": intake, "pipeline": pipeline}
+    runners = {"bare": bare, "intake": intake, "pipeline": pipeline,
+               "bare app": bare_app, "intake app": intake_app}  # fmt: skip
     for round_ in range(args.rounds + 2):  # the first round warms up, the last counts
         counting = round_ == args.rounds + 1
         for name, run in runners.items():
-            bodies = requests_for(runtime, args.requests if not counting else 20, f"{name}{round_}")
+            bodies = requests_for(
+                runtime, args.requests if not counting else 20, f"{name.replace(' ', '-')}{round_}"
+            )
             if counting:  # statements are counted apart: a listener takes the hot statements
                 # off their direct path (`storage/prepared.py`), and would change the CPU
                 event.listen(Engine, "before_cursor_execute", _count)  # every engine
@@ -162,16 +243,20 @@ def main() -> None:
                 cpu = cpu_per_request(run, bodies)
                 if round_:
                     figures[name].append(cpu)
-            if name == "intake":  # its cases' jobs, run now, unmeasured, not in a later sweep
+            if name in (
+                "intake",
+                "intake app",
+            ):  # its cases' jobs, run now, unmeasured, not in a later sweep
                 runtime.desk.jobs_elsewhere = False
                 while runtime.desk.jobs.sweep():
                     pass
-    base = statistics.median(figures["bare"])
     print(f"{args.requests} requests x {args.rounds} rounds, {runtime.db.engine.dialect.name}")
     for name, values in figures.items():
+        reference = "bare app" if name in APPS else "bare"
+        base = statistics.median(figures[reference])
         cpu = statistics.median(values)
         print(
-            f"  {name:<9} {cpu:7.2f} ms CPU/request  {cpu / base:5.1f}x bare"
+            f"  {name:<10} {cpu:7.2f} ms CPU/request  {cpu / base:5.1f}x {reference:<8}"
             f"  {counted[name]:3d} statements/request"
         )
     runtime.db.dispose()
