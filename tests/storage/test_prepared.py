@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import Connection, event, text
-from sqlalchemy.exc import IntegrityError, OperationalError
+from sqlalchemy.exc import IntegrityError, MultipleResultsFound, NoResultFound, OperationalError
 
 from refund_desk.runtime import Runtime
 from refund_desk.storage import prepared
@@ -209,3 +209,15 @@ def test_a_dead_connection_is_discarded_not_reused(pg_db: Database) -> None:
     for _ in range(12):  # more than the pool holds: none of them is the dead one
         with pg_db.engine.connect() as connection:
             assert statement.run(connection).one().one == 1
+
+
+def test_one_row_or_sqlalchemys_error(db: Database) -> None:
+    none = Prepared(text("SELECT 1 AS one WHERE 1 = 0"))
+    two = Prepared(text("SELECT 1 AS one UNION ALL SELECT 2"))
+    with db.look() as connection:
+        with pytest.raises(NoResultFound):
+            none.run(connection).one()
+        with pytest.raises(MultipleResultsFound):
+            two.run(connection).one()
+        assert none.run(connection).first() is None
+        assert two.run(connection).scalars() == [1, 2]

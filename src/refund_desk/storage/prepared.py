@@ -27,6 +27,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 from sqlalchemy.engine import Dialect
+from sqlalchemy.exc import MultipleResultsFound, NoResultFound
 from sqlalchemy.sql import Executable
 
 Params = Mapping[str, Any]
@@ -41,8 +42,10 @@ class Rows(list[Any]):
         return self[0] if self else None
 
     def one(self) -> Any:
-        if len(self) != 1:
-            raise LookupError(f"expected one row, got {len(self)}")
+        if not self:
+            raise NoResultFound("No row was found when one was required")
+        if len(self) > 1:
+            raise MultipleResultsFound("Multiple rows were found when exactly one was required")
         return self[0]
 
     def scalar_one(self) -> Any:
