@@ -221,3 +221,16 @@ def test_one_row_or_sqlalchemys_error(db: Database) -> None:
             two.run(connection).one()
         assert none.run(connection).first() is None
         assert two.run(connection).scalars() == [1, 2]
+
+
+def test_a_listener_on_the_connection_sees_the_statement(db: Database) -> None:
+    seen: list[str] = []
+
+    def catch(_conn: Any, _cursor: Any, sql: str, *_: Any) -> None:
+        seen.append(sql)
+
+    statement = Prepared(text("SELECT 1 AS one"))
+    with db.look() as connection:
+        event.listen(connection, "before_cursor_execute", catch)
+        assert statement.run(connection).one().one == 1
+    assert "SELECT 1 AS one" in seen

@@ -129,7 +129,7 @@ def _configure_sqlite(engine: Engine) -> None:
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Any) -> None:
         mode = conn.get_execution_options().get("sqlite_begin", "IMMEDIATE")
-        if conn.engine.dispatch.before_cursor_execute:  # a listener sees it, as every statement
+        if conn.dispatch.before_cursor_execute:  # a listener sees it, as every statement
             conn.exec_driver_sql(f"BEGIN {mode}")
         else:  # straight to the driver: SQLAlchemy's path costs more than the BEGIN itself
             begin = f"BEGIN {mode}"

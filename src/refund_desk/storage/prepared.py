@@ -1,6 +1,6 @@
 """The hot paths' Core statements, run with the database driver's own cursor.
 
-SQLAlchemy's `Connection.execute` spends 30-150 µs of CPU per statement around the driver's own
+SQLAlchemy's `Connection.execute` spends 40-130 µs of CPU per statement around the driver's own
 work (a cache key for the statement, an execution context, a result with its metadata):
 measured in one process, a third of an intake request's CPU and most of what its nine
 statements cost. `Prepared` keeps SQLAlchemy for what it is for here, the SQL and the types:
@@ -95,7 +95,7 @@ class _Plan:
             else None
         )
         columns = compiled._result_columns
-        self.row: Any = namedtuple("Row", [c[0] for c in columns], rename=True) if columns else None
+        self.row: Any = _row_type([c[0] for c in columns]) if columns else None
         # Result converters, by column: known once the driver has described a result.
         self.results: list[Callable[[Any], Any] | None] | None = None
 
@@ -183,8 +183,7 @@ class Prepared:
         first: Params = (many[0] if many else params) or {}  # type: ignore[assignment]
         if many is not None and len(many) < 2:  # one row: one execute, as SQLAlchemy does
             many = None
-        engine = connection.engine
-        dispatch = engine.dispatch
+        dispatch = connection.dispatch  # the engine's listeners and the connection's own
         if dispatch.before_cursor_execute or dispatch.after_cursor_execute:
             return self._as_sqlalchemy(connection, params)
         dialect = connection.dialect
