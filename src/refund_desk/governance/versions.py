@@ -26,7 +26,7 @@ from refund_desk.policy import (
     run_policy_tests,
 )
 from refund_desk.storage.audit import Actor, AuditLog
-from refund_desk.storage.db import held_get, on_commit, plain, shared
+from refund_desk.storage.db import held_get, on_commit, shared
 from refund_desk.storage.models import Control, PolicyVersion
 from refund_desk.storage.prepared import Prepared
 from refund_desk.text import Code, Text, lines, text
@@ -71,9 +71,11 @@ _PAUSED = Prepared(select(col(Control.paused)).where(col(Control.id) == 1))
 
 
 def paused_now(session: Session | Connection) -> bool:
-    """The kill switch as committed now: one column, read afresh (never a row kept)."""
-    connection = session if isinstance(session, Connection) else plain(session)
-    return bool(_PAUSED.run(connection).scalar())
+    """The kill switch as committed now: one column, read afresh (never a row kept); in a
+    session, as its transaction left it (its pending change to the control row included)."""
+    if isinstance(session, Connection):
+        return bool(_PAUSED.run(session).scalar())
+    return bool(session.scalars(_PAUSED.statement).first())
 
 
 def active_version(session: Session) -> int | None:

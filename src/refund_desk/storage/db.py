@@ -498,11 +498,18 @@ def plain(session: Session) -> Connection:
     rows): the statement runs without the ORM's execution layer and without flushing the
     session's pending changes first, so a case changed several times in one transaction goes
     out as one UPDATE at the next ORM query or the commit, not one per statement in between.
-    Asked once per transaction (the session's own look-up costs more than a hot statement)."""
+
+    Asked of the session once per (sub)transaction and remembered (the session's own look-up
+    costs more than a hot statement): a savepoint begun since is asked for afresh, so the
+    session sends its `SAVEPOINT` first, and a transaction that can no longer be used (a
+    failed flush) is always asked, so the session says so."""
+    transaction = session.get_nested_transaction() or session.get_transaction()
+    if transaction is None or not transaction.is_active:
+        return session.connection()
     held = memo(session, _PLAIN)
-    connection: Connection | None = held.get(_PLAIN)
+    connection: Connection | None = held.get(transaction)
     if connection is None:
-        connection = held[_PLAIN] = session.connection()
+        connection = held[transaction] = session.connection()
     return connection
 
 

@@ -7,7 +7,7 @@ statements cost. `Prepared` keeps SQLAlchemy for what it is for here, the SQL an
 it compiles a Core statement with SQLAlchemy's compiler once per database and set of
 parameter names, and runs it with the same SQL, the same parameters and the same type
 conversions, in the caller's transaction, on that connection's driver cursor. Rows come back
-as named tuples; a database error comes back as SQLAlchemy's exception
+as SQLAlchemy's rows; a database error comes back as SQLAlchemy's exception
 (`IntegrityError` and the rest), through SQLAlchemy's own handler, which also discards a
 connection the error shows to be dead.
 
@@ -21,12 +21,12 @@ SQLAlchemy's own path runs the statement instead, with the same results, when:
 
 from __future__ import annotations
 
-from collections import namedtuple
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import Connection
 from sqlalchemy.engine import Dialect
+from sqlalchemy.engine.result import result_tuple
 from sqlalchemy.exc import MultipleResultsFound, NoResultFound
 from sqlalchemy.sql import Executable
 
@@ -34,7 +34,8 @@ Params = Mapping[str, Any]
 
 
 class Rows(list[Any]):
-    """A statement's rows (named tuples), with the `Result` methods the callers use."""
+    """A statement's rows (SQLAlchemy's `Row`, by position or by name), with the `Result`
+    methods the callers use."""
 
     rowcount: int = -1
 
@@ -54,16 +55,17 @@ class Rows(list[Any]):
     def scalar(self) -> Any:
         return self[0][0] if self else None
 
-    def scalars(self) -> list[Any]:
-        return [row[0] for row in self]
+    def scalars(self) -> Rows:
+        """The first column of each row, with `.first()` and `.all()` as SQLAlchemy's."""
+        return Rows(row[0] for row in self)
 
     def all(self) -> list[Any]:
         return list(self)
 
 
 def _row_type(names: list[str]) -> Any:
-    """Rows read by name or position, as SQLAlchemy's are."""
-    return namedtuple("Row", names, rename=True)
+    """SQLAlchemy's own row, read by position or by any name, made from a sequence."""
+    return result_tuple(names)
 
 
 class _Plan:
@@ -153,21 +155,21 @@ class _Plan:
         if described is None:
             return Rows()
         raw = cursor.fetchall()
-        if self.results is None:
+        converters, make = self.results, self.row
+        if converters is None or make is None:  # the first result: both set, row type first
             types = [c[3] for c in self.compiled._result_columns]  # none for `text()`
-            self.results = [
+            make = make or _row_type([d[0] for d in described])
+            converters = [
                 t._cached_result_processor(dialect, d[1])
                 for t, d in zip(types, described, strict=False)
             ]
-            if self.row is None:
-                self.row = _row_type([d[0] for d in described])
-        converters, make = self.results, self.row
+            self.row, self.results = make, converters
         if any(converters):
             return Rows(
-                make(*[f(v) if f is not None else v for f, v in zip(converters, r, strict=True)])
+                make([f(v) if f is not None else v for f, v in zip(converters, r, strict=True)])
                 for r in raw
             )
-        return Rows(make(*r) for r in raw)
+        return Rows(make(r) for r in raw)
 
 
 class Prepared:
@@ -192,26 +194,33 @@ class Prepared:
             plan = self._plans[key]
         except KeyError:
             plan = self._plans[key] = _Plan.make(self.statement, dialect, key[1])
-        if plan is None:
+        if plan is None or (many is not None and plan.row is not None):
+            # (many rows RETURNING: SQLAlchemy batches them into one INSERT to return them)
             return self._as_sqlalchemy(connection, params)
         if not connection.in_transaction():
             connection.begin()  # as SQLAlchemy would begin it (SQLite: our BEGIN)
+        try:  # a parameter SQLAlchemy would refuse: its StatementError, as it raises it
+            values = (
+                [plan.parameters(p) for p in many] if many is not None else plan.parameters(first)
+            )
+        except Exception as exc:
+            connection._handle_dbapi_exception(exc, plan.sql, params, None, None)
+            raise  # not reached: the handler raises
         dbapi_connection: Any = connection.connection.dbapi_connection
         cursor = dbapi_connection.cursor()
-        values: Any = None
         try:
             if many is not None:
-                values = [plan.parameters(p) for p in many]
                 cursor.executemany(plan.sql, values)
             else:
-                values = plan.parameters(first)
                 cursor.execute(plan.sql, values)
             rows = plan.convert(cursor, dialect)
             rows.rowcount = cursor.rowcount
             return rows
-        except dialect.loaded_dbapi.Error as exc:
+        except BaseException as exc:
+            # As SQLAlchemy's own execute: the driver's errors as SQLAlchemy's exceptions, a
+            # connection an error (or an interrupt mid-statement) leaves unusable discarded.
             connection._handle_dbapi_exception(exc, plan.sql, values, cursor, None)
-            raise  # not reached: the handler raises SQLAlchemy's exception
+            raise  # not reached for what the handler raises itself
         finally:
             cursor.close()
 
