@@ -37,10 +37,19 @@ TIMEOUT_MS = 30_000
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
+def demo(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[Demo]:
     running = Demo(tmp_path_factory.mktemp("demo") / "data")
+    failed_before = request.session.testsfailed
     yield running
-    running.stop()
+    log = running.stop()
+    if request.session.testsfailed > failed_before:  # the server's side of a failure, in CI too
+        reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line("---- the demo server's log, last 150 lines ----")
+            for line in log.splitlines()[-150:]:
+                reporter.write_line(line[:400])
 
 
 @pytest.fixture(scope="module")
