@@ -59,10 +59,10 @@ _FAULT_COLUMNS = (
     select(_faults.c.mode).where(_THE_FAULT).scalar_subquery().label("fault_mode"),
     select(_faults.c.remaining).where(_THE_FAULT).scalar_subquery().label("fault_remaining"),
 )
-_FAULT = Prepared(
-    select(*_FAULT_COLUMNS)
-)  # always one row; empty columns where there is no fault row
-_SET_FAULT = Prepared(update(_faults).where(_THE_FAULT))  # SET from the parameters: mode, remaining
+# Always one row; empty columns where there is no fault row.
+_FAULT = Prepared(select(*_FAULT_COLUMNS))
+# SET from the parameters: mode, remaining.
+_SET_FAULT = Prepared(update(_faults).where(_THE_FAULT))
 
 # A refund's columns under the names `_to_refund` reads.
 _REFUND = (
@@ -120,7 +120,7 @@ _REFUNDS_OF = Prepared(
 )
 _INSERT_REFUND = Prepared(insert(_refunds))
 
-_Row: TypeAlias = Any  # a row of any of the statements above (a named tuple)
+_Row: TypeAlias = Any  # a row of any of the statements above (SQLAlchemy's `Row`)
 
 
 def _power_cut() -> None:
