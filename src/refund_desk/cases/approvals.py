@@ -32,6 +32,7 @@ from refund_desk.cases.rows import load_for_update
 from refund_desk.governance.versions import LoadedPolicy, control, load_version
 from refund_desk.policy import approver_limit
 from refund_desk.storage.audit import Actor
+from refund_desk.storage.direct_rows import stage
 from refund_desk.storage.models import Approval, Case
 from refund_desk.text import Person, Text, text
 
@@ -339,7 +340,7 @@ def _approve(
     if len(approvers) + 1 < needed:
         case.revision += 1  # the old card's tokens are now stale; a fresh card is posted
         case.updated_at = clock.now()
-        session.add(case)
+        stage(session, case)
         desk.audit.append(
             session,
             action="approval.recorded",
@@ -416,7 +417,7 @@ def _escalate(
     case.escalation_level += 1
     case.revision += 1
     case.updated_at = clock.now()
-    session.add(case)
+    stage(session, case)
     desk.audit.append(
         session,
         action="case.escalated",

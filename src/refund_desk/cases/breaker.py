@@ -17,8 +17,10 @@ from sqlmodel import Session, col
 from refund_desk import clock, money
 from refund_desk.cases.notify import notify
 from refund_desk.governance.versions import LoadedPolicy, control, load_version
+from refund_desk.storage import direct_rows
 from refund_desk.storage.audit import SYSTEM
-from refund_desk.storage.db import flush_if_pending, plain
+from refund_desk.storage.db import plain
+from refund_desk.storage.direct_rows import flush_if_pending, stage
 from refund_desk.storage.models import Control, Execution
 from refund_desk.storage.prepared import Prepared
 from refund_desk.text import Code, Mark, Person, join, text
@@ -43,7 +45,7 @@ def trip(desk: Desk, session: Session, reason: str) -> None:
     switches.breaker_reason = reason
     switches.consecutive_failures = 0
     switches.updated_at = clock.now()
-    session.add(switches)
+    stage(session, switches)
     policy = _active(session)
     leads = list(policy.doc.leads) if policy and policy.doc.leads else []
     desk.audit.append(
@@ -88,7 +90,7 @@ def record_success(session: Session) -> None:
     switches = control(session)
     if switches.consecutive_failures:
         switches.consecutive_failures = 0
-        session.add(switches)
+        stage(session, switches)
 
 
 # Built once (SQLAlchemy reuses their compiled form).
@@ -120,7 +122,10 @@ def over_limit(
         # see room for one more and both reserve. SQLite's single writer already serializes.
         # The row is read afresh with its lock: another replica may have tripped the breaker,
         # or a lead changed the mode, while this transaction waited for it.
-        session.scalars(_LOCK_CONTROL).one()
+        if direct_rows.uses_direct_rows(session):
+            direct_rows.load(session, Control, 1, lock=True, fresh=True)
+        else:
+            session.scalars(_LOCK_CONTROL).one()
     flush_if_pending(session, lambda row: isinstance(row, Execution))  # this one's reservations
     window = {"currency": currency, "since": clock.now() - WINDOW}
     count, total = _AUTOMATIC_IN_WINDOW.run(plain(session), window).one()

@@ -30,6 +30,7 @@ from refund_desk.governance.versions import (
     strictest_route,
 )
 from refund_desk.policy import Decision
+from refund_desk.storage import direct_rows
 from refund_desk.storage.audit import MODEL, POLICY, SYSTEM, Actor
 from refund_desk.storage.crypto import hold_key_of_case
 from refund_desk.storage.db import lock_payment
@@ -96,6 +97,9 @@ def _advance(desk: Desk, job: ClaimedJob, case_id: str) -> None:
     reserved: Execution | None = None
     try:
         with desk.db.write() as session:
+            direct_rows.use_direct_rows(
+                session
+            )  # the case, execution and control rows: no unit of work
             lock_payment(session, payment_id)  # the payment first, as everywhere else
             if asked is not None or here:
                 _record_advice(desk, session, case_id, asked)

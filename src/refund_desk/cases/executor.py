@@ -46,8 +46,10 @@ from refund_desk.governance.versions import (
     load_version,
     paused_now,
 )
+from refund_desk.storage import direct_rows
 from refund_desk.storage.audit import SYSTEM
 from refund_desk.storage.db import lock_payment, plain
+from refund_desk.storage.direct_rows import stage
 from refund_desk.storage.jobs import ClaimedJob, RetryLater, backoff, enqueue, queue
 from refund_desk.storage.models import Case, Execution
 from refund_desk.storage.prepared import Prepared
@@ -297,7 +299,7 @@ def reserve_in(
         else "approval",
         created_at=desk.now(),
     )
-    session.add(execution)  # written with the case's change, in one flush at the commit
+    direct_rows.add(session, execution)
     move(
         session,
         desk.audit,
@@ -434,11 +436,12 @@ def _record(
 ) -> None:
     """Phase 3; a final answer also ends `job` (the execute job) in this commit."""
     with desk.db.write() as session:
+        direct_rows.use_direct_rows(session)  # the case, execution and control: no unit of work
         # The case row first: a webhook and the execute job may record the same refund at once.
         case = load_for_update(session, execution.case_id)
         if job is not None and refund.status in FINAL_REFUND_STATES:
             desk.jobs.finish_in(session, job)
-        row = session.get(Execution, execution.id)
+        row = direct_rows.get(session, Execution, execution.id)
         if row is None or row.status != case_facts.OPEN_EXECUTION:
             return
         changed = (row.processor_refund_id, row.processor_status) != (refund.id, refund.status)
@@ -467,7 +470,7 @@ def _record(
             say = (case.decision or {}).get("say") if row.automatic else None
             if say:
                 case.customer_message = say
-            session.add(row)
+            stage(session, row)
             move(
                 session,
                 desk.audit,
@@ -495,7 +498,7 @@ def _record(
                 f"The processor reports the refund {refund.status}.",
             )
         elif changed:  # pending / requires_action: on the record once per status, not per poll
-            session.add(row)
+            stage(session, row)
             desk.audit.append(
                 session,
                 action="execution.pending",
@@ -514,11 +517,11 @@ def _record_on_closed_case(
     the execution takes the processor's answer, and money out on a closed case is a finding
     for finance, never a silent `denied`."""
     if refund.status not in FINAL_REFUND_STATES:
-        session.add(row)
+        stage(session, row)
         return
     row.status = "succeeded" if refund.status == "succeeded" else "failed"
     row.finished_at = desk.now()
-    session.add(row)
+    stage(session, row)
     payload = {
         "execution_id": row.id,
         "refund_id": refund.id,
@@ -590,7 +593,7 @@ def _mark_failed(
 ) -> None:
     row.status, row.finished_at = "failed", desk.now()
     row.error_code, row.error_message = code, message
-    session.add(row)
+    stage(session, row)
     move(
         session,
         desk.audit,
@@ -680,7 +683,7 @@ def _release(desk: Desk, execution_id: str) -> bool:
         row.status, row.finished_at = "failed", desk.now()
         row.error_code = "released"
         row.error_message = "The processor has no refund for this execution; released."
-        session.add(row)
+        stage(session, row)
         case.park_reason = (
             f"The processor has no refund of {money.format_money(row.amount, row.currency)} "
             "for this case: nothing was paid and the reservation is released. "
@@ -689,7 +692,7 @@ def _release(desk: Desk, execution_id: str) -> bool:
         case.revision += 1  # cards made before the release are stale; a fresh one is posted
         case.approval_round += 1  # and approvals start afresh
         case.updated_at = clock.now()
-        session.add(case)
+        stage(session, case)
         desk.audit.append(
             session,
             action="execution.released",
@@ -744,7 +747,7 @@ def _reverse(desk: Desk, execution_id: str, refund: ProcessorRefund) -> bool:
         row.status, row.processor_status = "failed", refund.status
         row.error_code = code
         row.error_message = f"The processor reported the refund {refund.status} after it succeeded."
-        session.add(row)
+        stage(session, row)
         payload = {"execution_id": row.id, "refund_id": refund.id, "status": refund.status}
         if case.status != Status.refunded:
             desk.audit.append(

@@ -16,7 +16,8 @@ from refund_desk import clock
 from refund_desk.cases.lifecycle import FINAL, Status
 from refund_desk.cases.ports import PaymentFacts
 from refund_desk.storage.crypto import normalize_email
-from refund_desk.storage.db import flush_if_pending, memo, plain
+from refund_desk.storage.db import memo, plain
+from refund_desk.storage.direct_rows import flush_if_pending
 from refund_desk.storage.models import Case, Execution, Payment
 from refund_desk.storage.prepared import Prepared
 

@@ -27,7 +27,8 @@ from refund_desk.cases.ports import PaymentFacts, PaymentNotFound, ProcessorErro
 from refund_desk.governance.versions import ACTIVE_VERSION, active_version
 from refund_desk.storage.audit import Actor, canonical
 from refund_desk.storage.crypto import CustomerCipher
-from refund_desk.storage.db import InsertIfNew, flush_if_pending, lock_payment, plain
+from refund_desk.storage.db import InsertIfNew, lock_payment, plain
+from refund_desk.storage.direct_rows import flush_if_pending
 from refund_desk.storage.jobs import queue
 from refund_desk.storage.models import Case, Execution, IntakeKey, Payment, row_defaults
 from refund_desk.storage.prepared import Prepared

@@ -5,7 +5,8 @@ from __future__ import annotations
 from sqlalchemy import bindparam, func, select
 from sqlmodel import Session, col
 
-from refund_desk.storage.db import flush_if_pending, plain
+from refund_desk.storage.db import plain
+from refund_desk.storage.direct_rows import flush_if_pending
 from refund_desk.storage.models import Approval, Case
 from refund_desk.storage.prepared import Prepared
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 from sqlalchemy import bindparam, select
 from sqlmodel import Session, col
 
+from refund_desk import logs
 from refund_desk.cases.errors import Conflict, NotFound
+from refund_desk.storage import direct_rows
 from refund_desk.storage.db import memo
 from refund_desk.storage.models import Case
 
@@ -25,11 +27,17 @@ def load_for_update(session: Session, case_id: str, *, revision: int | None = No
 
     A case this transaction has locked already is not read again: the lock holds until the
     commit, and a second read would give the same object with this transaction's changes.
+    In a transaction that uses direct rows (`storage/direct_rows.py`) the case is one.
     """
     locked: dict[str, Case] = memo(session, "locked cases")
     case = locked.get(case_id)
     if case is None:
-        case = session.scalars(_LOCK_CASE, {"case_id": case_id}).first()
+        if direct_rows.uses_direct_rows(session):
+            case = direct_rows.load(session, Case, case_id, lock=True, fresh=True)
+            if case is not None:  # its lines carry its correlation id, as an ORM load's do
+                logs.case_loaded(case.id, case.correlation_id)
+        else:
+            case = session.scalars(_LOCK_CASE, {"case_id": case_id}).first()
         if case is None:
             raise NotFound("case_not_found", f"No case {case_id} exists.")
         locked[case_id] = case

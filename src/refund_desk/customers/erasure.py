@@ -46,6 +46,7 @@ from refund_desk.storage.crypto import (
     lock_customer_key,
     purge_destroyed_keys,
 )
+from refund_desk.storage.direct_rows import stage
 from refund_desk.storage.jobs import ClaimedJob, RetryLater, backoff, enqueue
 from refund_desk.storage.models import Case, CustomerMessage, Job, SlackMessage
 
@@ -95,7 +96,7 @@ def scrub(session: Session, case: Case, now: datetime) -> set[str]:
     case.advice = advice if case.advice is not None else None
     case.evidence = evidence if case.evidence is not None else None
     case.erased_at = case.erased_at or now
-    session.add(case)
+    stage(session, case)
     for message in session.scalars(
         select(CustomerMessage).where(
             col(CustomerMessage.case_id) == case.id, col(CustomerMessage.direction) == "in"

@@ -46,6 +46,7 @@ from refund_desk.storage.crypto import (
     lock_customer_key,
     same,
 )
+from refund_desk.storage.direct_rows import stage
 from refund_desk.storage.jobs import queue
 from refund_desk.storage.models import Case
 
@@ -375,7 +376,7 @@ def attach(
     if not added:
         return
     case.evidence = items + added
-    session.add(case)
+    stage(session, case)
     desk.audit.append(
         session,
         action="evidence.attached",
@@ -427,7 +428,7 @@ def mark_checked(desk: Desk, *, case_id: str, evidence_id: str, user: str) -> di
         item["checked_at"] = desk.now().isoformat()
         case.evidence = items
         case.updated_at = desk.now()
-        session.add(case)
+        stage(session, case)
         desk.audit.append(
             session,
             action="evidence.checked",

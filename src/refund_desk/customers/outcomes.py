@@ -22,7 +22,8 @@ from sqlmodel import Session, col
 from refund_desk import clock, money
 from refund_desk.cases.notify import notify
 from refund_desk.storage.audit import SYSTEM, AuditLog
-from refund_desk.storage.db import deployment, flush_if_pending, plain
+from refund_desk.storage.db import deployment, plain
+from refund_desk.storage.direct_rows import flush_if_pending
 from refund_desk.storage.jobs import ClaimedJob, RetryLater, backoff, queue
 from refund_desk.storage.models import Approval, Case, CustomerMessage
 from refund_desk.storage.prepared import Prepared

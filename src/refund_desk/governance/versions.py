@@ -25,6 +25,7 @@ from refund_desk.policy import (
     policy_hash,
     run_policy_tests,
 )
+from refund_desk.storage import direct_rows
 from refund_desk.storage.audit import Actor, AuditLog
 from refund_desk.storage.db import held_get, on_commit, shared
 from refund_desk.storage.models import Control, PolicyVersion
@@ -89,8 +90,13 @@ def active_version(session: Session) -> int | None:
 
 
 def control(session: Session) -> Control:
-    with session.no_autoflush:  # the control row depends on no other row's pending change
-        row = held_get(session, Control, 1)
+    """The control row, kept for the rest of the transaction (a direct row in a transaction
+    that uses them, `storage/direct_rows.py`)."""
+    if direct_rows.uses_direct_rows(session):
+        row = direct_rows.load(session, Control, 1)
+    else:
+        with session.no_autoflush:  # the control row depends on no other row's pending change
+            row = held_get(session, Control, 1)
     if row is None:  # the migration seeds it; a damaged database should say so
         raise CaseError("control_missing", "The control row is missing; run `db upgrade`.")
     return row

@@ -18,6 +18,7 @@ from sqlalchemy import bindparam, event, insert, orm, select, update
 from sqlmodel import Session, col
 
 from refund_desk import clock
+from refund_desk.storage import direct_rows
 from refund_desk.storage.crypto import keyed_hash, same
 from refund_desk.storage.db import plain
 from refund_desk.storage.models import AuditHead, AuditRecord
@@ -143,10 +144,11 @@ class AuditLog:
     def _seal(self, session: Session, pending: list[Appended]) -> None:
         """Link this transaction's records into the chain, in the order they were appended.
 
-        The transaction's other changes are flushed first, so the head is locked (PostgreSQL)
+        The transaction's other changes are written first, so the head is locked (PostgreSQL)
         only for the records' own INSERT and the commit; the records and the head are written
         as plain statements, not through the ORM's unit of work."""
         session.flush()
+        direct_rows.write(session)  # and the rows held apart from the session
         connection = plain(session)
         seq, prev = _LOCK_HEAD.run(connection).one()
         for record in pending:

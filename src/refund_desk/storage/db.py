@@ -492,6 +492,16 @@ def memo(session: Session, name: str) -> dict[Any, Any]:
     return memos.setdefault(name, {})
 
 
+# The memo of the rows a transaction holds apart from the session (`storage/direct_rows.py`).
+DIRECT_ROWS = "direct rows"
+
+
+def remembered(session: Session, name: str) -> dict[Any, Any] | None:
+    """The transaction's memo `name` if anything made it (`memo` makes it)."""
+    memos: dict[str, dict[Any, Any]] | None = session.info.get(_MEMO)
+    return memos.get(name) if memos else None
+
+
 def plain(session: Session) -> Connection:
     """The session's connection in its transaction, for a Core statement on rows the session
     holds no changed objects of (jobs, the audit chain, a payment's lock, counts of other
@@ -514,14 +524,6 @@ def plain(session: Session) -> Connection:
 
 
 _PLAIN = "plain connection"
-
-
-def flush_if_pending(session: Session, pending: Callable[[object], bool]) -> None:
-    """Flush first if this transaction holds a new or changed row that `pending` picks out:
-    a count read with `plain` then sees it. Otherwise nothing is flushed, and the session's
-    other changes wait for the commit."""
-    if any(pending(row) for row in (*session.new, *session.dirty)):
-        session.flush()
 
 
 @event.listens_for(Session, "after_transaction_end")
