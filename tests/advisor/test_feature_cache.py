@@ -1,10 +1,14 @@
 """The offline advisor's cached hashed features: the cached counts give
 the same margins as counting afresh, for both models, whatever order texts come in and across
-threads, and nothing the models do changes a cached count."""
+threads, and nothing the models do changes a cached count. The margins, computed with all of
+a text's features at once, are those of the features one by one (`features.tfidf` and the
+model's rows), for every text the project holds."""
 
 from __future__ import annotations
 
+import json
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
 
@@ -52,3 +56,36 @@ def test_the_cache_is_safe_across_threads() -> None:
     with ThreadPoolExecutor(max_workers=8) as pool:
         got = list(pool.map(lambda t: (t, reason.predict(t)), TEXTS * 20))
     assert all(expected[t] == p for t, p in got)
+
+
+DATA = Path(model_module.__file__).with_name("data")
+
+
+def _texts() -> list[str]:
+    texts = []
+    for path in sorted(DATA.glob("*.jsonl")):
+        texts += [json.loads(line)["text"] for line in path.read_text().splitlines() if line]
+    return texts
+
+
+def _margins_by_dicts(m: model_module.ReasonModel, text: str) -> np.ndarray:
+    """The known features' weights gathered from the dicts, then one product with `coef`."""
+    weights = tfidf(hashed_counts(text), m.idf, m.unseen_idf)
+    known = [(m.rows[b], w) for b, w in weights.items() if b in m.rows]
+    scores = m.intercept.copy()
+    if known:
+        rows = np.array([r for r, _ in known], dtype=np.int64)
+        scores += np.array([w for _, w in known]) @ m.coef[rows]
+    return scores
+
+
+def test_the_margins_are_those_of_the_features_one_by_one() -> None:
+    reason, injection = load_model(), load_model(INJECTION_WEIGHTS, INJECTION_CLASSES)
+    texts = _texts()
+    assert len(texts) > 7000
+    for text in texts:
+        for m in (reason, injection):
+            ours, theirs = m.margins(text), _margins_by_dicts(m, text)
+            assert np.allclose(ours, theirs, rtol=1e-12, atol=1e-12), text
+            assert ours.argmax() == theirs.argmax(), text
+            assert np.allclose(ours, _fresh_margins(m, text)), text

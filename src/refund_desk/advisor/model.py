@@ -9,16 +9,17 @@ eight times in ten on a new writer's text.
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
 
-from refund_desk.advisor.features import BITS, DIGIT_RUN, NGRAMS, hashed_counts, tfidf
+from refund_desk.advisor.features import BITS, DIGIT_RUN, NGRAMS, hashed_counts
 from refund_desk.cases.ports import REASONS
 
 __all__ = ["INJECTION_CLASSES", "INJECTION_WEIGHTS", "WEIGHTS", "ReasonModel", "load_model"]
@@ -30,7 +31,7 @@ INJECTION_CLASSES = ("clean", "injection")
 
 
 # The reason model and the injection detector read the same features, most often of the same
-# text (a message with nothing to redact): counted once. Read only (`tfidf` reads it).
+# text (a message with nothing to redact): counted once. Read only (`margins` reads it).
 _counts = lru_cache(maxsize=16)(hashed_counts)
 
 
@@ -43,16 +44,31 @@ class ReasonModel:
     coef: npt.NDArray[np.float32]  # (rows, classes)
     intercept: npt.NDArray[np.float64]  # (classes,)
     temperature: float
+    # The known buckets in ascending order, with each one's idf and row of `coef`: the
+    # features of a text are looked up all at once (`margins`), not one by one in the dicts.
+    sorted_buckets: npt.NDArray[np.int64] = field(default_factory=lambda: np.empty(0, np.int64))
+    sorted_idf: npt.NDArray[np.float64] = field(default_factory=lambda: np.empty(0))
+    sorted_rows: npt.NDArray[np.int64] = field(default_factory=lambda: np.empty(0, np.int64))
 
     def margins(self, text: str) -> npt.NDArray[np.float64]:
-        """The linear model's score for each class (before calibration)."""
-        weights = tfidf(_counts(text), self.idf, self.unseen_idf)
-        known = [(self.rows[b], w) for b, w in weights.items() if b in self.rows]
+        """The linear model's score for each class (before calibration): the text's tf-idf
+        weights (`features.tfidf`: sublinear counts times idf, scaled to unit length over
+        every feature, known or not) against the known features' rows of `coef`."""
+        counts = _counts(text)
         scores = self.intercept.copy()
-        if known:
-            rows = np.fromiter((r for r, _ in known), dtype=np.int64, count=len(known))
-            values = np.fromiter((w for _, w in known), dtype=np.float64, count=len(known))
-            scores += values @ self.coef[rows]
+        size = len(counts)
+        if not size or not len(self.sorted_buckets):
+            return scores
+        buckets = np.fromiter(counts.keys(), dtype=np.int64, count=size)
+        tf = 1.0 + np.log(np.fromiter(counts.values(), dtype=np.float64, count=size))
+        at = np.searchsorted(self.sorted_buckets, buckets)
+        at[at == len(self.sorted_buckets)] = 0  # past the last known bucket: not known
+        known = self.sorted_buckets[at] == buckets
+        weights = tf * np.where(known, self.sorted_idf[at], self.unseen_idf)
+        norm = math.sqrt(float(weights @ weights))
+        if norm == 0.0:
+            return scores
+        scores += (weights[known] / norm) @ self.coef[self.sorted_rows[at[known]]]
         return scores
 
     def probabilities(self, text: str) -> npt.NDArray[np.float64]:
@@ -82,6 +98,7 @@ def read(path: Path, classes: Sequence[str] = REASONS) -> ReasonModel:
             raise ValueError(f"{path.name} knows classes {known}, not {tuple(classes)}")
         buckets = [int(b) for b in data["buckets"]]
         idf = [float(v) for v in data["idf"]]
+        order = np.argsort(np.asarray(buckets, dtype=np.int64), kind="stable")
         return ReasonModel(
             classes=known,
             rows={b: i for i, b in enumerate(buckets)},
@@ -90,6 +107,9 @@ def read(path: Path, classes: Sequence[str] = REASONS) -> ReasonModel:
             coef=np.asarray(data["coef"], dtype=np.float32),
             intercept=np.asarray(data["intercept"], dtype=np.float64),
             temperature=float(data["temperature"]),
+            sorted_buckets=np.asarray(buckets, dtype=np.int64)[order],
+            sorted_idf=np.asarray(idf, dtype=np.float64)[order],
+            sorted_rows=order.astype(np.int64),
         )
 
 
