@@ -1,5 +1,7 @@
-"""Where `advance` asks the advisor: inside the decision's transaction only when the advisor
-answers in this process; a model over the network is asked with no transaction open."""
+"""Where `advance` asks the advisor: a model over the network with no transaction open; one
+that answers in this process inside the decision's transaction on PostgreSQL (no read
+transaction before it), and before the writer is taken on SQLite (the one writer is not held
+for the advisor's CPU)."""
 
 from __future__ import annotations
 
@@ -7,13 +9,15 @@ import threading
 from typing import Any
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import select, text
+from sqlalchemy.exc import OperationalError
 
 from refund_desk.advisor.offline import OfflineAdvisor
 from refund_desk.cases.ports import Advice, AdviceRequest, advises_locally
 from refund_desk.runtime import Runtime
 from refund_desk.storage.db import Database
 from refund_desk.storage.models import Job
+from tests.conftest import make_runtime
 from tests.helpers import Harness
 
 
@@ -62,13 +66,51 @@ def test_a_model_over_the_network_is_asked_with_no_transaction_open(desk: Harnes
     assert probe.writer_free == [True]
 
 
-def test_a_local_advisor_is_asked_inside_the_decisions_transaction(desk: Harness) -> None:
-    probe = _Probe(desk.runtime.db, local=True, patience=0.3)
+def test_on_sqlite_a_local_advisor_is_asked_before_the_writer_is_taken(desk: Harness) -> None:
+    probe = _Probe(desk.runtime.db, local=True, patience=10.0)
     desk.runtime.desk.advisor = probe
     body = desk.post(desk.request(desk.payment())).json()
     case = desk.get(body["id"])
     assert case["status"] == "refunded"
-    assert probe.writer_free == [False]  # the writer was this job's while the advisor ran
+    assert probe.writer_free == [True]  # another writer went while the advisor ran
+
+
+class _LockProbe:
+    """Answers as the offline advisor does and, while it is asked, looks from another
+    connection whether the payment's row is locked (PostgreSQL)."""
+
+    def __init__(self, db: Database) -> None:
+        self.db, self.local, self.name = db, True, "probe"
+        self.payment_locked: list[bool] = []
+        self._offline = OfflineAdvisor()
+
+    def advise(self, request: AdviceRequest) -> Advice:
+        with self.db.engine.connect() as other:
+            try:
+                other.execute(text("SET lock_timeout = '100ms'"))
+                other.execute(text("SELECT id FROM payments FOR UPDATE"))
+                self.payment_locked.append(False)
+            except OperationalError:
+                self.payment_locked.append(True)
+            other.rollback()
+        return self._offline.advise(request)
+
+
+@pytest.mark.postgres
+def test_on_postgresql_a_local_advisor_is_asked_inside_the_decisions_transaction(
+    pg_url: str,
+) -> None:
+    runtime = make_runtime(pg_url)
+    try:
+        desk = Harness(runtime)
+        desk.publish()
+        probe = _LockProbe(runtime.db)
+        runtime.desk.advisor = probe
+        body = desk.post(desk.request(desk.payment())).json()
+        assert desk.get(body["id"])["status"] == "refunded"
+        assert probe.payment_locked == [True]  # the decision's transaction holds the payment
+    finally:
+        runtime.db.dispose()
 
 
 def test_a_job_queued_without_the_payments_id_reads_the_case_first(desk: Harness) -> None:

@@ -64,7 +64,10 @@ def advance(desk: Desk, job: ClaimedJob) -> None:
 
 
 def _advance(desk: Desk, job: ClaimedJob, case_id: str) -> None:
-    here = advises_locally(desk.advisor) and "payment_id" in job.payload
+    # On SQLite a local advisor is asked before the writer is taken, as a remote one is: the
+    # one writer is not held for the advisor's CPU (the other job processes and the server's
+    # captures write meanwhile). On PostgreSQL, inside: no read transaction before it.
+    here = advises_locally(desk.advisor) and "payment_id" in job.payload and not desk.db.is_sqlite
     asked: _Asked | None = None
     if here:
         payment_id: str = job.payload["payment_id"]
@@ -73,7 +76,10 @@ def _advance(desk: Desk, job: ClaimedJob, case_id: str) -> None:
     else:
         request: AdviceRequest | None = None
         with desk.db.read() as session:
-            case = session.get(Case, case_id)
+            direct_rows.use_direct_rows(session)  # the case's row alone, no ORM object
+            case = direct_rows.load(session, Case, case_id)
+            if case is not None:
+                logs.case_loaded(case.id, case.correlation_id)
             if case is not None and case.status == Status.received:
                 request = _request(desk, session, case)  # decrypted here: one read, not four
         if case is None or case.status not in (Status.received, Status.advised):
