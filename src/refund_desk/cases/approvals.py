@@ -31,6 +31,7 @@ from refund_desk.cases.quorum import approvals_needed
 from refund_desk.cases.rows import load_for_update
 from refund_desk.governance.versions import LoadedPolicy, control, load_version
 from refund_desk.policy import approver_limit
+from refund_desk.storage import direct_rows
 from refund_desk.storage.audit import Actor
 from refund_desk.storage.direct_rows import stage
 from refund_desk.storage.models import Approval, Case
@@ -65,6 +66,8 @@ def act(
         token = tokens.verify(desk.secret, token_value, now=now)
         case_id = token.case_id
         with desk.db.write() as session:
+            # the case as a direct row: a click's one short transaction, before `ack()`
+            direct_rows.use_direct_rows(session)
             return _act(desk, session, token, user, reason, amount)
     except IntegrityError:
         # Another click consumed this token, or decided this round, a moment earlier.
