@@ -9,7 +9,7 @@ from __future__ import annotations
 import itertools
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -172,3 +172,41 @@ def cli_db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     load_settings.cache_clear()
     yield tmp_path
     load_settings.cache_clear()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def fresh_runtimes(
+    request: pytest.FixtureRequest, sqlite_template: Path, tmp_path: Path
+) -> Iterator[Callable[[], Runtime]]:
+    """Fresh runtimes on new databases of one kind (SQLite, PostgreSQL): `make()` gives one
+    more, for runs of one flow to be compared."""
+    made: list[Runtime] = []
+    dbs: list[str] = []
+    kind = request.param
+    template = request.getfixturevalue("pg_template") if kind == "postgres" else None
+
+    def make() -> Runtime:
+        if kind == "sqlite":
+            url = fresh_sqlite(sqlite_template, tmp_path)
+        else:
+            name = f"rd_fresh_{os.getpid()}_{next(_counter)}"
+            admin = _pg_admin_engine()
+            with admin.connect() as conn:
+                conn.execute(text(f'CREATE DATABASE "{name}" TEMPLATE "{template}"'))
+            admin.dispose()
+            dbs.append(name)
+            url = make_url(PG_URL).set(database=name).render_as_string(hide_password=False)
+        rt = make_runtime(url)
+        made.append(rt)
+        return rt
+
+    make.kind = kind  # type: ignore[attr-defined]
+    yield make
+    for rt in made:
+        rt.db.dispose()
+    if dbs:
+        admin = _pg_admin_engine()
+        with admin.connect() as conn:
+            for name in dbs:
+                conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()

@@ -9,18 +9,16 @@ customer's messages each run leaves must be the same but for ids and times.
 
 from __future__ import annotations
 
-import json
 import re
 import traceback
 from collections.abc import Callable, Iterator
-from datetime import datetime
 from typing import Any
 
 import pytest
 from sqlalchemy import event, select, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm.exc import StaleDataError
-from sqlmodel import Session, col
+from sqlmodel import Session
 
 from refund_desk.cases import approvals
 from refund_desk.cases.rows import load_for_update
@@ -29,13 +27,12 @@ from refund_desk.storage import direct_rows
 from refund_desk.storage.db import Database
 from refund_desk.storage.direct_rows import flush_if_pending
 from refund_desk.storage.models import (
-    AuditRecord,
     Case,
     Control,
-    CustomerMessage,
     Execution,
     Job,
 )
+from tests.direct_rows_helpers import same, state_of, without_direct_rows
 from tests.helpers import Harness, button_token
 
 # ----------------------------------------------------------------- the same refund, both ways
@@ -73,85 +70,6 @@ def _requests(desk: Harness) -> dict[str, Callable[[], dict[str, Any]]]:
     }
 
 
-def _without_direct_rows(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(direct_rows, "use_direct_rows", lambda session: None)
-
-
-def _state(db: Database, case_id: str) -> dict[str, Any]:
-    """What a case left in the database, with its ids and times put aside."""
-    with db.read() as session:
-        case = session.get(Case, case_id)
-        assert case is not None
-        executions = session.scalars(
-            select(Execution).where(col(Execution.case_id) == case_id).order_by(col(Execution.id))
-        ).all()
-        records = session.scalars(
-            select(AuditRecord)
-            .where(col(AuditRecord.case_id) == case_id)
-            .order_by(col(AuditRecord.seq))
-        ).all()
-        messages = session.scalars(
-            select(CustomerMessage)
-            .where(col(CustomerMessage.case_id) == case_id)
-            .order_by(col(CustomerMessage.id))
-        ).all()
-        jobs = session.scalars(select(Job).order_by(col(Job.id))).all()
-        volatile = {case.id: "<case>", case.correlation_id: "<correlation>"}
-        volatile[case.payment_id] = "<payment>"
-        volatile[case.email_hash] = "<email>"
-        for n, execution in enumerate(executions):
-            volatile[execution.id] = f"<execution {n}>"
-            volatile[execution.idempotency_key] = f"<idempotency {n}>"
-            if execution.processor_refund_id:
-                volatile[execution.processor_refund_id] = f"<refund {n}>"
-        state = {
-            "case": _columns(case, drop={"email_enc", "name_enc", "message_enc"}),
-            "executions": [_columns(e) for e in executions],
-            "audit": [
-                {
-                    "action": r.action,
-                    "actor": f"{r.actor_kind}:{r.actor_id}",
-                    "payload": _numbered(r.payload, "message_id", [m.id for m in messages]),
-                }
-                for r in records
-            ],
-            "messages": [_columns(m, drop={"id"}) for m in messages],
-            "jobs": [
-                {
-                    **_columns(j, drop={"id", "lease_owner"}),
-                    "payload": _numbered(j.payload, "message_id", [m.id for m in messages]),
-                }
-                for j in jobs
-                if case.id in json.dumps(j.payload)
-            ],
-        }
-    dumped = json.dumps(state, default=_times, sort_keys=True)
-    for value, name in volatile.items():
-        dumped = dumped.replace(value, name)
-    # the advice's summary is sealed under the customer's key: a fresh nonce each time
-    dumped = re.sub(r'"summary": "[^"]*"', '"summary": "<sealed>"', dumped)
-    # a denial's appeal link carries a signed token of its own
-    dumped = re.sub(r'https?://[^\s"\\]+', "<link>", dumped)
-    return dict(json.loads(dumped))
-
-
-def _numbered(payload: dict[str, Any], key: str, ids: list[Any]) -> dict[str, Any]:
-    """`payload` with the id under `key` as its place among `ids` (ids differ between runs)."""
-    if key not in payload:
-        return payload
-    return {**payload, key: ids.index(payload[key]) if payload[key] in ids else "<other>"}
-
-
-def _columns(row: Any, *, drop: set[str] = frozenset()) -> dict[str, Any]:  # type: ignore[assignment]
-    return {k: v for k, v in row.model_dump().items() if k not in drop}
-
-
-def _times(value: Any) -> Any:
-    if isinstance(value, datetime):
-        return "<time>"
-    raise TypeError(type(value))
-
-
 @pytest.mark.parametrize(
     "kind",
     [
@@ -171,12 +89,12 @@ def test_a_case_leaves_what_the_orm_would_leave(
 
     direct = desk.post(make()).json()
     with monkeypatch.context() as patched:
-        _without_direct_rows(patched)
+        without_direct_rows(patched)
         through_orm = desk.post(make()).json()
     desk.sweep()  # what either left due: notifications, the customer's message, reminders
 
     assert direct["status"] == through_orm["status"], (direct, through_orm)
-    _same(_state(any_runtime.db, direct["id"]), _state(any_runtime.db, through_orm["id"]))
+    same(state_of(any_runtime.db, direct["id"]), state_of(any_runtime.db, through_orm["id"]))
 
 
 def test_a_processor_refusal_is_recorded_as_the_orm_would(
@@ -189,13 +107,13 @@ def test_a_processor_refusal_is_recorded_as_the_orm_would(
     desk.sandbox.set_fault("decline", times=1)
     direct = desk.post(make()).json()
     with monkeypatch.context() as patched:
-        _without_direct_rows(patched)
+        without_direct_rows(patched)
         desk.sandbox.set_fault("decline", times=1)
         through_orm = desk.post(make()).json()
     desk.sweep()
 
     assert direct["status"] == through_orm["status"] == "parked"
-    _same(_state(any_runtime.db, direct["id"]), _state(any_runtime.db, through_orm["id"]))
+    same(state_of(any_runtime.db, direct["id"]), state_of(any_runtime.db, through_orm["id"]))
 
 
 @pytest.mark.parametrize(
@@ -227,14 +145,14 @@ def test_a_persons_click_leaves_what_the_orm_would_leave(
     direct = desk.post(make()).json()["id"]
     click(direct)
     with monkeypatch.context() as patched:
-        _without_direct_rows(patched)
+        without_direct_rows(patched)
         through_orm = desk.post(make()).json()["id"]
         click(through_orm)
     desk.sweep()
 
-    ours, theirs = _state(any_runtime.db, direct), _state(any_runtime.db, through_orm)
+    ours, theirs = state_of(any_runtime.db, direct), state_of(any_runtime.db, through_orm)
     assert ours["audit"][-1]["action"] != "case.awaiting_approval"  # the click was recorded
-    _same(ours, theirs)
+    same(ours, theirs)
 
 
 def test_the_hot_transactions_use_direct_rows(
@@ -516,17 +434,3 @@ def pg_runtime_case(pg_url: str) -> Iterator[tuple[Database, str]]:
         yield runtime.db, str(made["id"])
     finally:
         runtime.db.dispose()
-
-
-def _same(ours: dict[str, Any], theirs: dict[str, Any]) -> None:
-    """Equal, or a message naming the first difference."""
-    for part in ours:
-        a, b = ours[part], theirs[part]
-        if isinstance(a, list) and isinstance(b, list):
-            assert len(a) == len(b), (part, a, b)
-            for n, (x, y) in enumerate(zip(a, b, strict=True)):
-                assert x == y, (part, n, x, y)
-        elif isinstance(a, dict) and isinstance(b, dict):
-            for key in sorted({*a, *b}):
-                assert a.get(key) == b.get(key), f"{part}.{key}:\n{a.get(key)}\n{b.get(key)}"
-        assert a == b, part
