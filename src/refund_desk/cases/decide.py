@@ -103,9 +103,8 @@ def _advance(desk: Desk, job: ClaimedJob, case_id: str) -> None:
     reserved: Execution | None = None
     try:
         with desk.db.write() as session:
-            direct_rows.use_direct_rows(
-                session
-            )  # the case, execution and control rows: no unit of work
+            # the case, execution and control rows without the ORM's unit of work
+            direct_rows.use_direct_rows(session)
             lock_payment(session, payment_id)  # the payment first, as everywhere else
             if asked is not None or here:
                 _record_advice(desk, session, case_id, asked)

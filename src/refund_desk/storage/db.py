@@ -492,10 +492,6 @@ def memo(session: Session, name: str) -> dict[Any, Any]:
     return memos.setdefault(name, {})
 
 
-# The memo of the rows a transaction holds apart from the session (`storage/direct_rows.py`).
-DIRECT_ROWS = "direct rows"
-
-
 def remembered(session: Session, name: str) -> dict[Any, Any] | None:
     """The transaction's memo `name` if anything made it (`memo` makes it)."""
     memos: dict[str, dict[Any, Any]] | None = session.info.get(_MEMO)

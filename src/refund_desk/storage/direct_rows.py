@@ -5,7 +5,8 @@ reserve; then record the answer). In each, the ORM loaded the case, the control 
 execution into the session and flushed their changes through its unit of work: measured in one
 process on SQLite, a lock, a change and a flush of a case cost about 270 µs of CPU against
 about 40 µs for the same SELECT and UPDATE on the driver's cursor (`storage/prepared.py`), and
-these transactions hold SQLite's one writer while they run.
+these transactions hold SQLite's one writer while they run. A person's click records its
+approval in one short transaction before Slack's `ack()`, on the same rows.
 
 A transaction that asks for it (`use_direct_rows(session)`, at its start) gets these rows as
 *direct rows*: the model's own class (every attribute as the ORM gives it, the same types),
@@ -40,12 +41,12 @@ from sqlalchemy import bindparam, event, insert, inspect, orm, select, update
 from sqlalchemy.orm.exc import StaleDataError
 from sqlmodel import Session
 
-from refund_desk.storage.db import DIRECT_ROWS, memo, plain, remembered
+from refund_desk.storage.db import memo, plain, remembered
 from refund_desk.storage.prepared import Prepared
 
 _Row = TypeVar("_Row")
 
-_ROWS = DIRECT_ROWS  # memo: (model, key) -> _Held
+_ROWS = "direct rows"  # memo: (model, key) -> _Held
 _ON = "direct rows on"  # memo: present while the transaction uses direct rows
 _LOST = "direct rows lost"  # memo: a savepoint rolled back over them
 
