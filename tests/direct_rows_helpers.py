@@ -15,7 +15,7 @@ import pytest
 from sqlalchemy import select
 from sqlmodel import col
 
-from refund_desk.cases import approvals, tokens
+from refund_desk.cases import approvals
 from refund_desk.cases.errors import CaseError
 from refund_desk.governance import admin
 from refund_desk.storage import direct_rows
@@ -23,7 +23,7 @@ from refund_desk.storage.audit import Actor
 from refund_desk.storage.db import Database
 from refund_desk.storage.models import AuditRecord, Case, CustomerMessage, Execution, Job
 from tests.conftest import SimulatedCrash
-from tests.helpers import Harness
+from tests.helpers import Harness, button_token
 
 
 def without_direct_rows(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -130,20 +130,13 @@ LEAD = "U0LEAD1"
 def click(
     h: Harness, case_id: str, action: str, user: str = LEAD, amount: str | None = None
 ) -> None:
+    """`user` clicks `action` on the case's latest card (a refusal is let be); the jobs the
+    click queues run at once."""
     rt = h.runtime.desk
     with h.runtime.db.read() as session:
         case = session.get(Case, case_id)
         assert case is not None
-        value = tokens.issue(
-            rt.secret,
-            case_id=case.id,
-            action=action,
-            amount=case.amount,
-            currency=case.currency,
-            revision=case.revision,
-            policy_version=case.policy_version,
-            now=rt.now(),
-        )
+        value = button_token(rt, case, action)
     try:
         outcome = approvals.act(rt, token_value=value, user=user, amount=amount)
     except CaseError:
