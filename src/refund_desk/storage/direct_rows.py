@@ -216,7 +216,7 @@ def _rows(session: Session) -> dict[tuple[type[Any], Any], _Held]:
 
 
 def _usable(session: Session) -> None:
-    if memo(session, _LOST):
+    if remembered(session, _LOST):
         raise RuntimeError(
             "a savepoint was rolled back over this transaction's direct rows: their values "
             "may no longer be the database's; roll the transaction back"
