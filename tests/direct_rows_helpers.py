@@ -21,7 +21,14 @@ from refund_desk.governance import admin
 from refund_desk.storage import direct_rows
 from refund_desk.storage.audit import Actor
 from refund_desk.storage.db import Database
-from refund_desk.storage.models import AuditRecord, Case, CustomerMessage, Execution, Job
+from refund_desk.storage.models import (
+    AuditRecord,
+    Case,
+    Control,
+    CustomerMessage,
+    Execution,
+    Job,
+)
 from tests.conftest import SimulatedCrash
 from tests.helpers import Harness, button_token
 
@@ -108,6 +115,12 @@ def _times(value: Any) -> Any:
     if isinstance(value, datetime):
         return "<time>"
     raise TypeError(type(value))
+
+
+def control_state(control: Control) -> dict[str, Any]:
+    """The control row's switches, its times put aside."""
+    times = ("updated_at", "breaker_tripped_at", "shadow_started_at")
+    return {k: v for k, v in control.model_dump().items() if k not in times}
 
 
 def same(ours: dict[str, Any], theirs: dict[str, Any]) -> None:

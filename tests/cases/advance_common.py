@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from sqlalchemy import func, select
@@ -77,3 +78,39 @@ def as_claimed(job: Job, payload: dict[str, Any] | None = None) -> ClaimedJob:
         job.id, job.kind, dict(payload or job.payload), job.attempt, job.failures,
         job.max_attempts,
     )  # fmt: skip
+
+
+def meet_after_the_processor(replicas: list[Harness]) -> None:
+    """The replicas leave the processor's payment look-up together, then race for the
+    decision's transaction."""
+    barrier = threading.Barrier(len(replicas))
+    for h in replicas:
+        processor = h.runtime.desk.processor
+        asked = processor.payment
+
+        def payment(payment_id: str, _asked: Any = asked, **kw: Any) -> Any:
+            facts = _asked(payment_id, **kw)
+            barrier.wait(20)
+            return facts
+
+        processor.payment = payment  # type: ignore[method-assign]
+
+
+def together(work: list[Any], timeout: float = 60) -> list[BaseException]:
+    """Run each of `work` in a thread of its own, all at once; the errors they raised. A
+    thread still running after `timeout` fails the test (a deadlock)."""
+    errors: list[BaseException] = []
+
+    def run(fn: Any) -> None:
+        try:
+            fn()
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(fn,), daemon=True) for fn in work]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout)
+    assert not any(t.is_alive() for t in threads), "a thread is stuck (deadlock?)"
+    return errors

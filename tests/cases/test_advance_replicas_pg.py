@@ -5,7 +5,6 @@ that the reservation is written only at the commit's flush."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -13,7 +12,14 @@ import pytest
 import yaml
 
 from refund_desk.cases import decide
-from tests.cases.advance_common import advance_job, as_claimed, case_row, executions
+from tests.cases.advance_common import (
+    advance_job,
+    as_claimed,
+    case_row,
+    executions,
+    meet_after_the_processor,
+    together,
+)
 from tests.conftest import make_runtime
 from tests.helpers import ACME, Harness
 
@@ -28,42 +34,10 @@ def replicas(pg_url: str) -> Iterator[list[Harness]]:
         rt.db.dispose()
 
 
-def _meet_after_the_processor(replicas: list[Harness]) -> None:
-    """Both replicas leave the processor call together, then race for the transaction."""
-    barrier = threading.Barrier(len(replicas))
-    for h in replicas:
-        processor = h.runtime.desk.processor
-        asked = processor.payment
-
-        def payment(payment_id: str, _asked: Any = asked, **kw: Any) -> Any:
-            facts = _asked(payment_id, **kw)
-            barrier.wait(20)
-            return facts
-
-        processor.payment = payment  # type: ignore[method-assign]
-
-
-def _together(work: list[Any]) -> list[BaseException]:
-    errors: list[BaseException] = []
-
-    def run(fn: Any) -> None:
-        try:
-            fn()
-        except BaseException as exc:
-            errors.append(exc)
-
-    threads = [threading.Thread(target=run, args=(fn,)) for fn in work]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    return errors
-
-
 def _advance_on_both(replicas: list[Harness], jobs: list[Any]) -> None:
     """Each replica runs its job at once, both leaving the processor call together."""
-    _meet_after_the_processor(replicas)
-    errors = _together(
+    meet_after_the_processor(replicas)
+    errors = together(
         [lambda h=h, j=j: decide.advance(h.runtime.desk, as_claimed(j))
          for h, j in zip(replicas, jobs, strict=True)]
     )  # fmt: skip
@@ -78,8 +52,8 @@ def test_one_advance_job_run_by_two_replicas_at_once_pays_once(replicas: list[Ha
     case_id = a.post(a.request(payment, "20.00")).json()["id"]
     job = advance_job(a, case_id)
     a.runtime.desk.run_inline = True
-    _meet_after_the_processor(replicas)
-    errors = _together(
+    meet_after_the_processor(replicas)
+    errors = together(
         [lambda h=h: decide.advance(h.runtime.desk, as_claimed(job)) for h in replicas]
     )
     assert not errors, errors

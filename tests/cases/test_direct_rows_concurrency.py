@@ -20,27 +20,14 @@ from refund_desk.payments.sandbox import SandboxProcessor
 from refund_desk.runtime import Runtime
 from refund_desk.storage.audit import Actor, verify_chain
 from refund_desk.storage.models import AuditRecord, Case, CustomerMessage, Execution, SandboxRefund
-from tests.cases.advance_common import advance_job, as_claimed
+from tests.cases.advance_common import (
+    advance_job,
+    as_claimed,
+    meet_after_the_processor,
+    together,
+)
 from tests.conftest import SimulatedCrash, make_runtime
 from tests.helpers import CUSTOMER, Harness
-
-
-def _together(work: list[Any], timeout: float = 60) -> list[BaseException]:
-    errors: list[BaseException] = []
-
-    def run(fn: Any) -> None:
-        try:
-            fn()
-        except BaseException as exc:
-            errors.append(exc)
-
-    threads = [threading.Thread(target=run, args=(fn,), daemon=True) for fn in work]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout)
-    assert not any(t.is_alive() for t in threads), "a thread is stuck (deadlock?)"
-    return errors
 
 
 def _invariants(h: Harness, case_id: str, payment: str) -> None:
@@ -103,7 +90,7 @@ def test_webhooks_and_the_job_record_one_refund_at_once(two: list[Harness]) -> N
         barrier.wait(10)
         h.sweep(3600)
 
-    errors = _together([lambda: webhook(a), lambda: webhook(b), lambda: sweep(a), lambda: sweep(b)])
+    errors = together([lambda: webhook(a), lambda: webhook(b), lambda: sweep(a), lambda: sweep(b)])
     errors = [e for e in errors if not isinstance(e, SimulatedCrash)]
     assert not errors, errors
     a.sweep(7200)
@@ -137,7 +124,7 @@ def test_the_same_advance_job_twice_while_a_click_pauses(two: list[Harness]) -> 
                 session, a.runtime.desk.audit, paused=True, actor=Actor("human", "U0LEAD1")
             )
 
-    errors = _together([lambda: run(a), lambda: run(b), pause])
+    errors = together([lambda: run(a), lambda: run(b), pause])
     assert not [e for e in errors if not isinstance(e, SimulatedCrash)], errors
     _invariants(a, case_id, payment)
     with a.runtime.db.read() as session:
@@ -238,7 +225,7 @@ def test_erasure_beside_advance_neither_deadlocks_nor_leaves_words(pg_url: str) 
                     b.runtime.desk, CUSTOMER, actor=Actor("cli", "t"), evidence=None
                 )
 
-            errors = _together([run, erase], timeout=60)
+            errors = together([run, erase], timeout=60)
             errors = [e for e in errors if "customer_not_found" not in repr(e)]
             assert not errors, errors
             # erase once more after (as a retry would: it succeeds); then nothing of theirs
@@ -295,7 +282,7 @@ def test_execute_job_rerun_while_first_run_waits_on_the_processor(two: list[Harn
         finally:
             go.set()
 
-    errors = _together([first, second])
+    errors = together([first, second])
     assert not [e for e in errors if not isinstance(e, SimulatedCrash)], errors
     a.sandbox.create_refund = create  # type: ignore[method-assign]
     a.sweep(4 * 3600)
@@ -420,7 +407,7 @@ def test_click_and_record_on_an_open_reservation_at_once(pg_url: str) -> None:
             barrier.wait(10)
             click(c, case_id, "approve_partial", user="U0LEAD2", amount="5.00")
 
-        errors = _together([record, click_same, click_partial])
+        errors = together([record, click_same, click_partial])
         assert not [e for e in errors if not isinstance(e, SimulatedCrash)], errors
         a.sweep(3600)
         a.sweep(7200)
@@ -442,20 +429,8 @@ def test_one_advance_job_run_twice_at_once_pays_once(two: list[Harness]) -> None
     case_id = a.post(a.request(payment)).json()["id"]
     job = advance_job(a, case_id)
     a.runtime.desk.run_inline = True
-    barrier = threading.Barrier(2)
-    for h in (a, b):
-        processor = h.runtime.desk.processor
-        asked = processor.payment
-
-        def payment_look(payment_id: str, _asked: Any = asked, **kw: Any) -> Any:
-            facts = _asked(payment_id, **kw)
-            barrier.wait(20)
-            return facts
-
-        processor.payment = payment_look  # type: ignore[method-assign]
-    errors = _together(
-        [lambda h=h: decide.advance(h.runtime.desk, as_claimed(job)) for h in (a, b)]
-    )
+    meet_after_the_processor([a, b])
+    errors = together([lambda h=h: decide.advance(h.runtime.desk, as_claimed(job)) for h in (a, b)])
     assert not [e for e in errors if not isinstance(e, SimulatedCrash)], errors
     with a.runtime.db.read() as session:
         assert session.get(Case, case_id).status == "refunded"  # type: ignore[union-attr]
@@ -471,18 +446,8 @@ def test_two_cases_on_one_payment_at_once_never_over_refund(two: list[Harness]) 
     ids = [a.post(a.request(payment, amt)).json()["id"] for amt in ("20.00", "15.00")]
     jobs = [advance_job(a, i) for i in ids]
     a.runtime.desk.run_inline = True
-    barrier = threading.Barrier(2)
-    for h in (a, b):
-        processor = h.runtime.desk.processor
-        asked = processor.payment
-
-        def payment_look(payment_id: str, _asked: Any = asked, **kw: Any) -> Any:
-            facts = _asked(payment_id, **kw)
-            barrier.wait(20)
-            return facts
-
-        processor.payment = payment_look  # type: ignore[method-assign]
-    errors = _together(
+    meet_after_the_processor([a, b])
+    errors = together(
         [
             lambda h=h, j=j: decide.advance(h.runtime.desk, as_claimed(j))
             for h, j in zip((a, b), jobs, strict=True)

@@ -22,6 +22,7 @@ from tests.direct_rows_helpers import (
     LEAD,
     before_execution,
     click,
+    control_state,
     pause,
     post_request,
     same,
@@ -284,7 +285,7 @@ def _run(
     h.publish()
     ids = scenario(h)
     sweep_all(h)
-    states = [(state_of(rt.db, c)) for c in ids]
+    states = [state_of(rt.db, c) for c in ids]
     from refund_desk.storage.models import ShadowDecision
 
     with rt.db.read() as session:
@@ -302,11 +303,7 @@ def _run(
     with rt.db.read() as session:
         control = session.get(Control, 1)
         assert control is not None
-        ctl = {
-            k: v
-            for k, v in control.model_dump().items()
-            if k not in ("updated_at", "breaker_tripped_at", "shadow_started_at")
-        }
+        ctl = control_state(control)
         ctl["tripped"] = control.breaker_tripped_at is not None
         refunds = session.scalar(select(func.count()).select_from(SandboxRefund))
         executions = session.scalar(select(func.count()).select_from(Execution))

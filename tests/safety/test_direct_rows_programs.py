@@ -28,6 +28,7 @@ from tests.direct_rows_helpers import (
     FOR_A_PERSON,
     before_execution,
     click,
+    control_state,
     pause,
     same,
     state_of,
@@ -238,15 +239,11 @@ def _outcome_of(
     h = Harness(rt)
     h.publish()
     cases = _do(h, program)
-    states = [(state_of(rt.db, c)) for c in cases]
+    states = [state_of(rt.db, c) for c in cases]
     with rt.db.read() as session:
         control = session.get(Control, 1)
         assert control is not None
-        ctl = {
-            k: v
-            for k, v in control.model_dump().items()
-            if k not in ("updated_at", "breaker_tripped_at", "shadow_started_at")
-        }
+        ctl = control_state(control)
         refunds = session.scalars(select(SandboxRefund)).all()
         ledger = sorted((r.amount, r.status) for r in refunds)
         statuses = [session.get(Case, c).status for c in cases]  # type: ignore[union-attr]
