@@ -9,12 +9,14 @@ on the sandbox processor. It prints req/s, p50/p99, and each figure's ratio to t
 endpoint's req/s in the same run; at the end `audit verify` must pass.
 
     python bench/throughput_bench.py [--requests 295] [--concurrency 16]
-        [--only sqlite|postgres] [--workers 1,2] [--job-processes] [--wait]
+        [--only sqlite|postgres] [--workers 1,2] [--job-processes] [--http-processes N]
+        [--wait]
 
 `--workers 1,2` runs Refund Desk on PostgreSQL once per worker count (`serve --workers N`);
 `--job-processes` runs the jobs in processes apart from one HTTP process: the worker counts
 are then job processes (`serve --job-processes N`; SQLite: one, or the counts of
-`--sqlite-job-processes 1,2`);
+`--sqlite-job-processes 1,2`; on PostgreSQL `--http-processes N` runs N HTTP processes beside
+them, `serve --workers N --job-processes M`);
 `--wait` adds a run where every client sends `Prefer: wait=10` and gets the outcome in the
 answer; `--profile DIR` samples the Refund Desk server with py-spy during each run (collapsed
 stacks, one file per run; `bench/parts/profile_summary.py` reads them).
@@ -378,8 +380,13 @@ def side_by_side(
     print(reference.line("bare FastAPI + INSERT", None))
     for count in worker_counts:
         # Replicas that each run HTTP and jobs, or one HTTP process and `count` job processes.
-        split = {"workers": 1, "job_processes": count} if args.job_processes else {"workers": count}
+        http = args.http_processes if label == "PostgreSQL" else 1
+        split = (
+            {"workers": http, "job_processes": count} if args.job_processes else {"workers": count}
+        )
         tag = f"{count}jp" if args.job_processes else f"{count}w"
+        if args.job_processes and http > 1:
+            tag = f"{http}w+{tag}"
         with url_for() as url:
             load, e2e, verify, e2e_cpu = refund_desk(
                 url,
@@ -444,6 +451,13 @@ def main() -> None:
         default="1",
         help="with --job-processes, SQLite's job process counts, e.g. 1,2 (one writer: they "
         "overlap only what they do outside write transactions)",
+    )
+    parser.add_argument(
+        "--http-processes",
+        type=int,
+        default=1,
+        help="with --job-processes, PostgreSQL's HTTP processes beside the job processes "
+        "(`serve --workers N --job-processes M`)",
     )
     parser.add_argument(
         "--profile", type=Path, help="sample Refund Desk with py-spy into this folder"

@@ -51,7 +51,7 @@ def test_dispose_while_serving_releases_the_lock_and_serve_end_is_harmless(
     assert requests_free(db)
     writers = db._write_lock
     assert isinstance(writers, SqliteWriters)
-    assert writers._serving == 0
+    assert writers.requests._serving == 0
 
 
 def test_a_background_writer_racing_dispose_does_not_crash_on_a_closed_probe(

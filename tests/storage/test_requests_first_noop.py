@@ -1,5 +1,5 @@
-"""PostgreSQL (and SQLite in memory) hold nothing and wait for nothing: `serving()` and
-`background()` are no-ops there."""
+"""SQLite in memory holds nothing and waits for nothing: `serving()` and `background()` are
+no-ops there. (PostgreSQL's jobs do wait for requests: `test_requests_first_postgres.py`.)"""
 
 from __future__ import annotations
 
@@ -34,21 +34,6 @@ def _held_background_write_time(serving_db: Database, writing_db: Database) -> f
     finally:
         stop.set()
         t.join(5)
-
-
-@pytest.mark.postgres
-def test_postgresql_background_writes_do_not_wait_for_requests(
-    pg_url: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(db_module, "BACKGROUND_PATIENCE", 2.0)
-    a, b = Database.from_url(pg_url), Database.from_url(pg_url)
-    try:
-        assert _held_background_write_time(a, b) < 0.5
-        assert _held_background_write_time(a, a) < 0.5
-        assert not hasattr(a._write_lock, "serve_begin")
-    finally:
-        a.dispose()
-        b.dispose()
 
 
 def test_sqlite_in_memory_background_writes_do_not_wait(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -131,6 +131,15 @@ def test_the_gate_says_it_is_serving_while_a_request_waits_or_runs() -> None:
 def test_the_default_limit_depends_on_where_the_jobs_run() -> None:
     assert intake_limit(None, jobs_elsewhere=False, processor_is_remote=False) is None
     assert intake_limit(None, jobs_elsewhere=True, processor_is_remote=False) == 1
+    # On PostgreSQL a capture waits on its round trips: two overlap.
+    assert (
+        intake_limit(None, jobs_elsewhere=True, processor_is_remote=False, database="postgresql")
+        == 2
+    )
+    assert (
+        intake_limit(None, jobs_elsewhere=False, processor_is_remote=False, database="postgresql")
+        is None
+    )
     # A capture that waits on the processor's network answer is not limited by default.
     assert intake_limit(None, jobs_elsewhere=True, processor_is_remote=True) is None
     assert intake_limit(0, jobs_elsewhere=True, processor_is_remote=False) is None

@@ -71,7 +71,7 @@ def _check(h: Harness, responses: list[httpx.Response], payments: list[str]) -> 
         assert session.scalar(select(func.count()).select_from(Case)) == N
     writers = h.runtime.db._write_lock
     assert isinstance(writers, SqliteWriters)
-    assert writers._serving == 0
+    assert writers.requests._serving == 0
     assert requests_free(h.runtime.db)
 
 

@@ -50,19 +50,19 @@ def test_requests_cancelled_while_queued_at_the_gate_leave_nothing_held(db: Data
             for n in range(6)
         ]
         await asyncio.sleep(0.05)
-        assert _writers(db)._serving == 6
+        assert _writers(db).requests._serving == 6
         assert not requests_free(db)
         for task in tasks[2:]:
             task.cancel()  # disconnected while queued at the gate
         await asyncio.sleep(0.01)
-        assert _writers(db)._serving == 2
+        assert _writers(db).requests._serving == 2
         release.set()
         return await asyncio.gather(*tasks, return_exceptions=True)
 
     results = asyncio.run(asyncio.wait_for(main(), 10))
     assert results[:2] == [0, 1]
     assert all(isinstance(r, asyncio.CancelledError) for r in results[2:])
-    assert _writers(db)._serving == 0
+    assert _writers(db).requests._serving == 0
     assert requests_free(db)
 
 
@@ -95,7 +95,7 @@ def test_a_request_cancelled_while_serve_begin_retries_leaves_nothing_held(
 
     try:
         asyncio.run(asyncio.wait_for(main(), 10))
-        assert _writers(db)._serving == 0
+        assert _writers(db).requests._serving == 0
         assert max(lag) < 0.05, f"the loop stalled {max(lag):.3f} s while retrying"
     finally:
         fcntl.flock(fd, fcntl.LOCK_UN)
@@ -133,7 +133,7 @@ def test_a_capture_that_raises_or_is_cancelled_mid_capture_leaves_nothing_held(
             await task
 
     asyncio.run(asyncio.wait_for(main(), 10))
-    assert _writers(db)._serving == 0
+    assert _writers(db).requests._serving == 0
     assert requests_free(db)
 
 
@@ -155,5 +155,5 @@ def test_serving_from_two_event_loops_in_threads_counts_right(db: Database) -> N
         t.start()
     for t in threads:
         t.join(30)
-    assert _writers(db)._serving == 0
+    assert _writers(db).requests._serving == 0
     assert requests_free(db)

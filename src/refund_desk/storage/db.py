@@ -8,8 +8,10 @@ serialized lock rows explicitly (`lock_payment`, the audit head).
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 import select as io_select
+import tempfile
 import threading
 import time
 from collections import deque
@@ -24,7 +26,7 @@ try:
 except ImportError:  # pragma: no cover - not on Windows: SQLite's busy handler alone
     fcntl = None  # type: ignore[assignment]
 
-from sqlalchemy import Connection, Engine, bindparam, create_engine, event, select
+from sqlalchemy import URL, Connection, Engine, bindparam, create_engine, event, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import DisconnectionError
@@ -142,7 +144,7 @@ def _configure_sqlite(engine: Engine) -> None:
 # Set while a transaction must finish within a deadline (a Slack listener's, before ack()):
 # on SQLite it goes before the writers that can wait.
 _URGENT: ContextVar[bool] = ContextVar("urgent_write", default=False)
-# Set while a job runs: on SQLite its writes let the requests someone is waiting on go first.
+# Set while a job runs: its writes let the requests someone is waiting on go first.
 _BACKGROUND: ContextVar[bool] = ContextVar("background_write", default=False)
 # Set in a request's own context while it is served (`Database.serving`): a job the request
 # runs itself (no worker in the process) writes as the request, not behind it.
@@ -218,88 +220,49 @@ class _Turns:
                 self._busy = False
 
 
-class SqliteWriters:
-    """One writer at a time on a SQLite file: the threads of this process take turns (urgent
-    writers first), and the processes on the file (a server and its job processes, a CLI) on
-    an exclusive `flock` of a file beside it, which the kernel hands over as soon as it is
-    released, instead of SQLite's busy handler, which sleeps in growing steps and lets a busy
-    process starve the others.
+def _background_now() -> bool:
+    """Is the calling context's write a job's, which lets requests go first?"""
+    return not _URGENT.get() and _BACKGROUND.get() and not _SERVING.get()
 
-    Urgent writers go first across processes too: each holds a shared `flock` of a second
-    file (`.urgent`) from before it waits for the writer until it is done, and every other
-    writer passes that file's exclusive lock (taken and dropped at once) before it waits: a
-    job process's next transaction waits while a Slack listener's is waiting or running,
-    instead of taking turns with it.
 
-    Background writers (jobs) let requests go first, across processes: while a request that
-    someone is waiting on is queued for capture or being captured (`serving`), its process
-    holds a shared `flock` of a third file (`.requests`), and a background writer, before it
-    queues for the writer, waits until it could take that file's exclusive lock (on a
-    descriptor of its own, so its own process's requests count too); once it has the writer
-    it looks again, and if requests came meanwhile it hands the writer back and waits for
-    them. All of it for at most `BACKGROUND_PATIENCE` from its first look, then it writes.
-    A job a request runs itself (`_SERVING` in its context) is not a background writer.
-    Without this a job process and a stream of intakes take turns: every capture waits for
-    a whole job transaction."""
+class RequestsFirst:
+    """Background writers (jobs) let the requests someone is waiting on go first, across the
+    processes on one host that use one database (a server, its job processes, a CLI).
+
+    While a request is queued for capture or being captured (`serve_begin` .. `serve_end`),
+    its process holds a shared `flock` of a file named for the database; a background writer
+    waits until it could take that file's exclusive lock (on a descriptor of its own, so its
+    own process's requests count too), for at most `BACKGROUND_PATIENCE` from its first
+    look, then writes anyway: jobs slow down under an intake burst but never stop.
+
+    On SQLite the file lies beside the database and the writer looks again once it has the
+    one writer (`SqliteWriters`). On PostgreSQL the file is in the temporary directory, and
+    the writer looks before its transaction begins: there is no writer to queue for, but the
+    jobs' transactions take the same cores as the captures (the job processes' database
+    sessions run at the server's priority, not the job processes' lower one). Without a path
+    (SQLite in memory), or where the file cannot be opened, nothing waits."""
 
     def __init__(self, path: str | None) -> None:
-        self._turns = _Turns()
-        self._fd: int | None = None
-        self._urgent_fd: int | None = None
         self._requests_fd: int | None = None  # held shared while this process serves requests
-        self._probe_fd: int | None = None  # a background writer's look at `.requests`
-        if path and path != ":memory:" and fcntl is not None:
-            self._fd = os.open(f"{path}.writer", os.O_RDWR | os.O_CREAT, 0o600)
-            self._urgent_fd = os.open(f"{path}.urgent", os.O_RDWR | os.O_CREAT, 0o600)
-            self._requests_fd = os.open(f"{path}.requests", os.O_RDWR | os.O_CREAT, 0o600)
-            self._probe_fd = os.open(f"{path}.requests", os.O_RDWR)
-        self._held_urgent = False  # only the thread whose turn it is reads or sets it
+        self._probe_fd: int | None = None  # a background writer's look
+        if path and fcntl is not None:
+            try:
+                self._requests_fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+                self._probe_fd = os.open(path, os.O_RDWR)
+            except OSError:  # another user's file, a read-only directory: nothing waits
+                self.close()
         self._serving = 0  # requests queued or being captured in this process
         self._serving_lock = threading.Lock()
         self._probing = threading.Lock()  # one background writer looks at a time
 
-    def __enter__(self) -> None:
-        urgent = _URGENT.get()
-        background = not urgent and _BACKGROUND.get() and not _SERVING.get()
-        began = time.monotonic()
-        deadline = began + BACKGROUND_PATIENCE
-        while True:
-            if background:
-                self._wait_for_requests(deadline)
-            self._take(urgent, background, began)
-            if not background or not self._requests_served(deadline):
-                return
-            # Requests came while this job queued for the writer: it is theirs first.
-            self.__exit__()
-
-    def _take(self, urgent: bool, background: bool, began: float) -> None:
-        """This process's turn, then the file's writer lock (urgent writers first)."""
-        self._turns.acquire(urgent, background, since=began)
-        if self._fd is None or self._urgent_fd is None:
-            return
-        try:
-            if urgent:
-                fcntl.flock(self._urgent_fd, fcntl.LOCK_SH)
-                self._held_urgent = True
-            else:  # the turnstile: closed while another process's urgent writer waits or runs
-                fcntl.flock(self._urgent_fd, fcntl.LOCK_EX)
-                fcntl.flock(self._urgent_fd, fcntl.LOCK_UN)
-            fcntl.flock(self._fd, fcntl.LOCK_EX)
-        except BaseException:
-            if not urgent:  # never left closed, however far it got (unlocking twice is harmless)
-                fcntl.flock(self._urgent_fd, fcntl.LOCK_UN)
-            self._drop_urgent()
-            self._turns.release()
-            raise
-
-    def _wait_for_requests(self, deadline: float) -> None:
+    def wait(self, deadline: float) -> None:
         """Wait while any process serves requests, until `deadline` at most."""
-        while self._requests_served(deadline):
+        while self.served(deadline):
             time.sleep(0.0005)
 
-    def _requests_served(self, deadline: float) -> bool:
+    def served(self, deadline: float) -> bool:
         """Does a process serve requests now (and is there time left to let them go first)?
-        A look at `.requests` with an exclusive lock taken and dropped at once, on this
+        A look at the file with an exclusive lock taken and dropped at once, on this
         writer's own descriptor, so this process's requests count too."""
         if time.monotonic() >= deadline:
             return False
@@ -332,6 +295,91 @@ class SqliteWriters:
             if self._serving == 0 and self._requests_fd is not None:
                 fcntl.flock(self._requests_fd, fcntl.LOCK_UN)
 
+    def close(self) -> None:
+        with self._probing, self._serving_lock:  # a look lasts two system calls
+            for fd in (self._requests_fd, self._probe_fd):
+                if fd is not None:
+                    os.close(fd)
+            self._requests_fd = self._probe_fd = None
+
+
+def requests_first_path(url: URL) -> str:
+    """The file a PostgreSQL database's processes on this host share for `RequestsFirst`:
+    named for the database (user, host, port, name: not the driver, never the password)."""
+    where = f"{url.username}@{url.host}:{url.port}/{url.database}"
+    digest = hashlib.sha256(where.encode()).hexdigest()[:16]
+    return os.path.join(tempfile.gettempdir(), f"refund-desk-{digest}.requests")
+
+
+class SqliteWriters:
+    """One writer at a time on a SQLite file: the threads of this process take turns (urgent
+    writers first), and the processes on the file (a server and its job processes, a CLI) on
+    an exclusive `flock` of a file beside it, which the kernel hands over as soon as it is
+    released, instead of SQLite's busy handler, which sleeps in growing steps and lets a busy
+    process starve the others.
+
+    Urgent writers go first across processes too: each holds a shared `flock` of a second
+    file (`.urgent`) from before it waits for the writer until it is done, and every other
+    writer passes that file's exclusive lock (taken and dropped at once) before it waits: a
+    job process's next transaction waits while a Slack listener's is waiting or running,
+    instead of taking turns with it.
+
+    Background writers (jobs) let requests go first (`RequestsFirst`, on a third file,
+    `.requests`): a background writer waits for the requests before it queues for the
+    writer; once it has the writer it looks again, and if requests came meanwhile it hands
+    the writer back and waits for them, all of it for at most `BACKGROUND_PATIENCE` from its
+    first look. A job a request runs itself (`_SERVING` in its context) is not a background
+    writer. Without this a job process and a stream of intakes take turns: every capture
+    waits for a whole job transaction."""
+
+    def __init__(self, path: str | None) -> None:
+        self._turns = _Turns()
+        self._fd: int | None = None
+        self._urgent_fd: int | None = None
+        on_disk = bool(path and path != ":memory:" and fcntl is not None)
+        if on_disk:
+            self._fd = os.open(f"{path}.writer", os.O_RDWR | os.O_CREAT, 0o600)
+            self._urgent_fd = os.open(f"{path}.urgent", os.O_RDWR | os.O_CREAT, 0o600)
+        self.requests = RequestsFirst(f"{path}.requests" if on_disk else None)
+        self._held_urgent = False  # only the thread whose turn it is reads or sets it
+
+    def __enter__(self) -> None:
+        urgent = _URGENT.get()
+        background = _background_now()
+        began = time.monotonic()
+        deadline = began + BACKGROUND_PATIENCE
+        while True:
+            if background:
+                self._wait_for_requests(deadline)
+            self._take(urgent, background, began)
+            if not background or not self.requests.served(deadline):
+                return
+            # Requests came while this job queued for the writer: it is theirs first.
+            self.__exit__()
+
+    def _take(self, urgent: bool, background: bool, began: float) -> None:
+        """This process's turn, then the file's writer lock (urgent writers first)."""
+        self._turns.acquire(urgent, background, since=began)
+        if self._fd is None or self._urgent_fd is None:
+            return
+        try:
+            if urgent:
+                fcntl.flock(self._urgent_fd, fcntl.LOCK_SH)
+                self._held_urgent = True
+            else:  # the turnstile: closed while another process's urgent writer waits or runs
+                fcntl.flock(self._urgent_fd, fcntl.LOCK_EX)
+                fcntl.flock(self._urgent_fd, fcntl.LOCK_UN)
+            fcntl.flock(self._fd, fcntl.LOCK_EX)
+        except BaseException:
+            if not urgent:  # never left closed, however far it got (unlocking twice is harmless)
+                fcntl.flock(self._urgent_fd, fcntl.LOCK_UN)
+            self._drop_urgent()
+            self._turns.release()
+            raise
+
+    def _wait_for_requests(self, deadline: float) -> None:
+        self.requests.wait(deadline)
+
     def __exit__(self, *exc: object) -> None:
         try:
             if self._fd is not None:
@@ -350,11 +398,11 @@ class SqliteWriters:
     def close(self) -> None:
         self._turns.acquire(True)
         try:
-            with self._probing, self._serving_lock:  # a look lasts two system calls
-                for fd in (self._fd, self._urgent_fd, self._requests_fd, self._probe_fd):
-                    if fd is not None:
-                        os.close(fd)
-                self._fd = self._urgent_fd = self._requests_fd = self._probe_fd = None
+            self.requests.close()
+            for fd in (self._fd, self._urgent_fd):
+                if fd is not None:
+                    os.close(fd)
+            self._fd = self._urgent_fd = None
         finally:
             self._turns.release()
 
@@ -400,6 +448,11 @@ class Database:
         self._write_lock: AbstractContextManager[object] = (
             SqliteWriters(engine.url.database) if self.is_sqlite else nullcontext()
         )
+        self._requests_first = (
+            self._write_lock.requests
+            if isinstance(self._write_lock, SqliteWriters)
+            else RequestsFirst(requests_first_path(engine.url))
+        )
 
     @classmethod
     def from_url(cls, url: str) -> Database:
@@ -408,6 +461,8 @@ class Database:
     @contextmanager
     def write(self) -> Iterator[Session]:
         """One write transaction: commits on success, rolls back on any exception."""
+        if not self.is_sqlite and _background_now():  # (SQLite: its writers' queue does it)
+            self._requests_first.wait(time.monotonic() + BACKGROUND_PATIENCE)
         with (
             self._write_lock,
             Session(self.engine, expire_on_commit=False, info=self._info()) as session,
@@ -418,8 +473,8 @@ class Database:
     @staticmethod
     @contextmanager
     def background() -> Iterator[None]:
-        """Write transactions in this block are a job's: on SQLite they let the requests
-        someone is waiting on (`serving`) go first, for at most `BACKGROUND_PATIENCE`."""
+        """Write transactions in this block are a job's: they let the requests someone is
+        waiting on (`serving`) go first, for at most `BACKGROUND_PATIENCE` each."""
         token = _BACKGROUND.set(True)
         try:
             yield
@@ -429,20 +484,17 @@ class Database:
     @asynccontextmanager
     async def serving(self) -> AsyncIterator[None]:
         """A request someone waits on is queued for capture or being captured in this block
-        (the intake gate's): on SQLite, background writers of every process let it go first.
-        Called on the event loop; it never blocks it."""
-        writers = self._write_lock
-        if not isinstance(writers, SqliteWriters):
-            yield
-            return
-        while not writers.serve_begin():
+        (the intake gate's): background writers of every process on this host let it go
+        first (`RequestsFirst`). Called on the event loop; it never blocks it."""
+        requests = self._requests_first
+        while not requests.serve_begin():
             await asyncio.sleep(0.0005)  # a background writer's look lasts two system calls
         token = _SERVING.set(True)  # seen by the request's threads (their context is a copy)
         try:
             yield
         finally:
             _SERVING.reset(token)
-            writers.serve_end()
+            requests.serve_end()
 
     @staticmethod
     @contextmanager
@@ -479,7 +531,9 @@ class Database:
     def dispose(self) -> None:
         self.engine.dispose()
         if isinstance(self._write_lock, SqliteWriters):
-            self._write_lock.close()
+            self._write_lock.close()  # its `RequestsFirst` too
+        else:
+            self._requests_first.close()
 
 
 _MEMO = "db.memo"  # session.info key: what one transaction remembers, gone at its end

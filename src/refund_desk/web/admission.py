@@ -21,24 +21,34 @@ from starlette.requests import Request
 T = TypeVar("T")
 
 
-DEFAULT_WITH_JOB_PROCESSES = 1
+# Captures at once by default where job processes run the jobs (and the processor is this
+# database): SQLite, PostgreSQL.
+DEFAULT_WITH_JOB_PROCESSES = {"sqlite": 1, "postgresql": 2}
 
 
 def intake_limit(
-    configured: int | None, *, jobs_elsewhere: bool, processor_is_remote: bool
+    configured: int | None,
+    *,
+    jobs_elsewhere: bool,
+    processor_is_remote: bool,
+    database: str = "sqlite",
 ) -> int | None:
     """How many captures a replica runs at once (None: no limit).
 
-    Measured (performance.md, rounds 4 and 7): where the replica's own threads run the jobs, a
-    limit hands the interpreter to the job threads and intake slows down, so there is none by
-    default; where job processes run them, one at a time gives the most requests a second
-    and the shortest p99 on SQLite and on PostgreSQL (a capture is all CPU and database, and
-    two in threads only take the interpreter from each other). Not with a processor reached
-    over the network (Stripe): a capture asks it about the payment and mostly waits, so a
-    limit would make intake as slow as the processor's answers; none by default there.
+    Measured (performance.md, rounds 4, 7 and 13): where the replica's own threads run the
+    jobs, a limit hands the interpreter to the job threads and intake slows down, so there is
+    none by default. Where job processes run them: on SQLite one at a time gives the most
+    requests a second and the shortest p99 (a capture is all CPU and the one writer, and two
+    in threads only take the interpreter from each other); on PostgreSQL two (a capture waits
+    for a dozen round trips to the database, and one's waits are the other's turn to run;
+    one at a time left the HTTP process idle a third of the time). Not with a processor
+    reached over the network (Stripe): a capture asks it about the payment and mostly waits,
+    so a limit would make intake as slow as the processor's answers; none by default there.
     `REFUND_DESK_INTAKE_CONCURRENCY` sets it (0: no limit)."""
     if configured is None:
-        return DEFAULT_WITH_JOB_PROCESSES if jobs_elsewhere and not processor_is_remote else None
+        if not jobs_elsewhere or processor_is_remote:
+            return None
+        return DEFAULT_WITH_JOB_PROCESSES.get(database, 1)
     return configured or None
 
 

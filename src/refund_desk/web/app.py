@@ -266,6 +266,7 @@ def create_app(
             runtime.settings.intake_concurrency,
             jobs_elsewhere=runtime.desk.jobs_elsewhere,
             processor_is_remote=runtime.sandbox is None,  # the sandbox is this database
+            database=runtime.db.engine.dialect.name,
         ),
         serving=runtime.db.serving,
     )
