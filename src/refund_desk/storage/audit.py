@@ -146,7 +146,8 @@ class AuditLog:
 
         The transaction's other changes are written first, so the head is locked (PostgreSQL)
         only for the records' own INSERT and the commit; the records and the head are written
-        as plain statements, not through the ORM's unit of work."""
+        as plain statements, not through the ORM's unit of work: on PostgreSQL the records and
+        the head's move are one statement (a round trip fewer in every audited transaction)."""
         session.flush()
         direct_rows.write(session)  # and the rows held apart from the session
         connection = plain(session)
@@ -155,8 +156,15 @@ class AuditLog:
             seq += 1
             record.seq, record.prev_hash = seq, prev
             record.hash = prev = record_hash(self._secret, record)
-        _ADD_RECORDS.run(connection, [{c: getattr(r, c) for c in _RECORD_COLUMNS} for r in pending])
-        _MOVE_HEAD.run(connection, {"new_seq": seq, "new_hash": prev})
+        rows = [{c: getattr(r, c) for c in _RECORD_COLUMNS} for r in pending]
+        moved = {"new_seq": seq, "new_hash": prev}
+        together = _ADD_AND_MOVE.get(len(rows))
+        if together is not None and connection.dialect.name == "postgresql":
+            params = {f"{c}_{i}": v for i, row in enumerate(rows) for c, v in row.items()}
+            together.run(connection, params | moved)
+            return
+        _ADD_RECORDS.run(connection, rows)
+        _MOVE_HEAD.run(connection, moved)
 
 
 _HEAD = AuditHead.__table__  # type: ignore[attr-defined]
@@ -171,6 +179,27 @@ _MOVE_HEAD = Prepared(
     .where(_HEAD.c.id == 1)
     .values(seq=bindparam("new_seq"), hash=bindparam("new_hash"))
 )
+
+
+def _add_and_move(count: int) -> Prepared:
+    """PostgreSQL: `count` records inserted and the head moved in one statement (an INSERT
+    in a `WITH`, which PostgreSQL runs to completion whether or not the UPDATE reads it). The
+    parameters are each record's columns suffixed with its place (`seq_0`, `hash_1`)."""
+    rows = [
+        {c: bindparam(f"{c}_{i}", type_=_RECORDS.c[c].type) for c in _RECORD_COLUMNS}
+        for i in range(count)
+    ]
+    added = insert(_RECORDS).values(rows).cte("added")
+    return Prepared(
+        update(_HEAD)
+        .where(_HEAD.c.id == 1)
+        .values(seq=bindparam("new_seq"), hash=bindparam("new_hash"))
+        .add_cte(added)
+    )
+
+
+# For the transactions that append up to this many records (almost all); more: two statements.
+_ADD_AND_MOVE = {count: _add_and_move(count) for count in range(1, 9)}
 
 
 # Listened to on every session (a dict look-up where nothing was appended) rather than

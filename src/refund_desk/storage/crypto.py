@@ -156,7 +156,13 @@ class Vault:
         for update first) waits for every transaction using the key, and those do not wait
         for each other. A new customer's key is inserted; only an erased one is locked for
         update (and replaced)."""
-        row: CustomerKey | NewKey | None = _share_live_key(session, email_hash)
+        fresh = ready is not None and ready.fresh
+        # A customer this process knows no key of is most often new: on PostgreSQL the
+        # insert comes first then (`_made_live`), one statement instead of a look and the
+        # insert; one it knows is looked at first.
+        row: CustomerKey | NewKey | None = None
+        if not (fresh and _on_postgresql(session)):
+            row = _share_live_key(session, email_hash)
         if row is None:
             row = self._made_live(session, email_hash, ready)
         if (
@@ -182,8 +188,10 @@ class Vault:
         key in a new generation).
 
         The insert comes first where the customer is most likely new, and a new customer's
-        key is then one statement: on PostgreSQL (the shared look found no live key), and on
-        SQLite when this process knew no key of theirs (`ready` is fresh). Otherwise (SQLite,
+        key is then one statement: on PostgreSQL (the shared look found no live key, or none
+        was made: this process knew no key of theirs, `ready` is fresh, and a live key the
+        insert finds is then looked at as the shared look would), and on SQLite when `ready`
+        is fresh. Otherwise (SQLite,
         one writer) the row is read first, as a returning customer's is: once per
         transaction, as its writer excludes every other change to it (a field decrypted
         earlier in the transaction read it already)."""
@@ -196,8 +204,12 @@ class Vault:
             inserted = _insert_key(session, email_hash, made or self._new_wrapped_key())
             if inserted is not None:
                 return inserted
-            if postgresql:  # the row was held for update when the look skipped it, or is erased
-                shared = _share_live_key_waiting(session, email_hash)
+            if postgresql:
+                # A live key this process did not know (the insert came first: no look yet),
+                # or the row was held for update when the look skipped it, or is erased.
+                shared = (
+                    _share_live_key(session, email_hash) if fresh is not None else None
+                ) or _share_live_key_waiting(session, email_hash)
                 if shared is not None:
                     return shared
             row = _lock_key(session, email_hash)
