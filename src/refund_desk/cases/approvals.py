@@ -13,15 +13,16 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from sqlalchemy import bindparam, func, select
+from sqlalchemy import bindparam, func, insert, select
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col
 
 from refund_desk import clock, money
+from refund_desk.cases import facts as case_facts
 from refund_desk.cases import tokens
 from refund_desk.cases.decide import strictest
 from refund_desk.cases.errors import CaseError, Refused
-from refund_desk.cases.executor import _open_execution, enqueue_execution
+from refund_desk.cases.executor import enqueue_execution
 from refund_desk.cases.facts import left_on_record
 from refund_desk.cases.lifecycle import Status, move, set_amount
 from refund_desk.cases.notify import notify
@@ -33,8 +34,10 @@ from refund_desk.governance.versions import LoadedPolicy, control, load_version
 from refund_desk.policy import approver_limit
 from refund_desk.storage import direct_rows
 from refund_desk.storage.audit import Actor
+from refund_desk.storage.db import plain
 from refund_desk.storage.direct_rows import stage
-from refund_desk.storage.models import Approval, Case
+from refund_desk.storage.models import Approval, Case, Execution
+from refund_desk.storage.prepared import Prepared
 from refund_desk.text import Person, Text, text
 
 if TYPE_CHECKING:
@@ -78,13 +81,28 @@ def act(
     raise refusal
 
 
-# A click's statements, built once (SQLAlchemy reuses their compiled form): the approval that
-# used a token, and who approved the case in its current round.
-_BY_NONCE = select(Approval).where(col(Approval.token_nonce) == bindparam("nonce"))
-_ROUND_APPROVERS = select(col(Approval.approver)).where(
-    col(Approval.case_id) == bindparam("case_id"),
-    col(Approval.round) == bindparam("round"),
-    col(Approval.decision) == "approve",
+# A click's statements, built once and run on the driver's cursor (the click's transaction
+# runs before Slack's `ack()`, and on SQLite holds the one writer): who used a token, who
+# approved the case in its current round, the decision recorded (its nonce consumed), and the
+# refund started for the case whose outcome is not known yet.
+_APPROVALS = Approval.__table__  # type: ignore[attr-defined]
+_BY_NONCE = Prepared(
+    select(_APPROVALS.c.approver).where(_APPROVALS.c.token_nonce == bindparam("nonce"))
+)
+_ROUND_APPROVERS = Prepared(
+    select(_APPROVALS.c.approver).where(
+        _APPROVALS.c.case_id == bindparam("case_id"),
+        _APPROVALS.c.round == bindparam("round"),
+        _APPROVALS.c.decision == "approve",
+    )
+)
+_ADD_APPROVAL = Prepared(insert(_APPROVALS))
+_EXECUTIONS = Execution.__table__  # type: ignore[attr-defined]
+_OPEN_EXECUTION = Prepared(
+    select(_EXECUTIONS.c.amount, _EXECUTIONS.c.currency).where(
+        _EXECUTIONS.c.case_id == bindparam("case_id"),
+        _EXECUTIONS.c.status == case_facts.OPEN_EXECUTION,
+    )
 )
 
 
@@ -97,18 +115,14 @@ def _act(
     amount: str | None,
 ) -> Outcome:
     case = load_for_update(session, token.case_id)
-    used = session.scalar(_BY_NONCE, {"nonce": token.nonce})
-    if used is not None:
+    used_by = _BY_NONCE.run(plain(session), {"nonce": token.nonce}).scalar()
+    if used_by is not None:
         if case.status in DECIDABLE:
             raise Refused(
                 "already_decided",
-                text(
-                    "This button was already used by ",
-                    Person(used.approver),
-                    "; use the latest card.",
-                ),
+                text("This button was already used by ", Person(used_by), "; use the latest card."),
             )
-        raise Refused("already_decided", text("Already decided by ", Person(used.approver), "."))
+        raise Refused("already_decided", text("Already decided by ", Person(used_by), "."))
     if case.revision != token.revision or case.status not in DECIDABLE:
         raise Refused("stale", _stale_message(session, case))
     if token.policy_version != case.policy_version or token.currency != case.currency:
@@ -230,7 +244,7 @@ def may_decide(session: Session, case: Case, user: str, directory: Directory | N
 def _check_resolved(session: Session, case: Case, pay: int | None) -> None:
     """Resolve before deciding: while a refund started for this case has no known outcome,
     nobody may deny it or approve another amount (the money may have left already)."""
-    execution = _open_execution(session, case.id)
+    execution = _OPEN_EXECUTION.run(plain(session), {"case_id": case.id}).first()
     if execution is None or pay == execution.amount:
         return  # approving the reserved amount again only resumes that same refund
     raise Refused(
@@ -305,19 +319,20 @@ def _record(
     amount: int | None,
     reason: str | None,
 ) -> None:
-    session.add(
-        Approval(
-            case_id=case.id,
-            round=case.approval_round,
-            approver=user,
-            decision=decision,
-            amount=amount,
-            reason=reason,
-            token_nonce=token.nonce,
-            created_at=clock.now(),
-        )
+    # The nonce is consumed here: a concurrent click fails on the unique key.
+    _ADD_APPROVAL.run(
+        plain(session),
+        {
+            "case_id": case.id,
+            "round": case.approval_round,
+            "approver": user,
+            "decision": decision,
+            "amount": amount,
+            "reason": reason,
+            "token_nonce": token.nonce,
+            "created_at": clock.now(),
+        },
     )
-    session.flush()  # the nonce is consumed here: a concurrent click fails on the unique key
 
 
 def _approve(
@@ -331,7 +346,9 @@ def _approve(
 ) -> Outcome:
     actor = Actor("human", user)
     approvers = set(
-        session.scalars(_ROUND_APPROVERS, {"case_id": case.id, "round": case.approval_round})
+        _ROUND_APPROVERS.run(
+            plain(session), {"case_id": case.id, "round": case.approval_round}
+        ).scalars()
     )
     if user in approvers:
         raise Refused("already_approved", "You already approved this case; another approver must.")
