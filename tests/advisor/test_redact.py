@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-import pytest
+import re
 
-from refund_desk.advisor.redact import iban_valid, luhn_valid, redact
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from refund_desk.advisor.redact import iban_valid, known_email, luhn_valid, may_contain, redact
 
 # ---------------------------------------------------------------- emails
 
@@ -19,6 +23,33 @@ def test_known_email_is_masked_case_insensitively() -> None:
     r = redact("my address is Jane@Example.com", emails=["jane@example.com"])
     assert r.text == "my address is [email]"
     assert r.counts["email"] == 1
+
+
+_EMAIL_CHARS = st.sampled_from(list("aAbBkKsSiI0.-+_@ \u0130\u0131\u017f\u212a\u00df"))
+
+
+@given(
+    text=st.text(_EMAIL_CHARS, max_size=40),
+    email=st.text(_EMAIL_CHARS, min_size=1, max_size=12),
+    cases=st.lists(st.booleans(), max_size=12),
+    at=st.integers(min_value=0, max_value=40),
+)
+def test_a_known_email_is_looked_for_whenever_its_pattern_could_match(
+    text: str, email: str, cases: list[bool], at: int
+) -> None:
+    """The cheap look before the pattern never skips a text the pattern matches, with the
+    email put in, in any case, among characters that fold oddly (dotless i, long s, Kelvin)."""
+    written = "".join(c.upper() if up else c for c, up in zip(email, cases, strict=False))
+    written += email[len(cases) :]
+    text = text[:at] + written + text[at:]
+    if re.search(known_email(email), text, flags=re.I):
+        assert may_contain(text, email)
+
+
+def test_the_known_email_look_skips_texts_without_it() -> None:
+    assert not may_contain("The vase arrived broken.", "ada@example.com")
+    assert may_contain("write to ADA@Example.com", "ada@example.com")
+    assert may_contain("\u017fam@x.com", "sam@x.com")  # not ASCII: the pattern decides
 
 
 # ---------------------------------------------------------------- phones
