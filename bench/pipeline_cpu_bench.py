@@ -12,6 +12,9 @@ to the pipeline's code costs: the process's CPU time per request, with no HTTP a
 - **pipeline**: the same request carried to `refunded` in the calling thread: intake,
   advise, decide, reserve, pay on the sandbox processor, record; then a sweep runs the work
   the refund left due (its notifications, telling the customer), as a server's sweeper would.
+- **click**: a person's Approve on a case waiting for finance, as the Slack listener runs
+  it before `ack()` (`approvals.act`: the token checked, the case locked, the authority
+  checked, the decision recorded, the case moved, its refund queued), one transaction.
 - **bare app** and **intake app**: the whole request through each FastAPI app in this
   process, as uvicorn calls it once it has parsed the request (middleware, routing, body,
   thread hops, the key check, the intake gate, the answer), with no socket and no HTTP
@@ -38,17 +41,20 @@ import tempfile
 import time
 from collections.abc import Callable
 from datetime import timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import yaml
-from sqlalchemy import Engine, event, select
+from sqlalchemy import Engine, event, select, update
+from sqlmodel import col
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench" / "parts"))
 
 from refund_desk import clock, money  # noqa: E402
 from refund_desk.api_keys import create_api_key  # noqa: E402
+from refund_desk.cases import approvals, tokens  # noqa: E402
 from refund_desk.governance.versions import publish  # noqa: E402
 from refund_desk.payments.sandbox import SandboxProcessor  # noqa: E402
 from refund_desk.runtime import Runtime, build  # noqa: E402
@@ -56,7 +62,7 @@ from refund_desk.settings import Settings  # noqa: E402
 from refund_desk.storage.audit import Actor  # noqa: E402
 from refund_desk.storage.db import Database  # noqa: E402
 from refund_desk.storage.migrate import upgrade  # noqa: E402
-from refund_desk.storage.models import ApiKey  # noqa: E402
+from refund_desk.storage.models import ApiKey, Case, SandboxPayment  # noqa: E402
 from refund_desk.web.routes.intake_api import _create  # noqa: E402
 
 POLICY = ROOT / "tests" / "fixtures" / "acme.yaml"
@@ -106,6 +112,41 @@ def requests_for(runtime: Runtime, count: int, tag: str) -> list[dict[str, Any]]
             }
         )
     return bodies
+
+
+APPROVER = "U0FIN1"  # a finance approver in the reference policy (limit 5,000)
+
+
+def clicks_for(runtime: Runtime, key: ApiKey, count: int, tag: str) -> list[dict[str, Any]]:
+    """`count` cases waiting for finance, each with its Approve button's token (as the bodies
+    the click runner takes)."""
+    bodies = requests_for(runtime, count, tag)
+    for body in bodies:
+        body["amount"] = "600.00"  # above what the policy pays by itself: finance decides
+    sandbox = runtime.sandbox
+    assert isinstance(sandbox, SandboxProcessor)
+    with sandbox.db.write() as session:  # the payments large enough for it
+        session.execute(
+            update(SandboxPayment)
+            .where(col(SandboxPayment.id).in_([b["payment"] for b in bodies]))
+            .values(amount=money.to_minor("900.00", "USD"))
+        )
+    runtime.desk.jobs_elsewhere = True
+    ids = [_create(runtime, body, key, None)[0]["id"] for body in bodies]
+    runtime.desk.jobs_elsewhere = False
+    while runtime.desk.jobs.sweep():  # advanced to a person's turn, its card's jobs done
+        pass
+    clicks = []
+    with runtime.db.read() as session:
+        for case_id in ids:
+            case = session.get(Case, case_id)
+            assert case is not None and case.status == "awaiting_approval", case
+            token = tokens.issue(runtime.desk.secret, case_id=case.id, action="approve",
+                                 amount=case.amount, currency=case.currency,
+                                 revision=case.revision, policy_version=case.policy_version,
+                                 now=runtime.desk.now())  # fmt: skip
+            clicks.append({"token": token})
+    return clicks
 
 
 # The whole request path through each FastAPI app, measured against each other.
@@ -222,15 +263,27 @@ def main() -> None:
         runtime.desk.jobs_elsewhere = True
         intake_driver(body)
 
-    figures: dict[str, list[float]] = {n: [] for n in ("bare", "intake", "pipeline", *APPS)}
+    def click(body: dict[str, Any]) -> None:
+        runtime.desk.jobs_elsewhere = True  # its refund is left for a job process
+        with runtime.db.urgent():  # as the listener runs it
+            approvals.act(runtime.desk, token_value=body["token"], user=APPROVER)
+
+    figures: dict[str, list[float]] = {
+        n: [] for n in ("bare", "intake", "pipeline", "click", *APPS)
+    }
     counted: dict[str, int] = {}
-    runners = {"bare": bare, "intake": intake, "pipeline": pipeline,
+    runners = {"bare": bare, "intake": intake, "pipeline": pipeline, "click": click,
                "bare app": bare_app, "intake app": intake_app}  # fmt: skip
     for round_ in range(args.rounds + 2):  # the first round warms up, the last counts
         counting = round_ == args.rounds + 1
         for name, run in runners.items():
-            bodies = requests_for(
-                runtime, args.requests if not counting else 20, f"{name.replace(' ', '-')}{round_}"
+            make = (
+                partial(clicks_for, runtime, key)
+                if name == "click"
+                else partial(requests_for, runtime)
+            )
+            bodies = make(
+                args.requests if not counting else 20, f"{name.replace(' ', '-')}{round_}"
             )
             if counting:  # statements are counted apart: a listener takes the hot statements
                 # off their direct path (`storage/prepared.py`), and would change the CPU
