@@ -20,6 +20,11 @@ them, `serve --workers N --job-processes M`);
 `--wait` adds a run where every client sends `Prefer: wait=10` and gets the outcome in the
 answer; `--profile DIR` samples the Refund Desk server with py-spy during each run (collapsed
 stacks, one file per run; `bench/parts/profile_summary.py` reads them).
+
+After each Refund Desk run a line splits the CPU, in % of one core, by role (the server's
+first process, its other processes, PostgreSQL's processes on this machine, the client)
+over the intake burst and over the time after it until every case is refunded: which of them
+had the cores, and whether the cores were full.
 """
 
 from __future__ import annotations
@@ -60,6 +65,9 @@ class Load:
     outcomes: Counter[str]
     cpu_ms: float | None = None  # the server's CPU time per request (all its processes)
     root_cpu_ms: float | None = None  # of which its first process (the HTTP one, if split)
+    # Each role's CPU seconds when the counted requests began and ended (`roles`).
+    roles_began: dict[str, float] | None = None
+    roles_ended: dict[str, float] | None = None
 
     @property
     def rate(self) -> float:
@@ -105,6 +113,34 @@ def cpu_seconds(pid: int, *, alone: bool = False) -> float | None:
         tree |= more
         grew = bool(more)
     return sum(times.get(p, 0.0) for p in tree)
+
+
+def roles(pid: int, *, postgres: bool = True) -> dict[str, float] | None:
+    """CPU seconds so far by role, from /proc (None where there is none): the server's first
+    process (`http`), its other processes (`jobs`: job processes, or more HTTP workers), the
+    PostgreSQL server's processes on this machine (`postgres`), and this client (`client`)."""
+    root = cpu_seconds(pid, alone=True)
+    tree = cpu_seconds(pid)
+    if root is None or tree is None:
+        return None
+    tick = os.sysconf("SC_CLK_TCK")
+    database = 0.0
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline") if postgres else ():
+        try:
+            if not cmdline.read_bytes().startswith(b"postgres"):
+                continue
+            fields = (cmdline.parent / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        database += (int(fields[11]) + int(fields[12])) / tick
+    client = sum(os.times()[:2])
+    found = {"http": root, "jobs": tree - root, "postgres": database, "client": client}
+    return found if postgres else {k: v for k, v in found.items() if k != "postgres"}
+
+
+def shares(began: dict[str, float], ended: dict[str, float], seconds: float) -> str:
+    """Each role's CPU between two `roles` snapshots, in % of one core."""
+    return ", ".join(f"{role} {100 * (ended[role] - began[role]) / seconds:.0f}" for role in began)
 
 
 def free_port() -> int:
@@ -163,6 +199,7 @@ async def drive(
     concurrency: int,
     pid: int | None = None,
     settled: Callable[[], object] | None = None,
+    postgres: bool = False,
 ) -> Load:
     """Send every body once: `concurrency` keep-alive connections, each one request at a time;
     `pid` is the server's, whose CPU time per request is measured over the same window. The
@@ -194,15 +231,17 @@ async def drive(
         outcomes.clear()
         queue.get_nowait()
         before = (cpu_seconds(pid), cpu_seconds(pid, alone=True)) if pid else (None, None)
+        roles_began = roles(pid, postgres=postgres) if pid else None
         began = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(concurrency)))
         seconds = time.perf_counter() - began
         after = (cpu_seconds(pid), cpu_seconds(pid, alone=True)) if pid else (None, None)
+        roles_ended = roles(pid, postgres=postgres) if pid else None
     tree, root = (
         (1000 * (a - b) / len(latencies) if a is not None and b is not None else None)
         for a, b in zip(after, before, strict=True)
     )
-    return Load(len(latencies), seconds, latencies, outcomes, tree, root)
+    return Load(len(latencies), seconds, latencies, outcomes, tree, root, roles_began, roles_ended)
 
 
 def bodies_for(payments: list[str]) -> list[dict[str, Any]]:
@@ -323,12 +362,16 @@ def refund_desk(
             headers = {"Authorization": f"Bearer {key}"}
             if wait:
                 headers["Prefer"] = "wait=10"
+            postgres = database_url.startswith("postgresql")
             load = asyncio.run(
-                drive(url, bodies_for(payments), headers, concurrency, proc.pid, settled)
+                drive(url, bodies_for(payments), headers, concurrency, proc.pid, settled, postgres)
             )
+            intake_ended = time.perf_counter()
             refunded = count_until(engine, requests + 1, timeout=300)
             e2e = time.perf_counter() - clock_started["at"]
+            drained = time.perf_counter() - intake_ended
             cpu_ended, cpu_began = cpu_seconds(proc.pid), clock_started["cpu"]
+            roles_drained = roles(proc.pid, postgres=postgres)
             if refunded < requests + 1:
                 raise RuntimeError(f"only {refunded} of {requests + 1} cases were refunded")
         finally:
@@ -344,7 +387,12 @@ def refund_desk(
             if cpu_began is not None and cpu_ended is not None
             else None
         )
-        return load, requests / e2e, verify, e2e_cpu
+        split = ""
+        if load.roles_began and load.roles_ended and roles_drained:
+            during = shares(load.roles_began, load.roles_ended, load.seconds)
+            after = shares(load.roles_ended, roles_drained, drained)
+            split = f"CPU, % of a core: intake {during}; after it, until refunded {after}"
+        return load, requests / e2e, verify, e2e_cpu, split
 
 
 def profile_of(proc: subprocess.Popen[bytes], directory: Path, name: str) -> Any:
@@ -388,7 +436,7 @@ def side_by_side(
         if args.job_processes and http > 1:
             tag = f"{http}w+{tag}"
         with url_for() as url:
-            load, e2e, verify, e2e_cpu = refund_desk(
+            load, e2e, verify, e2e_cpu, split_cpu = refund_desk(
                 url,
                 args.requests,
                 args.concurrency,
@@ -402,6 +450,8 @@ def side_by_side(
             f"  {'end to end, refunded (' + tag + ')':<28} {e2e:7.1f} refunds/s"
             f"{'':38}ratio {e2e / reference.rate:5.2f}{cpu}   audit: {verify}"
         )
+        if split_cpu:
+            print(f"  {split_cpu}")
         if args.wait:
             with url_for() as url:
                 load, *_ = refund_desk(url, args.requests, args.concurrency, **split, wait=True)

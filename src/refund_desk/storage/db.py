@@ -245,15 +245,15 @@ class RequestsFirst:
     def __init__(self, path: str | None) -> None:
         self._requests_fd: int | None = None  # held shared while this process serves requests
         self._probe_fd: int | None = None  # a background writer's look
+        self._serving = 0  # requests queued or being captured in this process
+        self._serving_lock = threading.Lock()
+        self._probing = threading.Lock()  # one background writer looks at a time
         if path and fcntl is not None:
             try:
                 self._requests_fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
                 self._probe_fd = os.open(path, os.O_RDWR)
-            except OSError:  # another user's file, a read-only directory: nothing waits
+            except OSError:  # another user's file, no such directory: nothing waits
                 self.close()
-        self._serving = 0  # requests queued or being captured in this process
-        self._serving_lock = threading.Lock()
-        self._probing = threading.Lock()  # one background writer looks at a time
 
     def wait(self, deadline: float) -> None:
         """Wait while any process serves requests, until `deadline` at most."""
@@ -303,10 +303,15 @@ class RequestsFirst:
             self._requests_fd = self._probe_fd = None
 
 
+POSTGRESQL_PORT = 5432
+
+
 def requests_first_path(url: URL) -> str:
     """The file a PostgreSQL database's processes on this host share for `RequestsFirst`:
-    named for the database (user, host, port, name: not the driver, never the password)."""
-    where = f"{url.username}@{url.host}:{url.port}/{url.database}"
+    named for the database (user, host, port, the default one if none is given, name: not the
+    driver, never the password). A host spelled two ways (`localhost`, `127.0.0.1`) names two
+    files: the processes of one deployment share its `DATABASE_URL`."""
+    where = f"{url.username}@{url.host}:{url.port or POSTGRESQL_PORT}/{url.database}"
     digest = hashlib.sha256(where.encode()).hexdigest()[:16]
     return os.path.join(tempfile.gettempdir(), f"refund-desk-{digest}.requests")
 
