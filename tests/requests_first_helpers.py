@@ -1,18 +1,25 @@
-"""For the tests of requests before jobs on SQLite (`Database.serving`, `Database.background`):
-two `Database`s on one file stand for two processes (each opens its own lock files, and
-`flock` locks of different open files conflict as between processes)."""
+"""For the tests of requests before jobs (`Database.serving`, `Database.background`): two
+`Database`s on one database stand for two processes (each opens its own lock files, and
+`flock` locks of different open files conflict as between processes); `ServingProcess` is a
+real second process serving a request."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fcntl
 import os
+import signal
+import subprocess
+import sys
+import textwrap
 import threading
+import time
 from pathlib import Path
 
 from sqlalchemy import text
 
-from refund_desk.storage.db import Database
+from refund_desk.storage.db import Database, requests_first_path
 
 
 def two_databases(path: Path) -> tuple[Database, Database]:
@@ -50,9 +57,29 @@ class Served:
         self.release()
 
 
+def write_time(db: Database, *, background: bool = True) -> float:
+    """Seconds a write transaction took to run `SELECT 1`: a job's (`background`), or not."""
+    began = time.monotonic()
+    with db.background() if background else contextlib.nullcontext(), db.write() as session:
+        session.execute(text("SELECT 1"))
+    return time.monotonic() - began
+
+
+def requests_file(db: Database) -> str:
+    """The file the database's processes share to let requests go first."""
+    if db.is_sqlite:
+        return f"{db.engine.url.database}.requests"
+    return requests_first_path(db.engine.url)
+
+
 def requests_free(db: Database) -> bool:
-    """No process holds `.requests` (nobody is being served): its exclusive lock is free."""
-    fd = os.open(f"{db.engine.url.database}.requests", os.O_RDWR)
+    """No process holds the database's requests file (nobody is being served)."""
+    return file_free(requests_file(db))
+
+
+def file_free(path: str) -> bool:
+    """Nobody holds `path`'s lock: its exclusive lock is free."""
+    fd = os.open(path, os.O_RDWR)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         fcntl.flock(fd, fcntl.LOCK_UN)
@@ -61,3 +88,51 @@ def requests_free(db: Database) -> bool:
         return False
     finally:
         os.close(fd)
+
+
+class ServingProcess:
+    """A real second process that serves a request on `url` (holds `Database.serving()`) from
+    `with` until `release()` (it then exits) or `kill()` (SIGKILL: it never lets go itself)."""
+
+    def __init__(self, url: str) -> None:
+        program = textwrap.dedent(
+            f"""
+            import asyncio, sys
+            from refund_desk.storage.db import Database
+
+            async def main():
+                db = Database.from_url({url!r})
+                async with db.serving():
+                    print("serving", flush=True)
+                    sys.stdin.readline()
+
+            asyncio.run(main())
+            """
+        )
+        self._child = subprocess.Popen(
+            [sys.executable, "-c", program],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        )
+
+    def __enter__(self) -> ServingProcess:
+        assert self._child.stdout is not None
+        assert self._child.stdout.readline().strip() == "serving"
+        return self
+
+    def release(self) -> None:
+        assert self._child.stdin is not None
+        self._child.stdin.write("done\n")
+        self._child.stdin.flush()
+        assert self._child.wait(10) == 0
+
+    def kill(self) -> None:
+        os.kill(self._child.pid, signal.SIGKILL)
+        self._child.wait(10)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._child.poll() is None:
+            self._child.kill()
+            self._child.wait(10)

@@ -569,19 +569,32 @@ class DeskMachine(RuleBasedStateMachine):
 # ---------------------------------------------------------------- the runs
 
 
-def _run(make_url: Callable[[], str], *, examples: int, steps: int) -> None:
-    machine = type("Machine", (DeskMachine,), {"make_url": staticmethod(make_url)})
+def run_machine(
+    make_url: Callable[[], str],
+    *,
+    examples: int,
+    steps: int,
+    machine: type[DeskMachine] | None = None,
+    derandomize: bool | None = None,
+) -> None:
+    """Run `machine` (the desk's, or a machine built on it) on databases from `make_url`;
+    the same examples each run unless `derandomize` is False (by default: not in a deep
+    run)."""
     run_state_machine_as_test(
-        machine,
+        type("Machine", (machine or DeskMachine,), {"make_url": staticmethod(make_url)}),
         settings=settings(
             max_examples=examples,
             stateful_step_count=steps,
             deadline=None,
             suppress_health_check=list(HealthCheck),
             database=None,
-            derandomize=not DEEP,
+            derandomize=not DEEP if derandomize is None else derandomize,
         ),
     )
+
+
+def _run(make_url: Callable[[], str], *, examples: int, steps: int) -> None:
+    run_machine(make_url, examples=examples, steps=steps)
     if STATS is not None:
         print(f"stateful run: {STATS}")
 

@@ -14,9 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import precondition, rule, run_state_machine_as_test
+from hypothesis.stateful import precondition, rule
 from sqlalchemy import select
 from sqlmodel import col
 
@@ -27,7 +26,7 @@ from refund_desk.storage.audit import Actor
 from refund_desk.storage.models import Job, SandboxRefund
 from tests.cases.advance_common import as_claimed
 from tests.conftest import SimulatedCrash, fresh_sqlite
-from tests.safety.test_stateful import DEEP, FAULTS, DeskMachine
+from tests.safety.test_stateful import DEEP, FAULTS, DeskMachine, run_machine
 
 
 class DirectRowsMachine(DeskMachine):
@@ -116,17 +115,7 @@ class DirectRowsMachine(DeskMachine):
 
 
 def _run(make: Callable[[], str], examples: int, steps: int) -> None:
-    machine = type("M", (DirectRowsMachine,), {"make_url": staticmethod(make)})
-    run_state_machine_as_test(
-        machine,
-        settings=settings(
-            max_examples=examples,
-            stateful_step_count=steps,
-            deadline=None,
-            suppress_health_check=list(HealthCheck),
-            database=None,
-        ),
-    )
+    run_machine(make, examples=examples, steps=steps, machine=DirectRowsMachine, derandomize=False)
 
 
 def test_stateful_direct_rows_sqlite(sqlite_template: Path, tmp_path: Path) -> None:

@@ -18,9 +18,8 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import precondition, rule, run_state_machine_as_test
+from hypothesis.stateful import precondition, rule
 from sqlalchemy import func, select
 from sqlmodel import col
 
@@ -35,8 +34,13 @@ from refund_desk.storage.db import Database
 from refund_desk.storage.models import Approval, Case
 from tests.conftest import _raise_crash
 from tests.conftest import make_settings as _make_settings
-from tests.helpers import CUSTOMER, Harness
-from tests.safety.test_stateful import DEEP, DeskMachine, pg_factory  # noqa: F401 - the fixture
+from tests.helpers import CUSTOMER, Harness, button_token
+from tests.safety.test_stateful import (  # noqa: F401 - the fixture
+    DEEP,
+    DeskMachine,
+    pg_factory,
+    run_machine,
+)
 
 pytestmark = pytest.mark.postgres
 
@@ -141,17 +145,7 @@ class TwoProcesses(DeskMachine):
             pool = [c for c in self.cases if c in set(waiting)] or self.cases
             case = session.get(Case, pool[pick % len(pool)])
             assert case is not None
-            rt = self.runtime.desk
-            value = tokens.issue(
-                rt.secret,
-                case_id=case.id,
-                action=action,
-                amount=case.amount,
-                currency=case.currency,
-                revision=case.revision,
-                policy_version=case.policy_version,
-                now=rt.now(),
-            )
+            value = button_token(self.runtime.desk, case, action)
         amount = "5.00" if action == "approve_partial" else None
         barrier = threading.Barrier(2)
         results: list[Any] = [None, None]
@@ -197,21 +191,6 @@ class TwoProcesses(DeskMachine):
                 self._guard(lambda job=job: self.runtime.desk.jobs.run_now(job))
 
 
-def _run(make_url: Callable[[], str], *, examples: int, steps: int) -> None:
-    machine = type("Machine", (TwoProcesses,), {"make_url": staticmethod(make_url)})
-    run_state_machine_as_test(
-        machine,
-        settings=settings(
-            max_examples=examples,
-            stateful_step_count=steps,
-            deadline=None,
-            suppress_health_check=list(HealthCheck),
-            database=None,
-            derandomize=True,
-        ),
-    )
-
-
 def test_stateful_two_processes_keep_the_promises(pg_factory: Callable[[], str]) -> None:  # noqa: F811
     examples = 150 if DEEP else 12  # REFUND_DESK_DEEP=1: the larger run
-    _run(pg_factory, examples=examples, steps=30)
+    run_machine(pg_factory, examples=examples, steps=30, machine=TwoProcesses)

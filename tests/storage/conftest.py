@@ -33,3 +33,12 @@ def two_processes(tmp_path: Path) -> Iterator[tuple[Database, Database]]:
     yield jobs, server
     jobs.dispose()
     server.dispose()
+
+
+@pytest.fixture()
+def two_pg_processes(pg_url: str) -> Iterator[tuple[Database, Database]]:
+    """(jobs, server): two handles on one PostgreSQL database, as two processes have."""
+    jobs, server = Database.from_url(pg_url), Database.from_url(pg_url)
+    yield jobs, server
+    jobs.dispose()
+    server.dispose()

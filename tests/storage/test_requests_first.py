@@ -10,9 +10,6 @@ second process.
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
-import textwrap
 import threading
 import time
 from pathlib import Path
@@ -22,7 +19,7 @@ from sqlalchemy import create_engine, text
 
 from refund_desk.storage import db as db_module
 from refund_desk.storage.db import Database, _Turns
-from tests.requests_first_helpers import Served
+from tests.requests_first_helpers import Served, ServingProcess
 
 
 def _background_write(db: Database, who: str = "job") -> None:
@@ -150,45 +147,15 @@ def test_requests_served_by_another_process_hold_back_a_job(tmp_path: Path) -> N
     db = Database.from_url(url)
     with db.write() as session:
         session.execute(text("CREATE TABLE t (who TEXT)"))
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            textwrap.dedent(
-                f"""
-                import asyncio, sys
-                from refund_desk.storage.db import Database
-
-                async def main():
-                    db = Database.from_url({url!r})
-                    async with db.serving():
-                        print("serving", flush=True)
-                        sys.stdin.readline()
-
-                asyncio.run(main())
-                """
-            ),
-        ],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert server.stdout is not None and server.stdin is not None
-        assert server.stdout.readline().strip() == "serving"
+    with ServingProcess(url) as server:
         done = threading.Event()
         job = threading.Thread(target=lambda: (_background_write(db), done.set()))
         job.start()
         time.sleep(0.05)  # well under the patience (100 ms): still waiting
         assert not done.is_set()
-        server.stdin.write("done\n")
-        server.stdin.flush()
-        assert server.wait(10) == 0
+        server.release()
         assert done.wait(5)
         job.join(5)
-    finally:
-        if server.poll() is None:
-            server.kill()
     assert _writers(db) == ["job"]
     db.dispose()
 

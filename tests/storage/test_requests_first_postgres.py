@@ -11,53 +11,26 @@ open files conflict as between processes); one test uses a real second process.
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
-import textwrap
 import threading
-import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
 from refund_desk.storage import db as db_module
 from refund_desk.storage.db import Database, requests_first_path
-from tests.requests_first_helpers import Served
+from tests.requests_first_helpers import Served, ServingProcess, write_time
 
 pytestmark = pytest.mark.postgres
 
 
-@pytest.fixture()
-def two_processes(pg_url: str) -> Iterator[tuple[Database, Database]]:
-    jobs, server = Database.from_url(pg_url), Database.from_url(pg_url)
-    try:
-        yield jobs, server
-    finally:
-        jobs.dispose()
-        server.dispose()
-
-
-def _timed_write(db: Database, *, background: bool = True) -> float:
-    began = time.monotonic()
-    if background:
-        with db.background(), db.write() as session:
-            session.execute(text("SELECT 1"))
-    else:
-        with db.write() as session:
-            session.execute(text("SELECT 1"))
-    return time.monotonic() - began
-
-
 def test_a_job_waits_while_another_process_serves_requests_then_writes(
-    two_processes: tuple[Database, Database], monkeypatch: pytest.MonkeyPatch
+    two_pg_processes: tuple[Database, Database], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(db_module, "BACKGROUND_PATIENCE", 5.0)
-    jobs, server = two_processes
+    jobs, server = two_pg_processes
     done = threading.Event()
-    job = threading.Thread(target=lambda: (_timed_write(jobs), done.set()))
+    job = threading.Thread(target=lambda: (write_time(jobs), done.set()))
     with Served(server):
         job.start()
         assert not done.wait(0.3), "the job wrote while requests were being served"
@@ -67,31 +40,31 @@ def test_a_job_waits_while_another_process_serves_requests_then_writes(
 
 
 def test_a_job_waits_no_longer_than_the_patience(
-    two_processes: tuple[Database, Database], monkeypatch: pytest.MonkeyPatch
+    two_pg_processes: tuple[Database, Database], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(db_module, "BACKGROUND_PATIENCE", 0.2)
-    jobs, server = two_processes
+    jobs, server = two_pg_processes
     with Served(server):
-        waited = _timed_write(jobs)
+        waited = write_time(jobs)
     assert 0.15 <= waited < 1.0, f"the job waited {waited:.3f} s"
 
 
 def test_only_background_writes_wait(
-    two_processes: tuple[Database, Database], monkeypatch: pytest.MonkeyPatch
+    two_pg_processes: tuple[Database, Database], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A request's own write, an urgent one (a Slack click), and a job a request runs itself
     do not wait; nor does a job when nothing is served."""
     monkeypatch.setattr(db_module, "BACKGROUND_PATIENCE", 5.0)
-    jobs, server = two_processes
-    assert _timed_write(jobs) < 1.0  # nothing served
+    jobs, server = two_pg_processes
+    assert write_time(jobs) < 1.0  # nothing served
     with Served(server):
-        assert _timed_write(jobs, background=False) < 1.0
+        assert write_time(jobs, background=False) < 1.0
         with jobs.urgent():
-            assert _timed_write(jobs) < 1.0
+            assert write_time(jobs) < 1.0
 
     async def served_request_runs_a_job() -> float:
         async with jobs.serving():
-            return await asyncio.to_thread(_timed_write, jobs)
+            return await asyncio.to_thread(write_time, jobs)
 
     assert asyncio.run(served_request_runs_a_job()) < 1.0
 
@@ -110,44 +83,16 @@ def test_requests_served_by_a_real_second_process_hold_back_a_job(
 ) -> None:
     monkeypatch.setattr(db_module, "BACKGROUND_PATIENCE", 5.0)
     db = Database.from_url(pg_url)
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            textwrap.dedent(
-                f"""
-                import asyncio, sys
-                from refund_desk.storage.db import Database
-
-                async def main():
-                    db = Database.from_url({pg_url!r})
-                    async with db.serving():
-                        print("serving", flush=True)
-                        sys.stdin.readline()
-
-                asyncio.run(main())
-                """
-            ),
-        ],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
     try:
-        assert server.stdout is not None and server.stdin is not None
-        assert server.stdout.readline().strip() == "serving"
-        done = threading.Event()
-        job = threading.Thread(target=lambda: (_timed_write(db), done.set()))
-        job.start()
-        assert not done.wait(0.3)
-        server.stdin.write("done\n")
-        server.stdin.flush()
-        assert server.wait(10) == 0
-        assert done.wait(5)
-        job.join(5)
+        with ServingProcess(pg_url) as server:
+            done = threading.Event()
+            job = threading.Thread(target=lambda: (write_time(db), done.set()))
+            job.start()
+            assert not done.wait(0.3)
+            server.release()
+            assert done.wait(5)
+            job.join(5)
     finally:
-        if server.poll() is None:
-            server.kill()
         db.dispose()
 
 

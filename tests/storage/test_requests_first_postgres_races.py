@@ -12,14 +12,9 @@ from __future__ import annotations
 import asyncio
 import fcntl
 import os
-import signal
-import subprocess
-import sys
 import tempfile
-import textwrap
 import threading
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -30,50 +25,21 @@ from sqlalchemy.engine import make_url
 from refund_desk.storage import db as db_module
 from refund_desk.storage.db import Database, RequestsFirst, requests_first_path
 from tests.conftest import _pg_admin_engine
-from tests.requests_first_helpers import Served
+from tests.requests_first_helpers import Served, ServingProcess, file_free, write_time
 
 pytestmark = pytest.mark.postgres
-
-
-@pytest.fixture()
-def two(pg_url: str) -> Iterator[tuple[Database, Database]]:
-    jobs, server = Database.from_url(pg_url), Database.from_url(pg_url)
-    try:
-        yield jobs, server
-    finally:
-        jobs.dispose()
-        server.dispose()
-
-
-def _job_write(db: Database) -> float:
-    began = time.monotonic()
-    with db.background(), db.write() as session:
-        session.execute(text("SELECT 1"))
-    return time.monotonic() - began
-
-
-def _file_free(path: str) -> bool:
-    fd = os.open(path, os.O_RDWR)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return True
-    except BlockingIOError:
-        return False
-    finally:
-        os.close(fd)
 
 
 # ---------------------------------------------------------------- starvation
 
 
 def test_jobs_progress_under_a_never_ending_stream_of_requests(
-    two: tuple[Database, Database], monkeypatch: pytest.MonkeyPatch
+    two_pg_processes: tuple[Database, Database], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Requests served back to back without a gap for 1.5 s: every job write still finishes
     within the patience (plus slack), and many of them get through."""
     monkeypatch.setattr(db_module, "BACKGROUND_PATIENCE", 0.1)
-    jobs, server = two
+    jobs, server = two_pg_processes
     stop = threading.Event()
 
     async def stream() -> None:
@@ -91,7 +57,7 @@ def test_jobs_progress_under_a_never_ending_stream_of_requests(
         waits = []
         end = time.monotonic() + 1.5
         while time.monotonic() < end:
-            waits.append(_job_write(jobs))
+            waits.append(write_time(jobs))
     finally:
         stop.set()
         feeder.join(10)
@@ -100,12 +66,12 @@ def test_jobs_progress_under_a_never_ending_stream_of_requests(
 
 
 def test_many_job_threads_and_many_requests_at_once(
-    two: tuple[Database, Database], monkeypatch: pytest.MonkeyPatch
+    two_pg_processes: tuple[Database, Database], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """16 job threads in one process and 8 concurrent serving tasks in another: nothing
     errors, every job writes within the patience (plus slack), the file is free after."""
     monkeypatch.setattr(db_module, "BACKGROUND_PATIENCE", 0.2)
-    jobs, server = two
+    jobs, server = two_pg_processes
     stop = threading.Event()
 
     async def stream() -> None:
@@ -121,14 +87,14 @@ def test_many_job_threads_and_many_requests_at_once(
     feeder.start()
     try:
         with ThreadPoolExecutor(16) as pool:
-            waits = list(pool.map(lambda _: [_job_write(jobs) for _ in range(5)], range(16)))
+            waits = list(pool.map(lambda _: [write_time(jobs) for _ in range(5)], range(16)))
     finally:
         stop.set()
         feeder.join(10)
     flat = [w for ws in waits for w in ws]
     assert len(flat) == 80
     assert max(flat) < 2.0, f"a job waited {max(flat):.3f} s"
-    assert _file_free(requests_first_path(jobs.engine.url))
+    assert file_free(requests_first_path(jobs.engine.url))
     assert server._requests_first._serving == 0
 
 
@@ -140,39 +106,12 @@ def test_a_serving_process_killed_with_sigkill_releases_its_hold(
 ) -> None:
     monkeypatch.setattr(db_module, "BACKGROUND_PATIENCE", 5.0)
     db = Database.from_url(pg_url)
-    child = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            textwrap.dedent(
-                f"""
-                import asyncio, time
-                from refund_desk.storage.db import Database
-
-                async def main():
-                    db = Database.from_url({pg_url!r})
-                    async with db.serving():
-                        print("serving", flush=True)
-                        time.sleep(600)
-
-                asyncio.run(main())
-                """
-            ),
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
-    )
     try:
-        assert child.stdout is not None
-        assert child.stdout.readline().strip() == "serving"
-        assert not _file_free(requests_first_path(db.engine.url))
-        os.kill(child.pid, signal.SIGKILL)
-        child.wait(10)
-        assert _job_write(db) < 1.0, "a dead process's requests still hold the jobs back"
+        with ServingProcess(pg_url) as server:
+            assert not file_free(requests_first_path(db.engine.url))
+            server.kill()
+            assert write_time(db) < 1.0, "a dead process's requests still hold the jobs back"
     finally:
-        if child.poll() is None:
-            child.kill()
         db.dispose()
 
 
@@ -180,12 +119,12 @@ def test_a_serving_process_killed_with_sigkill_releases_its_hold(
 
 
 def test_a_request_cancelled_while_serve_begin_retries_leaves_nothing_held(
-    two: tuple[Database, Database],
+    two_pg_processes: tuple[Database, Database],
 ) -> None:
     """A background writer's look is held open (an exclusive lock on another descriptor), so
     `serve_begin` keeps answering False; the request is cancelled meanwhile. Afterwards the
     count is zero, nothing holds the file, and the next request is served normally."""
-    _jobs, server = two
+    _jobs, server = two_pg_processes
     path = requests_first_path(server.engine.url)
     prober = os.open(path, os.O_RDWR)
     fcntl.flock(prober, fcntl.LOCK_EX)  # as a look that lasts
@@ -210,20 +149,20 @@ def test_a_request_cancelled_while_serve_begin_retries_leaves_nothing_held(
         fcntl.flock(prober, fcntl.LOCK_UN)
         os.close(prober)
     assert server._requests_first._serving == 0
-    assert _file_free(path)
+    assert file_free(path)
 
     async def again() -> bool:
         async with server.serving():
-            return not _file_free(path)
+            return not file_free(path)
 
     assert asyncio.run(again())
-    assert _file_free(path)
+    assert file_free(path)
 
 
 def test_a_request_cancelled_while_served_releases_its_hold(
-    two: tuple[Database, Database],
+    two_pg_processes: tuple[Database, Database],
 ) -> None:
-    _jobs, server = two
+    _jobs, server = two_pg_processes
     path = requests_first_path(server.engine.url)
 
     async def main() -> None:
@@ -236,29 +175,29 @@ def test_a_request_cancelled_while_served_releases_its_hold(
 
         task = asyncio.create_task(request())
         await inside.wait()
-        assert not _file_free(path)
+        assert not file_free(path)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
 
     asyncio.run(main())
     assert server._requests_first._serving == 0
-    assert _file_free(path)
+    assert file_free(path)
 
 
 # ---------------------------------------------------------------- dispose during a wait
 
 
 def test_dispose_during_a_jobs_wait_lets_it_write_without_error(
-    two: tuple[Database, Database], monkeypatch: pytest.MonkeyPatch
+    two_pg_processes: tuple[Database, Database], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(db_module, "BACKGROUND_PATIENCE", 5.0)
-    jobs, server = two
+    jobs, server = two_pg_processes
     result: list[object] = []
 
     def job() -> None:
         try:
-            result.append(_job_write(jobs))
+            result.append(write_time(jobs))
         except BaseException as exc:
             result.append(exc)
 
@@ -274,18 +213,18 @@ def test_dispose_during_a_jobs_wait_lets_it_write_without_error(
 
 
 def test_dispose_of_a_serving_database_then_serve_end_is_harmless(
-    two: tuple[Database, Database],
+    two_pg_processes: tuple[Database, Database],
 ) -> None:
-    jobs, server = two
+    jobs, server = two_pg_processes
     path = requests_first_path(server.engine.url)
 
     async def main() -> None:
         async with server.serving():
             server.dispose()
-            assert _file_free(path)  # closing the descriptor released the shared lock
+            assert file_free(path)  # closing the descriptor released the shared lock
 
     asyncio.run(main())
-    assert _job_write(jobs) < 1.0
+    assert write_time(jobs) < 1.0
 
 
 # ---------------------------------------------------------------- an unusable file
@@ -306,10 +245,10 @@ def test_a_temporary_file_that_cannot_be_opened_means_no_waiting_and_no_error(
 
         async def main() -> float:
             async with server.serving():
-                return await asyncio.to_thread(_job_write, jobs)
+                return await asyncio.to_thread(write_time, jobs)
 
         assert asyncio.run(main()) < 1.0
-        assert _job_write(jobs) < 1.0
+        assert write_time(jobs) < 1.0
     finally:
         jobs.dispose()
         server.dispose()
@@ -324,7 +263,7 @@ def test_a_missing_temporary_directory_means_no_waiting_and_no_error(
 
         async def main() -> float:
             async with jobs.serving():
-                return await asyncio.to_thread(_job_write, jobs)
+                return await asyncio.to_thread(write_time, jobs)
 
         assert asyncio.run(main()) < 1.0
     finally:
@@ -335,16 +274,16 @@ def test_a_missing_temporary_directory_means_no_waiting_and_no_error(
 
 
 def test_nested_and_overlapping_serving_in_one_process_are_counted(
-    two: tuple[Database, Database], monkeypatch: pytest.MonkeyPatch
+    two_pg_processes: tuple[Database, Database], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _jobs, server = two
+    _jobs, server = two_pg_processes
     path = requests_first_path(server.engine.url)
 
     async def main() -> None:
         async with server.serving():
             async with server.serving():
                 assert server._requests_first._serving == 2
-            assert not _file_free(path), "the inner end released the outer request's hold"
+            assert not file_free(path), "the inner end released the outer request's hold"
             # another task overlaps and outlives the first
             inner_in, outer_done = asyncio.Event(), asyncio.Event()
 
@@ -352,13 +291,13 @@ def test_nested_and_overlapping_serving_in_one_process_are_counted(
                 async with server.serving():
                     inner_in.set()
                     await outer_done.wait()
-                    assert not _file_free(path)
+                    assert not file_free(path)
 
             task = asyncio.create_task(other())
             await inner_in.wait()
         outer_done.set()
         await task
-        assert _file_free(path)
+        assert file_free(path)
         assert server._requests_first._serving == 0
 
     asyncio.run(main())
@@ -375,10 +314,10 @@ def test_a_job_in_the_serving_process_waits_but_its_own_request_does_not(
 
         async def main() -> tuple[float, float]:
             async with db.serving():
-                own = await asyncio.to_thread(_job_write, db)
+                own = await asyncio.to_thread(write_time, db)
                 loop = asyncio.get_running_loop()
                 # a thread that does not inherit the request's context (a worker thread)
-                other = await loop.run_in_executor(None, _job_write, db)
+                other = await loop.run_in_executor(None, write_time, db)
             return own, other
 
         own, other = asyncio.run(main())
@@ -404,7 +343,7 @@ def test_other_databases_do_not_hold_each_other_back(
     try:
         assert requests_first_path(jobs.engine.url) != requests_first_path(server.engine.url)
         with Served(server):
-            assert _job_write(jobs) < 1.0
+            assert write_time(jobs) < 1.0
     finally:
         jobs.dispose()
         server.dispose()
@@ -424,7 +363,7 @@ def test_the_same_database_with_another_driver_name_or_password_shares_the_file(
     server = Database.from_url(pg_url)
     try:
         with Served(server):
-            assert _job_write(jobs) >= 0.25
+            assert write_time(jobs) >= 0.25
     finally:
         jobs.dispose()
         server.dispose()
@@ -454,7 +393,7 @@ def test_a_job_configured_without_the_default_port_waits_for_the_server(
     server = Database.from_url(pg_url)
     try:
         with Served(server):
-            assert _job_write(jobs) >= 0.25, "the job did not let the requests go first"
+            assert write_time(jobs) >= 0.25, "the job did not let the requests go first"
     finally:
         jobs.dispose()
         server.dispose()

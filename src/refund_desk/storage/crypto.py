@@ -191,10 +191,9 @@ class Vault:
         key is then one statement: on PostgreSQL (the shared look found no live key, or none
         was made: this process knew no key of theirs, `ready` is fresh, and a live key the
         insert finds is then looked at as the shared look would), and on SQLite when `ready`
-        is fresh. Otherwise (SQLite,
-        one writer) the row is read first, as a returning customer's is: once per
-        transaction, as its writer excludes every other change to it (a field decrypted
-        earlier in the transaction read it already)."""
+        is fresh. Otherwise (SQLite, one writer) the row is read first, as a returning
+        customer's is: once per transaction, as its writer excludes every other change to it
+        (a field decrypted earlier in the transaction read it already)."""
         fresh = ready if ready is not None and ready.fresh else None
         postgresql = _on_postgresql(session)
         insert_first = postgresql or fresh is not None
