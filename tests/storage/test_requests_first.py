@@ -18,7 +18,7 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from refund_desk.storage import db as db_module
-from refund_desk.storage.db import Database, _Turns
+from refund_desk.storage.db import Database, RequestsFirst, _Turns
 from tests.requests_first_helpers import Served, ServingProcess
 
 
@@ -199,3 +199,27 @@ def test_serving_on_postgresql_holds_nothing() -> None:
             return True
 
     assert asyncio.run(serve())  # no lock file, no connection
+
+
+def test_a_waiting_job_looks_less_and_less_often(
+    two_processes: tuple[Database, Database], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Waiting out half a second of requests, a job looks a few dozen times, not a thousand
+    (a look every half a millisecond cost a waiting thread a few per cent of a core)."""
+    monkeypatch.setattr(db_module, "BACKGROUND_PATIENCE", 0.5)
+    jobs, server = two_processes
+    looks = 0
+    look = RequestsFirst.served
+
+    def counted(self: RequestsFirst, deadline: float) -> bool:
+        nonlocal looks
+        looks += 1
+        return look(self, deadline)
+
+    monkeypatch.setattr(RequestsFirst, "served", counted)
+    with Served(server):
+        began = time.monotonic()
+        _background_write(jobs)
+        waited = time.monotonic() - began
+    assert waited >= 0.45
+    assert looks <= 100, looks  # every half a millisecond: about a thousand
