@@ -2,10 +2,11 @@
 across the processes on one host that use the database, for at most the patience.
 
 There is no single writer to queue for, but a job process's transactions take the same cores
-as the captures: measured with two job processes beside one HTTP process, the intake burst
-ran at about 60 % of a core while the jobs took the rest. Two `Database`s on one URL stand
-for two processes (each opens the database's file of its own, and `flock` locks of different
-open files conflict as between processes); one test uses a real second process.
+as the captures: measured with two job processes beside one HTTP process, the HTTP process
+was busy about two thirds of the intake burst while the jobs took the rest of the cores.
+Two `Database`s on one URL stand for two processes (each opens the database's file of its
+own, and `flock` locks of different open files conflict as between processes); one test
+uses a real second process.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ def test_a_job_waits_while_another_process_serves_requests_then_writes(
         assert not done.wait(0.3), "the job wrote while requests were being served"
     assert done.wait(5), "the job did not write once the requests were served"
     job.join(5)
-    assert Path(requests_first_path(make_url(pg_url_of(jobs)))).exists()
+    assert Path(requests_first_path(jobs.engine.url)).exists()
 
 
 def test_a_job_waits_no_longer_than_the_patience(
@@ -94,7 +95,3 @@ def test_requests_served_by_a_real_second_process_hold_back_a_job(
             job.join(5)
     finally:
         db.dispose()
-
-
-def pg_url_of(db: Database) -> str:
-    return db.engine.url.render_as_string(hide_password=False)
