@@ -376,7 +376,7 @@ class JobQueue:
         case_id = job.payload.get("case_id")
         try:
             with (
-                self.db.background(),  # on SQLite, requests someone waits on write first
+                self.db.background(),  # requests someone waits on write first
                 logs.about(case_id),  # its lines (and its span) name the case it is about
                 tracing.span(
                     f"job {job.kind}", case_id=case_id, job_id=job.id, attempt=job.attempt
