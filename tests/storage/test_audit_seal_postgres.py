@@ -1,4 +1,4 @@
-"""The audit seal on PostgreSQL in one statement (`AuditLog._seal`, `_ADD_AND_MOVE`).
+"""The audit seal on PostgreSQL in one statement (`AuditLog._seal`, `_add_and_move`).
 
 Attacks: concurrent transactions in several runtimes appending 1, 8, 9 and 20 records (the
 one-statement path and the two-statement path interleaved): the chain stays gap-free, in

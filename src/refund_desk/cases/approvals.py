@@ -18,12 +18,11 @@ from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col
 
 from refund_desk import clock, money
-from refund_desk.cases import facts as case_facts
 from refund_desk.cases import tokens
 from refund_desk.cases.decide import strictest
 from refund_desk.cases.errors import CaseError, Refused
 from refund_desk.cases.executor import enqueue_execution
-from refund_desk.cases.facts import left_on_record
+from refund_desk.cases.facts import OPEN_EXECUTION, left_on_record
 from refund_desk.cases.lifecycle import Status, move, set_amount
 from refund_desk.cases.notify import notify
 from refund_desk.cases.people import Directory, is_one_of
@@ -101,7 +100,7 @@ _EXECUTIONS = Execution.__table__  # type: ignore[attr-defined]
 _OPEN_EXECUTION = Prepared(
     select(_EXECUTIONS.c.amount, _EXECUTIONS.c.currency).where(
         _EXECUTIONS.c.case_id == bindparam("case_id"),
-        _EXECUTIONS.c.status == case_facts.OPEN_EXECUTION,
+        _EXECUTIONS.c.status == OPEN_EXECUTION,
     )
 )
 

@@ -12,6 +12,7 @@ import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import cache
 from typing import IO, Any
 
 from sqlalchemy import bindparam, event, insert, orm, select, update
@@ -158,10 +159,9 @@ class AuditLog:
             record.hash = prev = record_hash(self._secret, record)
         rows = [{c: getattr(r, c) for c in _RECORD_COLUMNS} for r in pending]
         moved = {"new_seq": seq, "new_hash": prev}
-        together = _ADD_AND_MOVE.get(len(rows))
-        if together is not None and connection.dialect.name == "postgresql":
+        if len(rows) <= ADD_AND_MOVE_MOST and connection.dialect.name == "postgresql":
             params = {f"{c}_{i}": v for i, row in enumerate(rows) for c, v in row.items()}
-            together.run(connection, params | moved)
+            _add_and_move(len(rows)).run(connection, params | moved)
             return
         _ADD_RECORDS.run(connection, rows)
         _MOVE_HEAD.run(connection, moved)
@@ -181,6 +181,11 @@ _MOVE_HEAD = Prepared(
 )
 
 
+# For the transactions that append up to this many records (almost all); more: two statements.
+ADD_AND_MOVE_MOST = 8
+
+
+@cache  # built on first use, once per count (not at import: SQLite never needs them)
 def _add_and_move(count: int) -> Prepared:
     """PostgreSQL: `count` records inserted and the head moved in one statement (an INSERT
     in a `WITH`, which PostgreSQL runs to completion whether or not the UPDATE reads it). The
@@ -196,10 +201,6 @@ def _add_and_move(count: int) -> Prepared:
         .values(seq=bindparam("new_seq"), hash=bindparam("new_hash"))
         .add_cte(added)
     )
-
-
-# For the transactions that append up to this many records (almost all); more: two statements.
-_ADD_AND_MOVE = {count: _add_and_move(count) for count in range(1, 9)}
 
 
 # Listened to on every session (a dict look-up where nothing was appended) rather than
