@@ -21,6 +21,7 @@ SQLAlchemy's own path runs the statement instead, with the same results, when:
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -179,6 +180,10 @@ class Prepared:
     def __init__(self, statement: Executable) -> None:
         self.statement = statement
         self._plans: dict[tuple[str, tuple[str, ...]], _Plan | None] = {}
+        # One thread compiles a plan; the others that ran the statement first at the same
+        # moment wait for it. SQLAlchemy memoizes on the statement while compiling it, and
+        # a CI run crashed (a segmentation fault) with eight threads compiling one statement.
+        self._compiling = threading.Lock()
 
     def run(self, connection: Connection, params: Params | Sequence[Params] | None = None) -> Rows:
         many: list[Params] | None = list(params) if isinstance(params, list | tuple) else None
@@ -193,7 +198,7 @@ class Prepared:
         try:
             plan = self._plans[key]
         except KeyError:
-            plan = self._plans[key] = _Plan.make(self.statement, dialect, key[1])
+            plan = self._plan(key, dialect)
         if plan is None or (many is not None and plan.row is not None):
             # (many rows RETURNING: SQLAlchemy batches them into one INSERT to return them)
             return self._as_sqlalchemy(connection, params)
@@ -223,6 +228,13 @@ class Prepared:
             raise  # not reached for what the handler raises itself
         finally:
             cursor.close()
+
+    def _plan(self, key: tuple[str, tuple[str, ...]], dialect: Dialect) -> _Plan | None:
+        """The plan for `key`, compiled once: on the first run, by one thread at a time."""
+        with self._compiling:
+            if key not in self._plans:
+                self._plans[key] = _Plan.make(self.statement, dialect, key[1])
+            return self._plans[key]
 
     def _as_sqlalchemy(
         self, connection: Connection, params: Params | Sequence[Params] | None
