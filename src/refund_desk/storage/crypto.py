@@ -22,9 +22,11 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from sqlalchemy import bindparam, select, text
 from sqlalchemy.exc import OperationalError
+from sqlalchemy.orm.util import identity_key
 from sqlmodel import Session, col
 
 from refund_desk import clock
+from refund_desk.storage import direct_rows
 from refund_desk.storage.db import InsertIfNew, held_get, memo, plain
 from refund_desk.storage.models import Case, CustomerKey
 
@@ -197,7 +199,9 @@ class Vault:
         fresh = ready if ready is not None and ready.fresh else None
         postgresql = _on_postgresql(session)
         insert_first = postgresql or fresh is not None
-        row = None if insert_first else held_get(session, CustomerKey, email_hash)
+        row = None if insert_first else _key_row(session, email_hash)
+        if row is not None and row.key_enc is None and row not in session:
+            row = _lock_key(session, email_hash)  # erased, read as a direct row: the ORM's
         if row is None:
             made = fresh.wrapped if fresh is not None and fresh.generation == 1 else None
             inserted = _insert_key(session, email_hash, made or self._new_wrapped_key())
@@ -223,6 +227,7 @@ class Vault:
             row.erased_at = None
             session.add(row)
             session.flush()
+            direct_rows.forget(session, CustomerKey, email_hash)  # read as it is now
         return row
 
     def ready_cipher(self, email_hash: str) -> CustomerCipher:
@@ -289,6 +294,7 @@ def destroy_customer_key(session: Session, email_hash: str, now: datetime) -> bo
         return False
     row.key_enc, row.erased_at = None, now
     session.add(row)
+    direct_rows.forget(session, CustomerKey, email_hash)  # the ORM's row, changed, is read
     return True
 
 
@@ -451,9 +457,27 @@ def _insert_key(session: Session, email_hash: str, key_enc: str) -> NewKey | Non
     return NewKey(email_hash, 1, key_enc) if _INSERT_KEY.into(session, values) else None
 
 
+def _key_row(session: Session, email_hash: str) -> CustomerKey | None:
+    """The customer's key row as this transaction sees it, read once per transaction: the
+    session's own row if it holds one (with this transaction's changes); else, in a
+    transaction that uses direct rows, a direct row (one SELECT on the driver's cursor: about
+    20 µs of CPU on SQLite against the ORM load's 190); else the ORM's row, kept for the
+    transaction (`held_get`).
+
+    Whoever changes a key row changes the ORM's, and drops the direct row
+    (`direct_rows.forget`), so a field is never opened with a key an erasure destroyed
+    earlier in the same transaction."""
+    if direct_rows.uses_direct_rows(session):
+        held = session.identity_map.get(identity_key(CustomerKey, email_hash))
+        if held is not None:
+            return held
+        return direct_rows.load(session, CustomerKey, email_hash)
+    return held_get(session, CustomerKey, email_hash)
+
+
 def _read_key(session: Session | None, db: Database | None, email_hash: str) -> CustomerKey | None:
     if session is not None:  # read once per transaction, however many fields it opens
-        return held_get(session, CustomerKey, email_hash)
+        return _key_row(session, email_hash)
     if db is None:
         raise ValueError("a customer's field needs the database to be read")
     with db.read() as own:

@@ -142,6 +142,16 @@ def get(session: Session, model: type[_Row], key: Any) -> _Row | None:
     return session.get(model, key)
 
 
+def forget(session: Session, model: type[Any], key: Any) -> None:
+    """The transaction changed the row another way (the ORM, a statement): its direct row,
+    if it holds one, is written if it changed, then dropped; the next `load` reads it anew."""
+    rows: dict[tuple[type[Any], Any], _Held] | None = remembered(session, _ROWS)
+    held = rows.get((model, key)) if rows else None
+    if rows and held is not None:
+        _write(session, held)
+        del rows[(model, key)]
+
+
 def add(session: Session, row: Any) -> None:
     """A new row: inserted at once as a direct row in a transaction that uses them (every
     column, as the model holds it), else added to the session."""
