@@ -317,9 +317,10 @@ def refund_desk(
     wait: bool = False,
     profile: Path | None = None,
     label: str = "",
-) -> tuple[Load, float, str, float | None]:
+) -> tuple[Load, float, str, float | None, str, Spent | None]:
     """Intake load, then the time from the first request until every case is refunded (and
-    the server's CPU time per refund over that time, its job processes included)."""
+    the server's CPU time per refund over that time, its job processes included; the CPU by
+    role; and every role's CPU per refund over that time: server, database and client)."""
     with tempfile.TemporaryDirectory() as tmp:
         cwd = Path(tmp)
         env = {
@@ -387,12 +388,50 @@ def refund_desk(
             if cpu_began is not None and cpu_ended is not None
             else None
         )
-        split = ""
+        split, spent = "", None
         if load.roles_began and load.roles_ended and roles_drained:
             during = shares(load.roles_began, load.roles_ended, load.seconds)
             after = shares(load.roles_ended, roles_drained, drained)
             split = f"CPU, % of a core: intake {during}; after it, until refunded {after}"
-        return load, requests / e2e, verify, e2e_cpu, split
+            spent = Spent(
+                all_ms=1000
+                * (sum(roles_drained.values()) - sum(load.roles_began.values()))
+                / requests,
+                jobs_ms=1000 * (roles_drained["jobs"] - load.roles_began["jobs"]) / requests,
+                job_processes=job_processes,
+            )
+        return load, requests / e2e, verify, e2e_cpu, split, spent
+
+
+E2E_TARGET = 0.25  # issue 15: end to end at a quarter of the bare endpoint's requests/s
+
+
+@dataclass(frozen=True)
+class Spent:
+    """CPU per refund over an end-to-end run (from the first counted request until every
+    case is refunded): every role's (server, database, client), and the job processes'."""
+
+    all_ms: float
+    jobs_ms: float
+    job_processes: int
+
+    def budget(self, bare_rate: float) -> str:
+        """What end to end at the target asks of this machine: the refunds a second it means
+        here, times what a refund cost in CPU, against the cores there are; and, with job
+        processes, the job processes' own part, which each runs on one core at most (one
+        interpreter)."""
+        wanted = E2E_TARGET * bare_rate
+        said = (
+            f"a refund cost {self.all_ms:.1f} ms of CPU in all (server, database, client): "
+            f"{E2E_TARGET} of the bare endpoint ({wanted:.0f} refunds/s) needs "
+            f"{wanted * self.all_ms / 1000:.2f} cores fully used, of {os.cpu_count() or 1}"
+        )
+        if self.job_processes:
+            said += (
+                f"; of it {self.jobs_ms:.1f} ms in the job processes, which needs "
+                f"{wanted * self.jobs_ms / 1000:.2f} cores of their {self.job_processes}"
+            )
+        return said
 
 
 def profile_of(proc: subprocess.Popen[bytes], directory: Path, name: str) -> Any:
@@ -436,7 +475,7 @@ def side_by_side(
         if args.job_processes and http > 1:
             tag = f"{http}w+{tag}"
         with url_for() as url:
-            load, e2e, verify, e2e_cpu, split_cpu = refund_desk(
+            load, e2e, verify, e2e_cpu, split_cpu, spent = refund_desk(
                 url,
                 args.requests,
                 args.concurrency,
@@ -452,6 +491,8 @@ def side_by_side(
         )
         if split_cpu:
             print(f"  {split_cpu}")
+        if spent is not None:
+            print(f"  {spent.budget(reference.rate)}")
         if args.wait:
             with url_for() as url:
                 load, *_ = refund_desk(url, args.requests, args.concurrency, **split, wait=True)
