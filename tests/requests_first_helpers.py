@@ -36,7 +36,7 @@ class Served:
 
     def __init__(self, db: Database) -> None:
         self._entered, self._leave = threading.Event(), threading.Event()
-        self._thread = threading.Thread(target=asyncio.run, args=(self._hold(db),))
+        self._thread = threading.Thread(target=asyncio.run, args=(self._hold(db),), daemon=True)
 
     async def _hold(self, db: Database) -> None:
         async with db.serving():

@@ -4,12 +4,15 @@ A job process commits one transaction after another; without this, every intake 
 waited for a whole job transaction, so a stream of intakes and a job process took turns.
 Two `Database`s on one file stand for two processes (each opens its own lock files, and
 `flock` locks of different open files conflict as between processes); one test uses a real
-second process.
+second process. A request never waits long for a job: not even for a job process stopped in
+the middle of a look at the file (`SERVE_PATIENCE`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import fcntl
+import os
 import threading
 import time
 from pathlib import Path
@@ -19,7 +22,7 @@ from sqlalchemy import create_engine, text
 
 from refund_desk.storage import db as db_module
 from refund_desk.storage.db import Database, RequestsFirst, _Turns
-from tests.requests_first_helpers import Served, ServingProcess
+from tests.requests_first_helpers import Served, ServingProcess, requests_file, requests_free
 
 
 def _background_write(db: Database, who: str = "job") -> None:
@@ -223,3 +226,66 @@ def test_a_waiting_job_looks_less_and_less_often(
         waited = time.monotonic() - began
     assert waited >= 0.45
     assert looks <= 100, looks  # every half a millisecond: about a thousand
+
+
+def _look_held_open(db: Database) -> int:
+    """A background writer's look that does not end (a job process stopped in the middle of
+    one): the file's exclusive lock, held on a descriptor of its own."""
+    prober = os.open(requests_file(db), os.O_RDWR)
+    fcntl.flock(prober, fcntl.LOCK_EX)
+    return prober
+
+
+def _look_ended(prober: int) -> None:
+    fcntl.flock(prober, fcntl.LOCK_UN)
+    os.close(prober)
+
+
+def test_a_request_waits_for_a_look_that_does_not_end_no_longer_than_its_patience(
+    two_processes: tuple[Database, Database],
+) -> None:
+    _jobs, server = two_processes
+    prober = _look_held_open(server)
+
+    async def serve() -> tuple[float, int]:
+        began = time.monotonic()
+        async with server.serving():
+            return time.monotonic() - began, server._requests_first._serving
+
+    try:  # (waiting for the look to end would wait forever)
+        waited, counted = asyncio.run(asyncio.wait_for(serve(), timeout=5))
+    finally:
+        _look_ended(prober)
+    assert db_module.SERVE_PATIENCE <= waited < db_module.SERVE_PATIENCE + 1.0
+    assert counted == 1
+    assert server._requests_first._serving == 0
+    assert requests_free(server)
+    with Served(server):  # the look over: a request holds the file again
+        assert not requests_free(server)
+    assert requests_free(server)
+
+
+def test_a_request_served_without_the_lock_leaves_the_next_one_to_take_it(
+    two_processes: tuple[Database, Database],
+) -> None:
+    """One request is served without the shared lock (a look did not end); once the look
+    ends, the next request of the process takes the lock, and the last one out lets it go."""
+    jobs, server = two_processes
+    prober = _look_held_open(server)
+    first = Served(server)
+    try:
+        first.__enter__()  # after the patience: served, not seen
+        assert not server._requests_first._held
+    except BaseException:
+        first.release()
+        raise
+    finally:
+        _look_ended(prober)
+    assert requests_free(server)
+    with Served(server):
+        assert not requests_free(server)  # taken by the second request
+        first.release()
+        assert not requests_free(server)  # still held: the second is served
+        assert jobs._requests_first.served(time.monotonic() + 1)
+    assert requests_free(server)
+    assert server._requests_first._serving == 0

@@ -157,6 +157,10 @@ BACKGROUND_PATIENCE = 0.1
 # millisecond cost a waiting thread about 4 % of a core.
 FIRST_LOOK_AFTER = 0.0005
 LOOK_EVERY = 0.008
+# How long a request waits for a background writer's look to end before it is served
+# without saying so (`RequestsFirst.serve_begin`): a look lasts two system calls, so only a
+# writer stopped in the middle of one (SIGSTOP, a debugger) is waited for this long.
+SERVE_PATIENCE = 0.1
 
 
 class _Turns:
@@ -251,6 +255,7 @@ class RequestsFirst:
         self._requests_fd: int | None = None  # held shared while this process serves requests
         self._probe_fd: int | None = None  # a background writer's look
         self._serving = 0  # requests queued or being captured in this process
+        self._held = False  # the shared lock is held (it may not be: `serve_begin(anyway)`)
         self._serving_lock = threading.Lock()
         self._probing = threading.Lock()  # one background writer looks at a time
         if path and fcntl is not None:
@@ -285,24 +290,29 @@ class RequestsFirst:
             fcntl.flock(self._probe_fd, fcntl.LOCK_UN)  # held for no longer than this
             return False
 
-    def serve_begin(self) -> bool:
+    def serve_begin(self, *, anyway: bool = False) -> bool:
         """A request someone waits on is queued or being captured here; False if that could
         not be said at once (a background writer is looking: try again in a moment). Never
-        blocks: the event loop calls it."""
+        blocks: the event loop calls it. `anyway`: the request is counted here even if the
+        shared lock cannot be taken (a writer stopped mid-look): other processes' jobs then
+        do not see it, and the next request of this process tries for the lock again."""
         with self._serving_lock:
-            if self._serving == 0 and self._requests_fd is not None:
+            if not self._held and self._requests_fd is not None:
                 try:
                     fcntl.flock(self._requests_fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                    self._held = True
                 except BlockingIOError:
-                    return False
+                    if not anyway:
+                        return False
             self._serving += 1
             return True
 
     def serve_end(self) -> None:
         with self._serving_lock:
             self._serving -= 1
-            if self._serving == 0 and self._requests_fd is not None:
+            if self._serving == 0 and self._held and self._requests_fd is not None:
                 fcntl.flock(self._requests_fd, fcntl.LOCK_UN)
+                self._held = False
 
     def close(self) -> None:
         with self._probing, self._serving_lock:  # a look lasts two system calls
@@ -310,6 +320,7 @@ class RequestsFirst:
                 if fd is not None:
                     os.close(fd)
             self._requests_fd = self._probe_fd = None
+            self._held = False
 
 
 POSTGRESQL_PORT = 5432
@@ -499,9 +510,11 @@ class Database:
     async def serving(self) -> AsyncIterator[None]:
         """A request someone waits on is queued for capture or being captured in this block
         (the intake gate's): background writers of every process on this host let it go
-        first (`RequestsFirst`). Called on the event loop; it never blocks it."""
+        first (`RequestsFirst`). Called on the event loop; it never blocks it, and waits for
+        a background writer's look for at most `SERVE_PATIENCE`."""
         requests = self._requests_first
-        while not requests.serve_begin():
+        give_up = time.monotonic() + SERVE_PATIENCE
+        while not requests.serve_begin(anyway=time.monotonic() >= give_up):
             await asyncio.sleep(0.0005)  # a background writer's look lasts two system calls
         token = _SERVING.set(True)  # seen by the request's threads (their context is a copy)
         try:
