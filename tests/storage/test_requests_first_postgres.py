@@ -95,3 +95,51 @@ def test_requests_served_by_a_real_second_process_hold_back_a_job(
             job.join(5)
     finally:
         db.dispose()
+
+
+@pytest.mark.parametrize(
+    "spelled",
+    [
+        "postgresql+psycopg://postgres@localhost:5432/db",
+        "postgresql+psycopg://postgres@LOCALHOST/db",
+        "postgresql+psycopg://postgres@127.0.0.1:5432/db",
+        "postgresql+psycopg://postgres@127.0.1.1/db",
+        "postgresql+psycopg://postgres@[::1]:5432/db",
+        "postgresql+psycopg://postgres@/db",  # the local socket
+        "postgresql+psycopg://postgres@/db?host=/var/run/postgresql",
+    ],
+)
+def test_this_machines_server_is_one_file_however_it_is_spelled(spelled: str) -> None:
+    assert requests_first_path(make_url(spelled)) == requests_first_path(
+        make_url("postgresql://postgres@127.0.0.1/db")
+    )
+
+
+def test_another_host_port_user_or_database_is_another_file() -> None:
+    here = requests_first_path(make_url("postgresql://postgres@localhost:5432/db"))
+    for other in (
+        "postgresql://postgres@db.internal:5432/db",
+        "postgresql://postgres@10.0.0.5:5432/db",
+        "postgresql://postgres@localhost:5433/db",
+        "postgresql://someone@localhost:5432/db",
+        "postgresql://postgres@localhost:5432/other",
+    ):
+        assert requests_first_path(make_url(other)) != here, other
+
+
+def test_a_job_addressing_the_server_by_name_waits_for_one_addressing_it_by_address(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job process configured with `localhost` is held back by a server serving requests
+    on the same database through `127.0.0.1`."""
+    monkeypatch.setattr(db_module, "BACKGROUND_PATIENCE", 0.3)
+    url = make_url(pg_url)
+    assert url.host == "127.0.0.1"
+    by_name = url.set(host="localhost").render_as_string(hide_password=False)
+    jobs, server = Database.from_url(by_name), Database.from_url(pg_url)
+    try:
+        with Served(server):
+            assert write_time(jobs) >= 0.25, "the job did not let the requests go first"
+    finally:
+        jobs.dispose()
+        server.dispose()

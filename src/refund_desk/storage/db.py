@@ -324,14 +324,27 @@ class RequestsFirst:
 
 
 POSTGRESQL_PORT = 5432
+# The server on this machine, however a URL names it: by name, by a loopback address, or by
+# its local socket (no host). A server on this host listening on a port is reached by all.
+_THIS_HOST = "localhost"
+
+
+def _host(url: URL) -> str:
+    """The server's host as the file is named for it: every spelling of this machine one."""
+    host = (url.host or "").strip("[]").lower()
+    if host in ("", "localhost", "::1") or host.startswith("127."):
+        return _THIS_HOST
+    return host
 
 
 def requests_first_path(url: URL) -> str:
     """The file a PostgreSQL database's processes on this host share for `RequestsFirst`:
     named for the database (user, host, port, the default one if none is given, name: not the
-    driver, never the password). A host spelled two ways (`localhost`, `127.0.0.1`) names two
-    files: the processes of one deployment share its `DATABASE_URL`."""
-    where = f"{url.username}@{url.host}:{url.port or POSTGRESQL_PORT}/{url.database}"
+    driver, never the password). This machine's server is one host however it is spelled
+    (`localhost`, `127.0.0.1`, `::1`, the local socket); another host's names are not
+    resolved (that could wait on DNS): the processes of one deployment share its
+    `DATABASE_URL`."""
+    where = f"{url.username}@{_host(url)}:{url.port or POSTGRESQL_PORT}/{url.database}"
     digest = hashlib.sha256(where.encode()).hexdigest()[:16]
     return os.path.join(tempfile.gettempdir(), f"refund-desk-{digest}.requests")
 
