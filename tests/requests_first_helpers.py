@@ -65,6 +65,19 @@ def write_time(db: Database, *, background: bool = True) -> float:
     return time.monotonic() - began
 
 
+def job_waited(jobs_url: str, server_url: str) -> float:
+    """Seconds a job's write on `jobs_url` took while a request was served on `server_url`
+    (two processes' handles): about the patience if it let the request go first."""
+    jobs, server = Database.from_url(jobs_url), Database.from_url(server_url)
+    try:
+        with Served(server):
+            return write_time(jobs)
+    finally:
+        jobs.dispose()
+        server.dispose()
+        Path(requests_file(jobs)).unlink(missing_ok=True)
+
+
 def requests_file(db: Database) -> str:
     """The file the database's processes share to let requests go first."""
     if db.is_sqlite:

@@ -20,7 +20,7 @@ from sqlalchemy.engine import make_url
 
 from refund_desk.storage import db as db_module
 from refund_desk.storage.db import Database, requests_first_path
-from tests.requests_first_helpers import Served, ServingProcess, write_time
+from tests.requests_first_helpers import Served, ServingProcess, job_waited, write_time
 
 pytestmark = pytest.mark.postgres
 
@@ -136,10 +136,4 @@ def test_a_job_addressing_the_server_by_name_waits_for_one_addressing_it_by_addr
     url = make_url(pg_url)
     assert url.host == "127.0.0.1"
     by_name = url.set(host="localhost").render_as_string(hide_password=False)
-    jobs, server = Database.from_url(by_name), Database.from_url(pg_url)
-    try:
-        with Served(server):
-            assert write_time(jobs) >= 0.25, "the job did not let the requests go first"
-    finally:
-        jobs.dispose()
-        server.dispose()
+    assert job_waited(by_name, pg_url) >= 0.25, "the job did not let the requests go first"

@@ -25,7 +25,7 @@ from sqlalchemy.engine import make_url
 from refund_desk.storage import db as db_module
 from refund_desk.storage.db import Database, RequestsFirst, requests_first_path
 from tests.conftest import _pg_admin_engine
-from tests.requests_first_helpers import Served, ServingProcess, file_free, write_time
+from tests.requests_first_helpers import Served, ServingProcess, file_free, job_waited, write_time
 
 pytestmark = pytest.mark.postgres
 
@@ -389,15 +389,8 @@ def test_a_job_configured_without_the_default_port_waits_for_the_server(
     """The same, as behaviour: a job process whose URL leaves out :5432 is not held back by
     a server serving requests on the very same database."""
     monkeypatch.setattr(db_module, "BACKGROUND_PATIENCE", 0.3)
-    jobs = Database.from_url(pg_url.replace(":5432/", "/"))
-    server = Database.from_url(pg_url)
-    try:
-        with Served(server):
-            assert write_time(jobs) >= 0.25, "the job did not let the requests go first"
-    finally:
-        jobs.dispose()
-        server.dispose()
-        Path(requests_first_path(jobs.engine.url)).unlink(missing_ok=True)
+    without_port = pg_url.replace(":5432/", "/")
+    assert job_waited(without_port, pg_url) >= 0.25, "the job did not let the requests go first"
 
 
 def test_requests_first_never_raises_once_closed() -> None:
