@@ -194,7 +194,9 @@ def test_background_threads_get_the_turn_after_the_others_unless_they_waited_lon
     assert run(0.01) == ["job", "intake-1", "intake-2"]
 
 
-def test_serving_on_postgresql_holds_nothing() -> None:
+def test_serving_on_postgresql_makes_no_connection() -> None:
+    """Requests first on PostgreSQL is a file on this host: serving a request connects to
+    nothing (here a server that does not exist)."""
     db = Database(create_engine("postgresql+psycopg://nobody@127.0.0.1:1/none"))
 
     async def serve() -> bool:
