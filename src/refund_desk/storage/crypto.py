@@ -459,15 +459,18 @@ def _insert_key(session: Session, email_hash: str, key_enc: str) -> NewKey | Non
 
 def _key_row(session: Session, email_hash: str) -> CustomerKey | None:
     """The customer's key row as this transaction sees it, read once per transaction: the
-    session's own row if it holds one (with this transaction's changes); else, in a
-    transaction that uses direct rows, a direct row (one SELECT on the driver's cursor: about
-    20 µs of CPU on SQLite against the ORM load's 190); else the ORM's row, kept for the
+    session's own row if it holds one (with this transaction's changes); else, on SQLite in
+    a transaction that uses direct rows, a direct row (one SELECT on the driver's cursor:
+    about 20 µs of CPU against the ORM load's 190); else the ORM's row, kept for the
     transaction (`held_get`).
 
     Whoever changes a key row changes the ORM's, and drops the direct row
     (`direct_rows.forget`), so a field is never opened with a key an erasure destroyed
-    earlier in the same transaction."""
-    if direct_rows.uses_direct_rows(session):
+    earlier in the same transaction. Not on PostgreSQL: there a returning customer's new key
+    may be looked for in a savepoint rolled back (`_share_live_key_waiting`), which leaves a
+    transaction's direct rows unusable; a refund's transaction holds the key `FOR SHARE` as
+    the ORM's row already (`hold_key_of_case`), and its fields are opened with that."""
+    if direct_rows.uses_direct_rows(session) and not _on_postgresql(session):
         held = session.identity_map.get(identity_key(CustomerKey, email_hash))
         if held is not None:
             return held
