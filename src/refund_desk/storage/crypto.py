@@ -294,6 +294,9 @@ def destroy_customer_key(session: Session, email_hash: str, now: datetime) -> bo
         return False
     row.key_enc, row.erased_at = None, now
     session.add(row)
+    # Written now, not at the commit: a later read of the row afresh (`populate_existing`,
+    # as every locking read here is) inside `no_autoflush` would otherwise take the key back.
+    session.flush()
     direct_rows.forget(session, CustomerKey, email_hash)  # the ORM's row, changed, is read
     return True
 
