@@ -399,6 +399,8 @@ def refund_desk(
                 / requests,
                 jobs_ms=1000 * (roles_drained["jobs"] - load.roles_began["jobs"]) / requests,
                 job_processes=job_processes,
+                requests=requests,
+                burst_s=load.seconds,
             )
         return load, requests / e2e, verify, e2e_cpu, split, spent
 
@@ -414,11 +416,14 @@ class Spent:
     all_ms: float
     jobs_ms: float
     job_processes: int
+    requests: int
+    burst_s: float  # the intake burst's length in this run
 
     def budget(self, bare_rate: float) -> str:
         """What end to end at the target asks of this machine: the refunds a second it means
         here, times what a refund cost in CPU, against the cores there are; and, with job
-        processes, the job processes' own part, which each runs on one core at most (one
+        processes, their own part: they do it after the burst (requests go first), so in
+        what the burst leaves of the time the target allows, each on one core at most (one
         interpreter)."""
         wanted = E2E_TARGET * bare_rate
         said = (
@@ -427,9 +432,13 @@ class Spent:
             f"{wanted * self.all_ms / 1000:.2f} cores fully used, of {os.cpu_count() or 1}"
         )
         if self.job_processes:
-            said += (
-                f"; of it {self.jobs_ms:.1f} ms in the job processes, which needs "
-                f"{wanted * self.jobs_ms / 1000:.2f} cores of their {self.job_processes}"
+            left = self.requests / wanted - self.burst_s
+            work = self.requests * self.jobs_ms / 1000
+            said += f"; of it {self.jobs_ms:.1f} ms in the job processes, after the burst: " + (
+                f"{work / left:.2f} cores of their {self.job_processes} in the {left:.2f} s "
+                "the burst leaves"
+                if left > 0
+                else "the burst alone takes longer than the target allows"
             )
         return said
 
