@@ -305,17 +305,23 @@ def _run(db: Database, machine: type[KeyMachine], examples: int, *, shrink: bool
         pass
 
     Bound.db = db
-    run_state_machine_as_test(
-        Bound,
-        settings=settings(
-            max_examples=examples,
-            stateful_step_count=25,
-            deadline=None,
-            suppress_health_check=list(HealthCheck),
-            database=None,
-            phases=list(Phase) if shrink else [Phase.explicit, Phase.generate],
-        ),
-    )
+    # The machine collects garbage at many steps: what the test suite made before it is set
+    # aside, or each collection walks the whole suite's heap (minutes in a full run).
+    gc.freeze()
+    try:
+        run_state_machine_as_test(
+            Bound,
+            settings=settings(
+                max_examples=examples,
+                stateful_step_count=25,
+                deadline=None,
+                suppress_health_check=list(HealthCheck),
+                database=None,
+                phases=list(Phase) if shrink else [Phase.explicit, Phase.generate],
+            ),
+        )
+    finally:
+        gc.unfreeze()
 
 
 def test_key_stateful_on_direct_rows_sqlite(sqlite_url: str) -> None:
@@ -323,7 +329,7 @@ def test_key_stateful_on_direct_rows_sqlite(sqlite_url: str) -> None:
     transaction on direct rows (SQLite: where the key is read as one)."""
     db = Database.from_url(sqlite_url)
     try:
-        _run(db, KeyMachine, 25)
+        _run(db, KeyMachine, 150)
     finally:
         db.dispose()
 
@@ -338,7 +344,7 @@ def test_key_stateful_on_direct_rows_pg(pg_url: str) -> None:
     not shrunk there (shrinking on PostgreSQL takes minutes)."""
     db = Database.from_url(pg_url)
     try:
-        _run(db, AvoidingMachine, 20, shrink=False)
+        _run(db, AvoidingMachine, 60, shrink=False)
     finally:
         db.dispose()
 
@@ -349,4 +355,4 @@ class OrmMachine(KeyMachine):
 
 def test_key_stateful_without_direct_rows(keys_db: Database) -> None:
     """The same steps in transactions that do not use direct rows (ORM rows)."""
-    _run(keys_db, OrmMachine, 20 if keys_db.is_sqlite else 15, shrink=keys_db.is_sqlite)
+    _run(keys_db, OrmMachine, 100 if keys_db.is_sqlite else 50, shrink=keys_db.is_sqlite)
