@@ -1,11 +1,16 @@
-"""A customer with a live key and a field sealed under it; the key table as stored."""
+"""A customer with a live key and a field sealed under it; the key table as stored; a write
+transaction on direct rows."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from sqlalchemy import text
+from sqlmodel import Session
 
+from refund_desk.storage import direct_rows
 from refund_desk.storage.crypto import Vault
 from refund_desk.storage.db import Database
 
@@ -30,3 +35,11 @@ def key_table(db: Database) -> list[tuple[Any, ...]]:
                 )
             )
         ]
+
+
+@contextmanager
+def direct_write(db: Database) -> Iterator[Session]:
+    """A write transaction that uses direct rows, as a refund's advice and decision do."""
+    with db.write() as session:
+        direct_rows.use_direct_rows(session)
+        yield session

@@ -16,7 +16,7 @@ from refund_desk.storage import direct_rows
 from refund_desk.storage.crypto import Vault
 from refund_desk.storage.db import Database
 from refund_desk.storage.models import CustomerKey
-from tests.customers.key_rows.keys_common import key_table, make_customer
+from tests.customers.key_rows.keys_common import direct_write, key_table, make_customer
 
 
 @contextmanager
@@ -43,8 +43,7 @@ def test_forget_a_row_never_read_with_no_direct_rows_at_all(
     keys_db: Database, vault: Vault
 ) -> None:
     eh, _ = make_customer(keys_db, vault, "a@example.com")
-    with keys_db.write() as session:
-        direct_rows.use_direct_rows(session)
+    with direct_write(keys_db) as session:
         with statements(keys_db) as seen:
             direct_rows.forget(session, CustomerKey, eh)
             direct_rows.forget(session, CustomerKey, "no-such-key")
@@ -55,8 +54,7 @@ def test_forget_a_row_never_read_with_no_direct_rows_at_all(
 def test_forget_a_row_never_read_while_others_are_held(keys_db: Database, vault: Vault) -> None:
     eh, _ = make_customer(keys_db, vault, "a@example.com")
     other, _ = make_customer(keys_db, vault, "b@example.com")
-    with keys_db.write() as session:
-        direct_rows.use_direct_rows(session)
+    with direct_write(keys_db) as session:
         held = direct_rows.load(session, CustomerKey, other)
         assert held is not None
         held.generation = 7  # a change of another row is not written by forgetting this one
@@ -80,8 +78,7 @@ def test_forget_a_row_read_and_changed_writes_it_then_drops_it(
     keys_db: Database, vault: Vault
 ) -> None:
     eh, _ = make_customer(keys_db, vault, "a@example.com")
-    with keys_db.write() as session:
-        direct_rows.use_direct_rows(session)
+    with direct_write(keys_db) as session:
         row = direct_rows.load(session, CustomerKey, eh)
         assert row is not None and row.generation == 1
         row.generation = 5
@@ -105,8 +102,7 @@ def test_forget_a_row_read_not_changed_drops_it_without_writing(
     keys_db: Database, vault: Vault
 ) -> None:
     eh, _ = make_customer(keys_db, vault, "a@example.com")
-    with keys_db.write() as session:
-        direct_rows.use_direct_rows(session)
+    with direct_write(keys_db) as session:
         row = direct_rows.load(session, CustomerKey, eh)
         assert row is not None
         with statements(keys_db) as seen:
@@ -126,8 +122,7 @@ def test_forget_a_changed_row_deleted_meanwhile_raises_like_the_orm(
     keys_db: Database, vault: Vault
 ) -> None:
     eh, _ = make_customer(keys_db, vault, "a@example.com")
-    with keys_db.write() as session:
-        direct_rows.use_direct_rows(session)
+    with direct_write(keys_db) as session:
         row = direct_rows.load(session, CustomerKey, eh)
         assert row is not None
         row.generation = 2
@@ -144,11 +139,10 @@ def test_forget_an_unchanged_row_after_a_savepoint_rolled_back(
 ) -> None:
     """The documented rule: after a savepoint rolled back over direct rows, any write raises.
     `forget` of a row with no change is not a write, yet it raises too (its `_write` checks
-    first). Recorded as behaviour; it is what turns the PostgreSQL savepoint of
-    `_share_live_key_waiting` into a failure of `for_customer` (see the report)."""
+    first). Recorded as behaviour; it is why a customer's key is never a direct row on
+    PostgreSQL, where `_share_live_key_waiting` may roll a savepoint back."""
     eh, _ = make_customer(keys_db, vault, "a@example.com")
-    with keys_db.write() as session:
-        direct_rows.use_direct_rows(session)
+    with direct_write(keys_db) as session:
         assert direct_rows.load(session, CustomerKey, eh) is not None
         look = session.begin_nested()
         look.rollback()

@@ -15,7 +15,7 @@ from refund_desk.storage import direct_rows
 from refund_desk.storage.crypto import Vault, destroy_customer_key
 from refund_desk.storage.db import Database
 from tests.conftest import TEST_SECRET
-from tests.customers.key_rows.keys_common import make_customer
+from tests.customers.key_rows.keys_common import direct_write, make_customer
 
 
 @pytest.fixture()
@@ -30,8 +30,7 @@ def test_erasure_by_another_session_between_two_direct_transactions(
     keys_db: Database, other: Database, vault: Vault
 ) -> None:
     eh, token = make_customer(keys_db, vault, "a@example.com")
-    with keys_db.write() as session:
-        direct_rows.use_direct_rows(session)
+    with direct_write(keys_db) as session:
         assert vault.decrypt(token, session=session) == "v1"
     with other.write() as session:
         assert destroy_customer_key(session, eh, clock.now())
@@ -51,16 +50,14 @@ def test_returning_customer_by_another_session_between_two_direct_transactions(
     keys_db: Database, other: Database, vault: Vault
 ) -> None:
     eh, token = make_customer(keys_db, vault, "a@example.com")
-    with keys_db.write() as session:
-        direct_rows.use_direct_rows(session)
+    with direct_write(keys_db) as session:
         assert vault.decrypt(token, session=session) == "v1"
     other_vault = Vault(TEST_SECRET, other)
     with other.write() as session:
         assert destroy_customer_key(session, eh, clock.now())
     with other.write() as session:
         new_token = other_vault.for_customer(session, eh).encrypt("v2")
-    with keys_db.write() as session:
-        direct_rows.use_direct_rows(session)
+    with direct_write(keys_db) as session:
         assert vault.decrypt(token, session=session) is None
         assert vault.decrypt(new_token, session=session) == "v2"
         session.rollback()

@@ -5,17 +5,15 @@ from __future__ import annotations
 import gc
 
 from refund_desk import clock
-from refund_desk.storage import direct_rows
 from refund_desk.storage.crypto import Vault, destroy_customer_key
 from refund_desk.storage.db import Database
 from refund_desk.storage.models import CustomerKey
-from tests.customers.key_rows.keys_common import key_table, make_customer
+from tests.customers.key_rows.keys_common import direct_write, key_table, make_customer
 
 
 def test_decrypt_destroy_decrypt_flush_gc(keys_db: Database, vault: Vault) -> None:
     eh, token = make_customer(keys_db, vault, "a@example.com")
-    with keys_db.write() as session:
-        direct_rows.use_direct_rows(session)
+    with direct_write(keys_db) as session:
         assert vault.decrypt(token, session=session) == "v1"
         assert destroy_customer_key(session, eh, clock.now())
         assert vault.decrypt(token, session=session) is None
@@ -29,8 +27,7 @@ def test_decrypt_destroy_decrypt_flush_gc(keys_db: Database, vault: Vault) -> No
 
 def test_destroy_without_prior_read_then_decrypt(keys_db: Database, vault: Vault) -> None:
     eh, token = make_customer(keys_db, vault, "a@example.com")
-    with keys_db.write() as session:
-        direct_rows.use_direct_rows(session)
+    with direct_write(keys_db) as session:
         assert destroy_customer_key(session, eh, clock.now())
         gc.collect()
         assert vault.decrypt(token, session=session) is None
@@ -43,8 +40,7 @@ def test_destroy_without_prior_read_then_decrypt(keys_db: Database, vault: Vault
 def test_returning_customer_in_one_direct_transaction(keys_db: Database, vault: Vault) -> None:
     """Read (direct row), erase, flush, gc, make a new generation, seal, read both."""
     eh, token = make_customer(keys_db, vault, "a@example.com")
-    with keys_db.write() as session:
-        direct_rows.use_direct_rows(session)
+    with direct_write(keys_db) as session:
         assert vault.decrypt(token, session=session) == "v1"
         assert destroy_customer_key(session, eh, clock.now())
         session.flush()
@@ -64,8 +60,7 @@ def test_erased_before_then_read_then_for_customer(keys_db: Database, vault: Vau
     eh, token = make_customer(keys_db, vault, "a@example.com")
     with keys_db.write() as session:
         assert destroy_customer_key(session, eh, clock.now())
-    with keys_db.write() as session:
-        direct_rows.use_direct_rows(session)
+    with direct_write(keys_db) as session:
         assert vault.decrypt(token, session=session) is None
         again = vault.for_customer(session, eh)
         assert again.generation == 2
@@ -87,8 +82,7 @@ def test_erased_before_other_direct_row_held_then_for_customer(
     eh, _token = make_customer(keys_db, vault, "a@example.com")
     with keys_db.write() as session:
         assert destroy_customer_key(session, eh, clock.now())
-    with keys_db.write() as session:
-        direct_rows.use_direct_rows(session)
+    with direct_write(keys_db) as session:
         assert vault.decrypt(other_token, session=session) == "v1"
         again = vault.for_customer(session, eh)
         assert again.generation == 2
@@ -105,8 +99,7 @@ def test_fresh_ready_for_erased_customer_in_direct_transaction(
         assert destroy_customer_key(session, eh, clock.now())
     ready = vault.ready_cipher(eh)
     assert ready.fresh
-    with keys_db.write() as session:
-        direct_rows.use_direct_rows(session)
+    with direct_write(keys_db) as session:
         assert vault.decrypt(token, session=session) is None
         got = vault.for_customer(session, eh, ready=ready)
         assert got.generation == 2
@@ -117,8 +110,7 @@ def test_fresh_ready_for_erased_customer_in_direct_transaction(
 
 def test_orm_row_in_identity_map_wins_over_direct_row(keys_db: Database, vault: Vault) -> None:
     eh, token = make_customer(keys_db, vault, "a@example.com")
-    with keys_db.write() as session:
-        direct_rows.use_direct_rows(session)
+    with direct_write(keys_db) as session:
         assert vault.decrypt(token, session=session) == "v1"  # direct row held
         orm_row = session.get(CustomerKey, eh)
         assert orm_row is not None
