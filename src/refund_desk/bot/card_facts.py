@@ -14,6 +14,7 @@ from sqlmodel import Session, col
 from refund_desk.bot.blocks.cards import CardContext, Decider, Told
 from refund_desk.cases import advisory
 from refund_desk.cases.advisory import why
+from refund_desk.cases.approvals import deciders
 from refund_desk.cases.desk import Desk
 from refund_desk.cases.evidence_items import shown
 from refund_desk.cases.facts import left_on_record
@@ -36,7 +37,7 @@ def card_context(
         needed=approvals_needed(case),
         channel_group=group,
         now=now,
-        approvers=deciders_now(case, policy, group),
+        authority=deciders(session, case, policy) if policy is not None else None,
         why=case.park_reason or _why(case, policy),
         asked=case.asked(),
         left=left_on_record(session, case.payment_id),
@@ -47,16 +48,6 @@ def card_context(
         summary=advisory.summary_text(desk.vault, case.advice or {}, session=session),
         evidence=tuple(shown(desk.vault, case.evidence, session=session)),
     )
-
-
-def deciders_now(case: Case, policy: LoadedPolicy | None, group: str | None) -> tuple[str, ...]:
-    """Who may decide the case now: the managers once escalated, else the decided group."""
-    if policy is None:
-        return ()
-    if case.escalation_level and policy.doc.managers is not None:
-        return tuple(policy.doc.managers.members)
-    approvers = policy.doc.approvers.get(group) if group else None
-    return tuple(approvers.members) if approvers is not None else ()
 
 
 def _why(case: Case, policy: LoadedPolicy | None) -> str | None:

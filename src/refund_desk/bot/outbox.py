@@ -36,6 +36,7 @@ from refund_desk.bot import mrkdwn
 from refund_desk.bot.blocks import cards
 from refund_desk.bot.card_facts import card_context
 from refund_desk.bot.directory import SlackDirectory
+from refund_desk.cases.approvals import deciders
 from refund_desk.cases.desk import Desk
 from refund_desk.cases.notify import notify
 from refund_desk.governance.versions import LoadedPolicy, control, load_version
@@ -463,10 +464,9 @@ class Outbox:
             return f":octagonal_sign: Parked: {case.park_reason or 'a person must look'}"
         if event == "case.note":
             return f":memo: {mrkdwn.render(Text.from_json(data.get('text')))}"
-        if event == "case.reminder":
-            group = (case.decision or {}).get("approvers")
-            people = policy.doc.approvers.get(group) if policy and group else None
-            who = mrkdwn.mention_people(people) or "approvers"
+        if event == "case.reminder":  # whoever may decide it now, as the card names them
+            named = mrkdwn.render(deciders(session, case, policy).who()) if policy else ""
+            who = named or "approvers"
             return (
                 f":alarm_clock: Reminder for {who}: this case waits for a decision "
                 f"by {cards.local_time(case.sla_due_at)}."

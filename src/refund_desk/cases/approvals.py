@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -31,6 +32,7 @@ from refund_desk.cases.quorum import approvals_needed
 from refund_desk.cases.rows import load_for_update
 from refund_desk.governance.versions import LoadedPolicy, control, load_version
 from refund_desk.policy import approver_limit
+from refund_desk.policy.schema import ApproverGroup, Managers
 from refund_desk.storage import direct_rows
 from refund_desk.storage.audit import Actor
 from refund_desk.storage.db import plain
@@ -137,7 +139,7 @@ def _act(
     if token.action == "escalate":
         return _escalate(desk, session, case, token, user, policy, reason)
     if token.action == "deny":
-        _check_member(case, policy, user, desk.directory)
+        _check_member(session, case, policy, user, desk.directory)
         _check_resolved(session, case, None)
         return _deny(desk, session, case, token, user, reason)
     pay = case.amount
@@ -145,7 +147,7 @@ def _act(
         pay = _partial_amount(amount, token, case, left_on_record(session, case.payment_id))
     elif token.amount != case.amount:
         raise Refused("token_mismatch", "This button was made for another amount.")
-    _check_authority(case, policy, user, pay, desk.directory)
+    _check_authority(session, case, policy, user, pay, desk.directory)
     _check_resolved(session, case, pay)
     return _approve(desk, session, case, token, user, pay, reason)
 
@@ -168,25 +170,101 @@ def _group(case: Case, policy: LoadedPolicy) -> str:
     return str(decided or policy.doc.approvers_for(policy.doc.default))
 
 
-def _check_member(case: Case, policy: LoadedPolicy, user: str, directory: Directory | None) -> None:
+@dataclass(frozen=True)
+class Deciders:
+    """Who may decide a case now: the one answer the click, the card, App Home and the API
+    use (`deciders`).
+
+    A case waits for the approver group it was decided for. When its deadline passes (an SLA
+    escalation) the managers are called in beside that group; when a person escalates it, it
+    is handed to the managers and the group no longer decides it."""
+
+    group: str | None  # the approver group that may decide, by name; None: not the group
+    approvers: ApproverGroup | None  # that group's people as the policy names them
+    managers: Managers | None  # the managers, when they may decide
+    escalated_by: str | None = None  # who handed the case to the managers, if a person did
+
+    def includes(self, user: str, directory: Directory | None) -> bool:
+        """Whether ``user`` is among them: named, or in a user group they name (now)."""
+        return is_one_of(self.approvers, user, directory) or is_one_of(
+            self.managers, user, directory
+        )
+
+    def who(self) -> Text:
+        """Everyone they name, each person and each user group once: the group's, then the
+        managers'."""
+        named: list[str] = []
+        for people in (self.approvers, self.managers):
+            if people is not None:
+                for id_ in [*people.members, *([people.usergroup] if people.usergroup else [])]:
+                    if id_ not in named:
+                        named.append(id_)
+        return Text.of(*_spaced(Person(id_) for id_ in named))
+
+    def refusal(self) -> str:
+        """Why someone else may not decide, in a sentence."""
+        if self.escalated_by is not None:
+            return "This case was escalated to the managers: only they may decide it now."
+        if self.managers is not None:
+            return f"Only the {self.group} group or the managers may decide this case."
+        return f"Only the {self.group} group may decide this case."
+
+
+def _spaced(parts: Iterable[Person]) -> list[str | Person]:
+    out: list[str | Person] = []
+    for part in parts:
+        out += [" ", part] if out else [part]
+    return out
+
+
+# Who escalated a case by a click: a person's escalation is an approval row of its own (the SLA
+# job's is not), and hands the case to the managers for good. Run only on an escalated case.
+_ESCALATED_BY = Prepared(
+    select(_APPROVALS.c.approver)
+    .where(_APPROVALS.c.case_id == bindparam("case_id"), _APPROVALS.c.decision == "escalate")
+    .order_by(_APPROVALS.c.id)
+    .limit(1)
+)
+
+
+def deciders(session: Session, case: Case, policy: LoadedPolicy) -> Deciders:
+    """Who may decide ``case`` now under ``policy`` (the version the case was decided under):
+    its group; its group and the managers once its deadline passed; the managers alone once a
+    person escalated it."""
     group = _group(case, policy)
-    in_group = is_one_of(policy.doc.approvers.get(group), user, directory)
-    is_manager = case.escalation_level > 0 and is_one_of(policy.doc.managers, user, directory)
-    if not (in_group or is_manager):
-        raise Refused("not_an_approver", f"Only the {group} group may decide this case.")
+    approvers = policy.doc.approvers.get(group)
+    managers = policy.doc.managers
+    if case.escalation_level <= 0 or managers is None:
+        return Deciders(group, approvers, None)
+    person = _ESCALATED_BY.run(plain(session), {"case_id": case.id}).scalar()
+    if person is not None:
+        return Deciders(None, None, managers, escalated_by=str(person))
+    return Deciders(group, approvers, managers)
+
+
+def _check_member(
+    session: Session, case: Case, policy: LoadedPolicy, user: str, directory: Directory | None
+) -> Deciders:
+    now = deciders(session, case, policy)
+    if not now.includes(user, directory):
+        raise Refused("not_an_approver", now.refusal())
+    return now
 
 
 def _check_authority(
-    case: Case, policy: LoadedPolicy, user: str, amount: int, directory: Directory | None
+    session: Session,
+    case: Case,
+    policy: LoadedPolicy,
+    user: str,
+    amount: int,
+    directory: Directory | None,
 ) -> None:
-    _check_member(case, policy, user, directory)
-    group = _group(case, policy)
+    now = _check_member(session, case, policy, user, directory)
     limits = []
-    if is_one_of(policy.doc.approvers.get(group), user, directory):
-        limits.append(approver_limit(policy.doc, group))
-    managers = policy.doc.managers
-    if managers is not None and case.escalation_level > 0 and is_one_of(managers, user, directory):
-        limits.append(money.to_minor(managers.limit, policy.doc.currency))
+    if now.group is not None and is_one_of(now.approvers, user, directory):
+        limits.append(approver_limit(policy.doc, now.group))
+    if now.managers is not None and is_one_of(now.managers, user, directory):
+        limits.append(money.to_minor(now.managers.limit, policy.doc.currency))
     limit = max(limits)  # minor units of the policy's currency
     currency = policy.doc.currency
     if case.currency.upper() == currency:
@@ -224,7 +302,7 @@ def may_decide(session: Session, case: Case, user: str, directory: Directory | N
         ):
             return False
     try:
-        _check_member(case, _authority_policy(session, case), user, directory)
+        _check_member(session, case, _authority_policy(session, case), user, directory)
     except Refused:
         return False
     mine = session.scalar(
@@ -417,7 +495,7 @@ def _escalate(
 ) -> Outcome:
     """Up to the managers, once: they are the top of the chain, and nobody escalates to
     themselves."""
-    _check_member(case, policy, user, desk.directory)
+    _check_member(session, case, policy, user, desk.directory)
     managers = policy.doc.managers
     if managers is None:
         raise Refused("no_managers", "The policy names no managers to escalate to.")

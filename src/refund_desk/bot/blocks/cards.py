@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from slack_sdk.models.blocks import (
     ActionsBlock,
@@ -37,10 +37,13 @@ from slack_sdk.models.views import View
 
 from refund_desk import money
 from refund_desk.bot.blocks.evidence import evidence_blocks
-from refund_desk.bot.mrkdwn import escape, mention
+from refund_desk.bot.mrkdwn import escape, mention, render
 from refund_desk.cases import tokens
 from refund_desk.cases.ports import REASONS
 from refund_desk.storage.models import Case
+
+if TYPE_CHECKING:
+    from refund_desk.cases.approvals import Deciders
 
 MAX_TEXT = 2900  # Slack refuses section text over 3,000 characters
 DECIDABLE = ("awaiting_approval", "parked")
@@ -75,7 +78,7 @@ class CardContext:
     needed: int
     channel_group: str | None
     now: datetime
-    approvers: tuple[str, ...] = ()  # who may decide now: the group's people (or a user group)
+    authority: Deciders | None = None  # who may decide now (`cases.approvals.deciders`)
     why: str | None = None  # why a person is needed, in words
     asked: int | None = None  # what the customer asked for, when it differs from the case
     left: int | None = None  # still refundable on the payment, by our record, now
@@ -150,7 +153,7 @@ def header_line(ctx: CardContext) -> str:
     if case.status in DECIDABLE:
         still = max(ctx.needed - ctx.approvals, 1)
         people = "approver" if still == 1 else "approvers"
-        whom = "the managers" if case.escalation_level else words(ctx.channel_group or "the group")
+        whom = _whom(ctx)
         parts = [amount, words(case.reason), f"needs {still} {people} from {whom}"]
         due = until(case.sla_due_at, ctx.now)
         if case.status == "parked":
@@ -169,8 +172,24 @@ def header_line(ctx: CardContext) -> str:
     return f"{words(case.status).capitalize()} · {amount}"
 
 
-def _who(users: tuple[str, ...]) -> str:
-    return " ".join(mention(u) for u in users) or "nobody (the policy names no one)"
+def _whom(ctx: CardContext) -> str:
+    """Whom the header asks, in words: the group, the group or the managers (the deadline
+    passed), or the managers alone (a person escalated it)."""
+    authority = ctx.authority
+    if authority is None:
+        return words(ctx.channel_group or "the group")
+    if authority.group is None:
+        return "the managers"
+    if authority.managers is not None:
+        return f"{words(authority.group)} or the managers"
+    return words(authority.group)
+
+
+def _who(ctx: CardContext) -> str:
+    """Everyone who may decide now, mentioned: people as `<@U…>`, user groups as
+    `<!subteam^S…>`, exactly those a click accepts."""
+    named = render(ctx.authority.who()) if ctx.authority is not None else ""
+    return named or "nobody (the policy names no one)"
 
 
 def _note(text: str | None) -> str | None:
@@ -209,7 +228,7 @@ def _people_lines(ctx: CardContext) -> list[str]:
     case = ctx.case
     lines: list[str] = []
     if case.status in DECIDABLE:
-        lines.append(f"*Decides:* {_who(ctx.approvers)}")
+        lines.append(f"*Decides:* {_who(ctx)}")
         if ctx.why:
             lines.append(f"*Why a person:* {escape(ctx.why)}")
     if case.requested_by:
