@@ -60,7 +60,10 @@ def test_the_filer_hears_how_the_case_ended_with_a_link_to_its_thread(
 
 
 def test_the_filer_hears_of_a_denial_by_the_policy(desk: SlackHarness) -> None:
-    case_id = _file(desk, "U0OPS1", desk.payment("30.00"), "80.00")  # more than was paid
+    payment = desk.payment("50.00")
+    first = desk.post(desk.request(payment, "30.00", reason="damaged")).json()
+    assert desk.get(first["id"])["status"] == "refunded"
+    case_id = _file(desk, "U0OPS1", payment, "40.00")  # more than the 20.00 left to refund
     assert desk.get(case_id)["status"] == "denied"
     [dm] = _dms(desk, "U0OPS1")
     assert case_id in dm and "was denied" in dm
@@ -108,12 +111,14 @@ def test_refund_find_lists_cases_for_the_people_who_may_read(desk: SlackHarness)
     assert case_id not in refused and "may look up cases" in refused
 
 
-def test_modals_use_number_and_email_inputs(desk: SlackHarness) -> None:
+def test_modals_use_number_and_email_inputs_and_refund_takes_the_amount_as_typed(
+    desk: SlackHarness,
+) -> None:
     desk.slash("U0OPS1", "/refund")
     types = {b["block_id"]: b["element"]["type"] for b in desk.slack.views[-1]["blocks"]}
-    assert types["amount"] == "number_input" and types["email"] == "email_text_input"
-    [amount] = [b for b in desk.slack.views[-1]["blocks"] if b["block_id"] == "amount"]
-    assert amount["element"]["is_decimal_allowed"] is True
+    # /refund's amount is text the app checks: empty there means what is left to refund, so
+    # letters must reach the app, not arrive as an empty number (test_refund_filing.py)
+    assert types["amount"] == "plain_text_input" and types["email"] == "email_text_input"
     desk.post(desk.request(desk.payment("900.00"), "600.00"))
     desk.settle()
     desk.click("U0FIN1", "approve_partial", desk.buttons()["approve_partial"])

@@ -551,8 +551,10 @@ def file_case_modal(
                 block_id="amount",
                 label="Amount (empty: what is left to refund)",
                 optional=True,
-                element=NumberInputElement(
-                    action_id="value", is_decimal_allowed=True, **initial("amount")
+                # Text, not a number input: a client may hand a number input over empty when
+                # letters were typed, and empty means "what is left". The app checks the text.
+                element=PlainTextInputElement(
+                    action_id="value", placeholder="12.50", max_length=32, **initial("amount")
                 ),
             ),
             InputBlock(

@@ -14,7 +14,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import or_, select
-from sqlmodel import col
+from sqlmodel import Session, col
 
 from refund_desk import money
 from refund_desk.bot import mrkdwn
@@ -27,7 +27,7 @@ from refund_desk.cases.people import may_read
 from refund_desk.governance.versions import control, load_version
 from refund_desk.storage.audit import Actor
 from refund_desk.storage.jobs import ClaimedJob, enqueue
-from refund_desk.storage.models import Case
+from refund_desk.storage.models import Case, Payment
 
 if TYPE_CHECKING:
     from refund_desk.bot.app import Surface
@@ -44,6 +44,39 @@ AMOUNT = re.compile(
     r"|(?P<c2>[A-Z]{3})\s?(?P<c>\d+(?:\.\d{1,3})?))"
 )
 SYMBOLS = {"$": "USD", "€": "EUR", "£": "GBP", "¥": "JPY"}
+TYPED_AMOUNT = re.compile(r"\d+(?:\.\d+)?")  # what an amount looks like, before its currency
+
+
+def amount_problem(typed: str | None) -> str | None:
+    """What is wrong with the amount as typed in the `/refund` modal, quoting it; None when it
+    reads as an amount (its currency's decimals and size are checked with the request) or
+    the field was left empty (what is left to refund)."""
+    if typed is None or TYPED_AMOUNT.fullmatch(typed):
+        return None
+    shown = typed if len(typed) <= 20 else typed[:19] + "…"
+    return (
+        f"“{shown}” is not an amount: type digits with a point, such as 12.50 "
+        "(leave the field empty to refund what is left on the payment)."
+    )
+
+
+def within_payment(session: Session, case: Case) -> None:
+    """In the capture's transaction: an amount above the whole payment is a slip of the
+    keyboard, not a request. It is refused, and the capture rolls back with it (no case, no
+    record, no job)."""
+    asked = case.requested_amount
+    if asked is None:
+        return
+    paid = session.scalar(select(col(Payment.amount)).where(col(Payment.id) == case.payment_id))
+    if paid is not None and asked > paid:
+        raise InvalidRequest(
+            "amount_over_payment",
+            "The amount is more than the whole payment.",
+            {
+                "amount": f"{money.format_money(asked, case.currency)} is more than the "
+                f"{money.format_money(paid, case.currency)} paid"
+            },
+        )
 
 
 def prefill(text: str) -> dict[str, str]:
@@ -124,7 +157,10 @@ def file_case(desk: Desk, job: ClaimedJob) -> None:
             )
         if case_id is None:
             request = parse_request({**job.payload["request"], "external_id": external_id})
-            submitted = submit(desk, request, actor=Actor("human", user), requested_by=user)
+            submitted = submit(
+                desk, request, actor=Actor("human", user), requested_by=user,
+                prepare=within_payment,
+            )  # fmt: skip
             desk.kick(submitted.job_id)
             case_id = submitted.case_id
         with desk.db.read() as session:
@@ -190,6 +226,10 @@ def register(surface: Surface) -> None:
         values = cards.modal_values(view)
         data = {k: v for k, v in values.items() if v is not None}
         data["source"] = "slack"
+        typo = amount_problem(values.get("amount"))
+        if typo is not None:  # never read as "empty": that would mean what is left
+            await ack(response_action="errors", errors={"amount": typo})
+            return
         try:
             parse_request(data)
         except CaseError as exc:
