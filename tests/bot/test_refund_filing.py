@@ -3,7 +3,10 @@
 - an amount that is not an amount is refused on the modal's field, quoting what was typed,
   never read as "empty" (which means what is left on the payment);
 - an absurd amount (more than the whole payment, more than money can hold) is refused with a
-  clear error and nothing is filed.
+  clear error and nothing is filed;
+- the filing job recognizes the case it filed by something only it writes, so a case planted
+  with its external id (`slack-job-<id>`) is never reported to the operator as theirs, and a
+  retried job still files once.
 """
 
 from __future__ import annotations
@@ -16,8 +19,11 @@ import pytest
 from sqlalchemy import func, select
 from sqlmodel import col
 
-from refund_desk.bot.listeners.refund_command import FILE_CASE
-from refund_desk.storage.models import Job
+from refund_desk.bot.listeners.refund_command import FILE_CASE, file_case
+from refund_desk.cases.intake import parse_request, submit
+from refund_desk.storage.audit import Actor
+from refund_desk.storage.jobs import ClaimedJob, enqueue
+from refund_desk.storage.models import Case, Job
 from tests.helpers import ACME, CUSTOMER
 from tests.slack_helpers import SlackHarness
 
@@ -120,3 +126,62 @@ def test_an_empty_amount_still_files_what_is_left_on_the_payment(desk: SlackHarn
     [said] = [t for t in told(desk) if "Filed case" in t]
     case = desk.get(said.split("`")[1])
     assert (case["amount"], case["amount_source"]) == ("50.00", "system_of_record")
+
+
+# ---------------------------------------------------------------- the job's own case
+
+
+def queued_filing(desk: SlackHarness, payment: str) -> ClaimedJob:
+    """A `/refund` submission's job, queued as the modal queues it, not yet run."""
+    request = {k: v for k, v in typed(payment, "20.00").items() if v is not None}
+    payload = {
+        "request": {**request, "source": "slack"},
+        "user": OPERATOR,
+        "channel": "C0REFUNDS",
+        "view_id": None,
+    }
+    with desk.runtime.db.write() as session:
+        job = enqueue(session, kind=FILE_CASE, payload=payload)
+        assert job.id is not None
+    return ClaimedJob(job.id, FILE_CASE, payload, attempt=1, failures=0, max_attempts=5)
+
+
+def test_a_case_planted_with_the_jobs_external_id_is_never_reported_as_the_operators(
+    desk: SlackHarness,
+) -> None:
+    payment = desk.payment("50.00")
+    job = queued_filing(desk, payment)
+    # Planted as the API let anyone do before it refused these fields: the job's external id,
+    # and the source of a person's filing.
+    planted = submit(
+        desk.runtime.desk,
+        parse_request(
+            {
+                **desk.request(payment, "15.00"),
+                "source": "slack",
+                "external_id": f"slack-job-{job.id}",
+            }
+        ),
+        actor=Actor("api", "intruder"),
+    ).case_id
+    assert desk.runtime.desk.jobs.run_now(job.id)
+    desk.settle()
+    [said] = [t for t in told(desk) if "Filed case" in t]
+    filed = said.split("`")[1]
+    assert filed != planted
+    with desk.runtime.db.read() as session:
+        case = session.get(Case, filed)
+        assert case is not None
+        assert (case.requested_by, case.requested_amount) == (OPERATOR, 2000)
+    assert desk.counts()[0] == 2
+
+
+def test_a_retried_filing_job_files_its_case_once(desk: SlackHarness) -> None:
+    """A job that ran and then ran again (it died before it was marked done) finds its case."""
+    job = queued_filing(desk, desk.payment("50.00"))
+    file_case(desk.runtime.desk, job)
+    file_case(desk.runtime.desk, job)
+    desk.settle()
+    said = [t for t in told(desk) if "Filed case" in t]  # the sweep ran the queued job too
+    assert len(said) >= 2 and len({t.split("`")[1] for t in said}) == 1, said
+    assert desk.counts()[0] == 1

@@ -41,6 +41,12 @@ log = logging.getLogger(__name__)
 ADVANCE = "advance"  # job kind: advise, decide and route a new case
 
 SOURCES = ("api", "web_form", "shopify", "zendesk", "gorgias", "slack", "email")
+# What the system writes for itself, never a client: `slack` marks a case a person filed with
+# `/refund` (its job writes it, with the person as requester), and `slack-job-<job id>` is
+# that job's external id. The API refuses both (`refuse_internal`).
+INTERNAL_SOURCES = frozenset({"slack"})
+SLACK_JOB = "slack-job-"
+INTERNAL_EXTERNAL_IDS = (SLACK_JOB,)
 
 
 class RefundRequest(BaseModel):
@@ -110,6 +116,21 @@ def parse_request(data: object) -> RefundRequest:
         raise InvalidRequest("invalid_request", "The request has invalid fields.", fields) from None
     request.amount_minor()  # surface amount errors at validation time
     return request
+
+
+def refuse_internal(request: RefundRequest) -> None:
+    """An outside request (the API) may not claim what only the system's own paths write:
+    an internal `source`, or an `external_id` of a form an internal job uses. 422, by field."""
+    fields: dict[str, str] = {}
+    if request.source in INTERNAL_SOURCES:
+        allowed = ", ".join(s for s in SOURCES if s not in INTERNAL_SOURCES)
+        fields["source"] = f"{request.source!r} is the system's own; one of {allowed}"
+    ext = request.external_id or ""
+    if ext.lower().startswith(INTERNAL_EXTERNAL_IDS):
+        reserved = ", ".join(f"{p}…" for p in INTERNAL_EXTERNAL_IDS)
+        fields["external_id"] = f"ids of the form {reserved} are the system's own"
+    if fields:
+        raise InvalidRequest("invalid_request", "The request has invalid fields.", fields)
 
 
 @dataclass(frozen=True)

@@ -22,8 +22,9 @@ from refund_desk.bot.blocks import cards
 from refund_desk.bot.outbox import enqueue_call, enqueue_tell
 from refund_desk.cases.desk import Desk
 from refund_desk.cases.errors import CaseError, InvalidRequest
-from refund_desk.cases.intake import parse_request, submit
+from refund_desk.cases.intake import SLACK_JOB, parse_request, submit
 from refund_desk.cases.people import may_read
+from refund_desk.customers.intake import channel_key
 from refund_desk.governance.versions import control, load_version
 from refund_desk.storage.audit import Actor
 from refund_desk.storage.jobs import ClaimedJob, enqueue
@@ -145,24 +146,28 @@ def find_cases(desk: Desk, user: str, text: str) -> str:
 
 
 def file_case(desk: Desk, job: ClaimedJob) -> None:
-    """The job behind a `/refund` submission: capture, decide, and tell the operator."""
+    """The job behind a `/refund` submission: capture, decide, and tell the operator.
+
+    A retried job finds the case it filed by what its capture wrote in the same transaction:
+    an intake key of this job's id under the Slack channel's own key (`channel_key`: revoked,
+    it never authenticates), which no API request can write or reuse. The case's external id
+    (`slack-job-<job id>`) is for people searching; the API refuses that form anyway."""
     user, channel = job.payload["user"], job.payload.get("channel")
-    external_id = f"slack-job-{job.id}"  # a retried job finds the case it already filed
+    external_id = f"{SLACK_JOB}{job.id}"
     try:
-        with desk.db.read() as session:
-            case_id = session.scalar(
-                select(col(Case.id)).where(
-                    col(Case.source) == "slack", col(Case.external_id) == external_id
-                )
-            )
-        if case_id is None:
-            request = parse_request({**job.payload["request"], "external_id": external_id})
-            submitted = submit(
-                desk, request, actor=Actor("human", user), requested_by=user,
-                prepare=within_payment,
-            )  # fmt: skip
+        request = parse_request({**job.payload["request"], "external_id": external_id})
+        submitted = submit(
+            desk,
+            request,
+            actor=Actor("human", user),
+            api_key_id=channel_key(desk, "slack"),
+            idempotency_key=external_id,
+            requested_by=user,
+            prepare=within_payment,
+        )
+        if submitted.created:
             desk.kick(submitted.job_id)
-            case_id = submitted.case_id
+        case_id = submitted.case_id
         with desk.db.read() as session:
             case = session.get(Case, case_id)
             status = case.status if case else "unknown"

@@ -20,7 +20,7 @@ from refund_desk import clock
 from refund_desk.api_keys import Presented, hash_key, mark_used, presented, usable
 from refund_desk.cases import listing
 from refund_desk.cases.errors import InvalidRequest, Unauthorized
-from refund_desk.cases.intake import parse_request, submit
+from refund_desk.cases.intake import parse_request, refuse_internal, submit
 from refund_desk.cases.lifecycle import Status
 from refund_desk.cases.views import case_view, new_case_view
 from refund_desk.customers import addresses, erasure
@@ -182,6 +182,7 @@ def _create(
     runtime: Runtime, data: Any, api_key: Presented, idempotency_key: str | None
 ) -> tuple[dict[str, Any], bool]:
     refund_request = parse_request(data)
+    refuse_internal(refund_request)  # `source: slack`, `slack-job-…`: the system's own
     if refund_request.callback_url and not runtime.settings.allow_private_callbacks:
         found = addresses.problem(refund_request.callback_url)
         if found:
