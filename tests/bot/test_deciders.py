@@ -127,6 +127,12 @@ def test_a_person_escalating_hands_the_case_to_the_managers_and_finance_may_no_l
     desk.settle()
     assert "needs 1 approver from the managers" in header(desk)
     assert named(decides(desk), {}) == {"U0MGR1"}, decides(desk)
+    assert desk.get(case_id)["deciders"] == {
+        "approvers": None,
+        "managers": True,
+        "people": ["U0MGR1"],
+        "escalated_by": "U0FIN1",
+    }
 
     desk.click("U0FIN2", "approve", desk.buttons()["approve"])  # the fresh card's button
     desk.settle()
@@ -140,6 +146,7 @@ def test_a_person_escalating_hands_the_case_to_the_managers_and_finance_may_no_l
     desk.click("U0MGR1", "approve", desk.buttons()["approve"])
     desk.settle()
     assert desk.get(case_id)["status"] == "refunded"
+    assert desk.get(case_id)["deciders"] is None, "a decided case waits for nobody"
 
 
 def test_after_a_person_escalates_app_home_queues_the_case_for_the_managers_only(
@@ -164,6 +171,12 @@ def test_a_passed_deadline_calls_the_managers_in_beside_finance_and_finance_stil
     assert desk.get(case_id)["escalation_level"] == 1
     assert "needs 1 approver from finance or the managers" in header(desk)
     assert named(decides(desk), {}) == {"U0FIN1", "U0FIN2", "U0MGR1"}, decides(desk)
+    assert desk.get(case_id)["deciders"] == {
+        "approvers": "finance",
+        "managers": True,
+        "people": ["U0FIN1", "U0FIN2", "U0MGR1"],
+        "escalated_by": None,
+    }
     desk.click("U0FIN2", "approve", desk.buttons()["approve"])
     desk.settle()
     assert desk.get(case_id)["status"] == "refunded"
@@ -179,6 +192,9 @@ def test_the_card_names_exactly_whom_a_click_accepts(desk: SlackHarness, escalat
         desk.escalate("U0FIN1", desk.buttons()["escalate"], reason=WHY)
         desk.settle()
     assert named(decides(desk), {}) == clickable(desk, case_id)
+    assert named(" ".join(f"<@{u}>" for u in desk.get(case_id)["deciders"]["people"]), {}) == (
+        clickable(desk, case_id)
+    ), "the API names the same people"
 
 
 # ---------------------------------------------------------------- user groups
@@ -194,6 +210,7 @@ def test_a_user_group_of_deciders_is_named_on_the_card_and_its_members_decide(
     assert "needs 1 approver from finance" in header(desk)
     groups = desk.slack.workspace.usergroups
     assert named(line, groups) == clickable(desk, case_id) == {"U0FIN1", "U0FIN2"}
+    assert desk.get(case_id)["deciders"]["people"] == ["S0FINANCE"]
     desk.click("U0STRANGER", "approve", desk.buttons()["approve"])
     desk.settle()
     assert refused_codes(desk, case_id) == ["not_an_approver"]

@@ -12,7 +12,7 @@ import base64
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import bindparam, func, insert, select
 from sqlalchemy.exc import IntegrityError
@@ -201,6 +201,16 @@ class Deciders:
                         named.append(id_)
         return Text.of(*_spaced(Person(id_) for id_ in named))
 
+    def to_json(self) -> dict[str, Any]:
+        """For the API: the group (None once handed to the managers), whether the managers
+        may decide, everyone named (user ids and user group ids), who escalated it."""
+        return {
+            "approvers": self.group,
+            "managers": self.managers is not None,
+            "people": [part.id for part in self.who() if isinstance(part, Person)],
+            "escalated_by": self.escalated_by,
+        }
+
     def refusal(self) -> str:
         """Why someone else may not decide, in a sentence."""
         if self.escalated_by is not None:
@@ -240,6 +250,17 @@ def deciders(session: Session, case: Case, policy: LoadedPolicy) -> Deciders:
     if person is not None:
         return Deciders(None, None, managers, escalated_by=str(person))
     return Deciders(group, approvers, managers)
+
+
+def waiting_for(session: Session, case: Case) -> Deciders | None:
+    """Who may decide ``case`` now, if it waits for a person (None: it does not, or no policy
+    is published)."""
+    if case.status not in DECIDABLE:
+        return None
+    try:
+        return deciders(session, case, _authority_policy(session, case))
+    except Refused:
+        return None
 
 
 def _check_member(

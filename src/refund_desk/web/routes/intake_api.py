@@ -19,6 +19,7 @@ from fastapi.responses import JSONResponse
 from refund_desk import clock
 from refund_desk.api_keys import Presented, hash_key, mark_used, presented, usable
 from refund_desk.cases import listing
+from refund_desk.cases.approvals import waiting_for
 from refund_desk.cases.errors import InvalidRequest, Unauthorized
 from refund_desk.cases.intake import parse_request, refuse_internal, submit
 from refund_desk.cases.lifecycle import Status
@@ -260,7 +261,12 @@ def get_case(
     api_key: Annotated[Presented, Depends(authenticate)],
 ) -> dict[str, Any]:
     with runtime.db.read() as session:
-        return case_view(session, case_id, with_audit=True, vault=runtime.desk.vault)
+        view = case_view(session, case_id, with_audit=True, vault=runtime.desk.vault)
+        # who may decide it now, as the card and a click see it (null: it waits for nobody)
+        case = session.get(Case, case_id)
+        deciding = waiting_for(session, case) if case is not None else None
+        view["deciders"] = deciding.to_json() if deciding is not None else None
+        return view
 
 
 @router.delete("/customers/{email}")
