@@ -8,8 +8,10 @@ concrete witness context that is evaluated with the real engine before it is rep
 
 Regions, most important first (``KINDS``): NEW pays automatically where OLD did not; NEW
 asks a person where OLD denied; NEW's person has more room (lower tier, higher limit,
-another group); then the tightenings. ``ProofReport.more_permissive`` is true when any
-region (or setting) loosens, or when the analysis could not finish.
+a group with someone new); then the tightenings. Settings outside the rules that say who may
+act and against which limits (approver groups, managers, ``rates``, ``leads``, ``operators``,
+breaker, review sample) are compared by ``authority.py``. ``ProofReport.more_permissive`` is
+true when any region or setting loosens, or when the analysis could not finish.
 
 An expression outside the translated subset does not make the answer "no differences":
 that rule becomes a free choice (holds, fails, or cannot be evaluated), which covers what
@@ -34,6 +36,7 @@ from typing import Any
 import z3
 
 from refund_desk import money
+from refund_desk.policy.authority import Setting, changed_settings
 from refund_desk.policy.context import (
     AMOUNT_SOURCES,
     FACTS,
@@ -64,10 +67,13 @@ FORMAT = "refund-desk/policy-prove/1"
 KINDS: dict[str, tuple[bool, str]] = {
     "pays-automatically": (True, "NEW pays automatically where OLD did not"),
     "person-instead-of-deny": (True, "NEW asks a person where OLD denied"),
-    "looser-review": (True, "NEW's review can pay more (lower tier, higher limit, other group)"),
+    "looser-review": (True, "NEW's review can pay more (lower tier, higher limit, someone new)"),
     "denies": (False, "NEW denies what OLD paid or asked a person about"),
     "person-instead-of-automatic": (False, "NEW asks a person where OLD paid automatically"),
-    "stricter-review": (False, "NEW's review is stricter (higher tier or lower limit)"),
+    "stricter-review": (
+        False,
+        "NEW's review is no looser (higher tier, lower limit, fewer people, or a group renamed)",
+    ),
     "tier-changed": (False, "both pay automatically, at another tier"),
 }
 """kind -> (more permissive?, meaning), in order of importance."""
@@ -133,16 +139,6 @@ class Partial:
     version: str
     rule: str
     construct: str
-
-
-@dataclass(frozen=True)
-class Setting:
-    """A changed setting outside the rules that changes who may pay how much."""
-
-    name: str
-    old: str
-    new: str
-    permissive: bool
 
 
 @dataclass(frozen=True)
@@ -243,7 +239,10 @@ def classify(old: Verdict, new: Verdict) -> str | None:
         new_group = (new.group, new.members, new.currency)
         if (old.tier, old.limit, old_group) == (new.tier, new.limit, new_group):
             return None
-        if new.tier < old.tier or (new.limit or 0) > (old.limit or 0) or old_group != new_group:
+        # Another group is looser unless its people are among the old group's (same user
+        # group or none, no new member): fewer people, a lower limit, a higher tier narrow.
+        fewer = new.currency == old.currency and set(new.members) <= set(old.members)
+        if new.tier < old.tier or (new.limit or 0) > (old.limit or 0) or not fewer:
             return "looser-review"
         return "stricter-review"
     if new.outcome == "approve" and new.tier != old.tier:
@@ -331,7 +330,7 @@ def _prove(old: PolicyDocument | str, new: PolicyDocument | str, *, describe: bo
         new_hash=policy_hash(new_doc),
         regions=tuple(regions),
         partial=tuple(partial),
-        settings=tuple(_settings(old_doc, new_doc)),
+        settings=tuple(changed_settings(old_doc, new_doc)),
         finished=finished,
         seconds=time.perf_counter() - started,
         checks=ctx.checks,
@@ -725,36 +724,6 @@ def _given(witness: dict[str, Any], currency: str) -> dict[str, Any]:
             sec, fact = name.split(".", 1)
             if sec == section and fields.get(fact) is not None and cur:
                 out[section][fact] = str(money.to_major(fields[fact], cur))
-    return out
-
-
-def _settings(old: PolicyDocument, new: PolicyDocument) -> list[Setting]:
-    """Settings outside the rules that let more money out (or less)."""
-    out: list[Setting] = []
-
-    def amount(value: Decimal | None) -> str:
-        return "none" if value is None else f"{value} {new.currency}"
-
-    if old.currency != new.currency:
-        out.append(Setting("currency", old.currency, new.currency, True))
-    a = old.managers.limit if old.managers else None
-    b = new.managers.limit if new.managers else None
-    if a != b:
-        out.append(Setting("managers.limit", amount(a), amount(b), b is not None and (a or 0) < b))
-    for key in ("max_refunds_per_hour", "max_amount_per_hour", "max_failures_in_row"):
-        x, y = getattr(old.breaker, key), getattr(new.breaker, key)
-        if x != y:
-            looser = y is None or (x is not None and y > x)
-            out.append(Setting(f"breaker.{key}", str(x), str(y), looser))
-    if old.review_sample_rate != new.review_sample_rate:
-        out.append(
-            Setting(
-                "review_sample_rate",
-                str(old.review_sample_rate),
-                str(new.review_sample_rate),
-                new.review_sample_rate < old.review_sample_rate,
-            )
-        )
     return out
 
 
