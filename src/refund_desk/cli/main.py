@@ -102,6 +102,7 @@ class FaultMode(StrEnum):
     timeout_after_success = "timeout-after-success"
     decline = "decline"
     crash_after_success = "crash-after-success"
+    ignore_idempotency_keys = "ignore-idempotency-keys"
     none = "none"
 
 
@@ -747,7 +748,12 @@ def sandbox_fault(
     mode: Annotated[FaultMode, typer.Argument(help="The fault the sandbox plays next.")],
     times: Annotated[int | None, typer.Option(help="Only for the next N calls")] = None,
 ) -> None:
-    """Make the sandbox processor misbehave (reaches a running server through the database)."""
+    """Make the sandbox processor misbehave (reaches a running server through the database).
+
+    `ignore-idempotency-keys` plays beside the other faults until `none`: a repeated key then
+    makes a new refund, as a processor that does not honour keys would."""
+    if mode is FaultMode.ignore_idempotency_keys and times is not None:
+        _fail("ignore-idempotency-keys lasts until `sandbox fault none`; --times does not apply", 2)
     try:
         _sandbox().set_fault(mode.value, times)
     except ValueError as exc:

@@ -11,6 +11,10 @@ running server:
     timeout-after-success  the refund is recorded, then the call times out
     decline                refunds are declined
     crash-after-success    the refund is recorded, then the process exits at once
+
+and, beside whichever of those plays, `ignore-idempotency-keys`: from then until `none`, a
+repeated idempotency key makes a new refund, as a processor that does not honour keys would
+(a crash test run from outside then shows exactly-once from our record alone).
 """
 
 from __future__ import annotations
@@ -38,7 +42,15 @@ from refund_desk.storage.db import Database
 from refund_desk.storage.models import SandboxFault, SandboxPayment, SandboxRefund
 from refund_desk.storage.prepared import Prepared
 
-FAULT_MODES = ("none", "down", "timeout-after-success", "decline", "crash-after-success")
+FAULT_MODES = (
+    "none",
+    "down",
+    "timeout-after-success",
+    "decline",
+    "crash-after-success",
+    "ignore-idempotency-keys",
+)
+IGNORE_KEYS = "ignore-idempotency-keys"  # not a mode of its own: it stays beside the others
 CRASH_EXIT_CODE = 86
 _REFUND_FAULTS = ("down", "decline", "timeout-after-success", "crash-after-success")
 
@@ -58,10 +70,11 @@ _THE_FAULT = _faults.c.id == 1  # one row, written by `set_fault` (the CLI) at a
 _FAULT_COLUMNS = (
     select(_faults.c.mode).where(_THE_FAULT).scalar_subquery().label("fault_mode"),
     select(_faults.c.remaining).where(_THE_FAULT).scalar_subquery().label("fault_remaining"),
+    select(_faults.c.ignore_keys).where(_THE_FAULT).scalar_subquery().label("ignore_keys"),
 )
 # Always one row; empty columns where there is no fault row.
 _FAULT = Prepared(select(*_FAULT_COLUMNS))
-# SET from the parameters: mode, remaining.
+# SET from the parameters given: mode and remaining, or ignore_keys.
 _SET_FAULT = Prepared(update(_faults).where(_THE_FAULT))
 
 # A refund's columns under the names `_to_refund` reads.
@@ -207,9 +220,15 @@ class SandboxProcessor:
     def set_fault(self, mode: str, times: int | None = None) -> None:
         if mode not in FAULT_MODES:
             raise ValueError(f"unknown fault {mode!r}; one of {', '.join(FAULT_MODES)}")
-        fault = {"mode": mode, "remaining": None if mode == "none" else times}
         with self.db.write() as session:
             ledger = session.connection()
+            if mode == IGNORE_KEYS:  # beside the fault that plays, until `none`
+                if _SET_FAULT.run(ledger, {"ignore_keys": True}).rowcount == 0:
+                    ledger.execute(insert(_faults), {"id": 1, "mode": "none", "ignore_keys": True})
+                return
+            fault: dict[str, Any] = {"mode": mode, "remaining": None if mode == "none" else times}
+            if mode == "none":
+                fault["ignore_keys"] = False
             if _SET_FAULT.run(ledger, fault).rowcount == 0:
                 ledger.execute(insert(_faults), {"id": 1, **fault})
 
@@ -282,8 +301,9 @@ class SandboxProcessor:
             elif payment is None:
                 raise PaymentNotFound("payment_not_found", f"No payment {payment_id} exists.")
             else:
+                honour = self.honour_idempotency_keys and not payment.ignore_keys
                 refund = self._refund_in(ledger, payment, payment_id, amount, currency,
-                                         idempotency_key, metadata)  # fmt: skip
+                                         idempotency_key, metadata, honour)  # fmt: skip
         if fault == "down":
             raise ProcessorUnavailable("processor_unavailable", "The processor is unavailable.")
         if fault == "decline":
@@ -304,10 +324,11 @@ class SandboxProcessor:
         currency: str,
         idempotency_key: str,
         metadata: dict[str, str],
+        honour_keys: bool,
     ) -> ProcessorRefund:
         """The refund, made on the payment locked in this transaction (or the one its key made)."""
         refunds = _REFUNDS_OF.run(ledger, {"payment_id": payment_id})
-        if self.honour_idempotency_keys:
+        if honour_keys:
             for seen in refunds:
                 if seen.idempotency_key == idempotency_key:
                     return self._to_refund(seen)

@@ -198,6 +198,8 @@ class Execution(SQLModel, table=True):
         default_factory=clock.now, sa_column=Column(UTCDateTime(), nullable=False)
     )
     finished_at: datetime | None = _optional_ts()
+    # When the pay step last passed the barrier and sent the create (`executor._send`).
+    sent_at: datetime | None = _optional_ts()
 
 
 class Approval(SQLModel, table=True):
@@ -318,6 +320,9 @@ class SandboxFault(SQLModel, table=True):
     id: int = Field(default=1, primary_key=True)
     mode: str = Field(default="none", max_length=30)
     remaining: int | None = None  # None: until changed
+    # A repeated idempotency key makes a new refund, until `fault none` (as a processor that
+    # does not honour keys would).
+    ignore_keys: bool = Field(default=False, sa_column_kwargs={"server_default": false()})
 
 
 # ---------------------------------------------------------------- processor news
