@@ -93,5 +93,10 @@ def test_the_breakers_hourly_count_holds_across_replicas(replicas: list[Harness]
     a.runtime.desk.run_inline = True
     _advance_on_both(replicas, jobs)
     refunded = sum(len(a.refunds_at_processor(p)) for p in payments)
-    assert refunded == 1
-    assert sorted(case_row(a, i).status for i in ids) == ["awaiting_approval", "refunded"]
+    assert refunded <= 1
+    statuses = sorted(case_row(a, i).status for i in ids)
+    # The one over the limit trips the breaker and waits for a person. The trip is a barrier
+    # to every automatic refund not yet sent: the other was paid if its create started
+    # before the trip committed, and is otherwise given back to a person too.
+    assert statuses in (["awaiting_approval", "refunded"], ["awaiting_approval", "parked"])
+    assert refunded == statuses.count("refunded")

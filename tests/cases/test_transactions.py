@@ -19,7 +19,7 @@ from tests.conftest import fresh_sqlite, make_settings
 from tests.helpers import Harness
 
 
-def test_an_automatic_refund_costs_four_write_transactions(
+def test_an_automatic_refund_costs_five_write_transactions(
     sqlite_template: Path, tmp_path: Path
 ) -> None:
     url = fresh_sqlite(sqlite_template, tmp_path)
@@ -43,13 +43,14 @@ def test_an_automatic_refund_costs_four_write_transactions(
     assert answer["status"] == "refunded"
     assert len(desk.refunds_at_processor(payment)) == 1
     # intake; the claim of `advance`; advice + decision + reservation (+ the execute job's
-    # claim and the end of `advance`); the processor's answer (+ the end of `execute`).
-    assert counted["IMMEDIATE"] == 4, counted
-    # the API key, the answer, the kill switch's look before paying (with a worker in the
-    # process the answer is read in the intake's transaction instead), and the look at the
-    # case for the advisor: on SQLite the offline advisor is asked before the writer is
-    # taken, so the one writer is not held for its CPU.
-    assert counted["DEFERRED"] == 4, counted
+    # claim and the end of `advance`); the barrier before the create (the execution marked
+    # sent, the switches read as committed); the processor's answer (+ the end of `execute`).
+    assert counted["IMMEDIATE"] == 5, counted
+    # the API key, the answer (with a worker in the process the answer is read in the
+    # intake's transaction instead), and the look at the case for the advisor: on SQLite the
+    # offline advisor is asked before the writer is taken, so the one writer is not held for
+    # its CPU.
+    assert counted["DEFERRED"] == 3, counted
     event.remove(db.engine, "begin", _begin)
     runtime.db.dispose()
     sandbox.db.dispose()

@@ -110,22 +110,32 @@ _AUTOMATIC_IN_WINDOW = Prepared(
 )
 
 
+def lock_switches(session: Session) -> Control:
+    """The control row read afresh and locked until the transaction ends (`FOR UPDATE`;
+    SQLite's one writer, taken at `BEGIN IMMEDIATE`, already excludes every other change).
+    A pause, a mode change and a breaker trip each write this row: one committed while this
+    transaction waited for the lock is in what this returns, and `control(session)` gives the
+    same fresh row for the rest of the transaction."""
+    if direct_rows.uses_direct_rows(session):
+        row = direct_rows.load(session, Control, 1, lock=True, fresh=True)
+    else:
+        row = session.scalars(_LOCK_CONTROL).one()
+    assert row is not None  # the migration seeds it
+    return row
+
+
 def over_limit(
     session: Session, policy: LoadedPolicy | None, amount: int, currency: str
 ) -> str | None:
-    """Would one more automatic refund of `amount` break the hourly limits? Says why."""
+    """Would one more automatic refund of `amount` break the hourly limits? Says why.
+
+    The switches are locked first (`lock_switches`), with or without limits: replicas count
+    and reserve one at a time (two could each see room for one more), and the caller reads
+    the mode as committed now."""
+    lock_switches(session)
     breaker = policy.doc.breaker if policy else None
     if breaker is None or policy is None:
         return None
-    if session.get_bind().dialect.name == "postgresql":
-        # Replicas count and reserve one at a time: without this lock two of them could each
-        # see room for one more and both reserve. SQLite's single writer already serializes.
-        # The row is read afresh with its lock: another replica may have tripped the breaker,
-        # or a lead changed the mode, while this transaction waited for it.
-        if direct_rows.uses_direct_rows(session):
-            direct_rows.load(session, Control, 1, lock=True, fresh=True)
-        else:
-            session.scalars(_LOCK_CONTROL).one()
     flush_if_pending(session, lambda row: isinstance(row, Execution))  # this one's reservations
     window = {"currency": currency, "since": clock.now() - WINDOW}
     count, total = _AUTOMATIC_IN_WINDOW.run(plain(session), window).one()

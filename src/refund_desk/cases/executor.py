@@ -18,7 +18,7 @@ from contextvars import ContextVar
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from sqlalchemy import bindparam, or_, select
+from sqlalchemy import bindparam, or_, select, update
 from sqlmodel import col
 
 from refund_desk import clock, logs, money
@@ -44,14 +44,13 @@ from refund_desk.governance.versions import (
     control,
     evaluate,
     load_version,
-    paused_now,
 )
 from refund_desk.storage import direct_rows
 from refund_desk.storage.audit import SYSTEM
 from refund_desk.storage.db import lock_payment, plain
 from refund_desk.storage.direct_rows import stage
 from refund_desk.storage.jobs import ClaimedJob, RetryLater, backoff, enqueue, queue
-from refund_desk.storage.models import Case, Execution
+from refund_desk.storage.models import Case, Control, Execution
 from refund_desk.storage.prepared import Prepared
 
 if TYPE_CHECKING:
@@ -113,8 +112,8 @@ _reserved: ContextVar[tuple[Execution, str] | None] = ContextVar("reserved_here"
 def reserved_here(execution: Execution | None, correlation_id: str) -> Iterator[None]:
     """Run the execute job of `execution` right after the commit that reserved it: that
     transaction left the case `executing` with this reservation open at the case's amount,
-    so the job does not read them again; it reads only the kill switch, which a lead may
-    have turned on while that transaction ran (on PostgreSQL nothing orders the two).
+    so the job does not read them again; the pay step's barrier (`_send`) reads the kill
+    switch and the mode afresh before any create, as on every path.
     `correlation_id` is the case's, which its lines carry as if the job had read the case."""
     token = _reserved.set((execution, correlation_id) if execution is not None else None)
     try:
@@ -138,11 +137,7 @@ def execute(desk: Desk, job: ClaimedJob) -> None:
     if reserved is not None and reserved[0].case_id == case_id:
         _reserved.set(None)  # once: a retry of this job reads afresh
         logs.case_loaded(case_id, reserved[1])
-        with desk.db.look() as connection:
-            paused = paused_now(connection)
-        if paused:  # the kill switch: the reservation waits (its retry reads everything)
-            raise RetryLater(PAUSED_RECHECK_SECONDS, "paused: the kill switch is on", failed=False)
-        _pay_and_record(desk, job, case_id, reserved[0])
+        _pay_and_record(desk, job, case_id, reserved[0])  # the barrier reads the kill switch
         return
     with desk.db.read() as session:
         case = session.get(Case, case_id)
@@ -181,6 +176,8 @@ def _pay_and_record(desk: Desk, job: ClaimedJob, case_id: str, execution: Execut
             refund = _pay(desk, execution)
     except ProcessorError as exc:
         _processor_failed(desk, job, case_id, execution, exc)
+        return
+    if refund is None:  # not sent: the barrier gave the case back to a person
         return
     _record(desk, execution, refund, job=job)
     if refund.status not in FINAL_REFUND_STATES:
@@ -265,13 +262,18 @@ def reserve_in(
         raise Parked(
             f"The case changed after it was approved (revision {revision}, now {case.revision})."
         )
-    if control(session).paused:
-        raise RetryLater(PAUSED_RECHECK_SECONDS, "paused: the kill switch is on", failed=False)
     automatic = (case.decision or {}).get("automatic", False) and not _human_basis(session, case)
     if not automatic:
         _check_approvals(session, case)
     try:
         _recheck(desk, session, case, payment, automatic=automatic, just_decided=just_decided)
+        # The switches as committed now, locked until this reservation commits: a pause or a
+        # mode change committed while the checks above ran is seen here (`breaker.lock_switches`).
+        switches = breaker.lock_switches(session)
+        if switches.paused:
+            raise RetryLater(PAUSED_RECHECK_SECONDS, "paused: the kill switch is on", failed=False)
+        if automatic and switches.mode != "supervised":
+            raise BackToPerson("Automatic execution is off (mode changed); a person must approve.")
     except BackToPerson as back:
         # In this transaction: a breaker that tripped stays tripped with its record.
         move(
@@ -359,8 +361,6 @@ def _recheck(
         raise Parked("The amount came only from the model; a person must confirm it.")
     if not automatic:
         return
-    if control(session).mode != "supervised":
-        raise BackToPerson("Automatic execution is off (mode changed); a person must approve.")
     if case.possible_duplicate:
         raise Parked("Possible duplicate: never executed automatically.")
     policy = load_version(session, case.policy_version) if case.policy_version else None
@@ -372,7 +372,9 @@ def _recheck(
         if decision.error:
             detail += f"; {decision.error}"
         raise Parked(f"On fresh facts the policy no longer approves automatically ({detail}).")
-    limit = breaker.over_limit(session, policy, case.amount, case.currency)
+    limit = breaker.over_limit(session, policy, case.amount, case.currency)  # locks the switches
+    if control(session).mode != "supervised":  # as committed now: read with the lock
+        raise BackToPerson("Automatic execution is off (mode changed); a person must approve.")
     if limit:
         breaker.trip(desk, session, limit)
         raise BackToPerson(f"Automatic refunds stopped: {limit}.")
@@ -398,24 +400,149 @@ def _evaluate_fresh(
 # ---------------------------------------------------------------- phase 2: pay
 
 
-def _pay(desk: Desk, execution: Execution) -> ProcessorRefund:
-    """Lookup before create: after an unknown outcome the refund may already exist."""
+def _pay(desk: Desk, execution: Execution) -> ProcessorRefund | None:
+    """Lookup before create: after an unknown outcome the refund may already exist. Then the
+    barrier (`_send`), then the create. None: not sent (the case went back to a person)."""
     if execution.processor_refund_id:  # the refund is known (pending): ask for it by id
         return desk.processor.retrieve_refund(execution.processor_refund_id)
+    looked_at = desk.now()
     for refund in desk.processor.list_refunds(execution.payment_id):
         if refund.metadata.get("execution_id") == execution.id:
             return refund
-    return desk.processor.create_refund(
-        payment_id=execution.payment_id,
-        amount=execution.amount,
-        currency=execution.currency.lower(),
-        idempotency_key=execution.idempotency_key,
-        metadata={
-            "case_id": execution.case_id,
-            "execution_id": execution.id,
-            **_correlation(execution),
-        },
-    )
+    try:
+        if not _send(desk, execution, looked_at):
+            return None  # settled or released meanwhile: nothing to send
+    except _ModeChanged as changed:
+        _back_to_person(desk, execution.id, looked_at, changed.reason)
+        return None
+    try:
+        return desk.processor.create_refund(
+            payment_id=execution.payment_id,
+            amount=execution.amount,
+            currency=execution.currency.lower(),
+            idempotency_key=execution.idempotency_key,
+            metadata={
+                "case_id": execution.case_id,
+                "execution_id": execution.id,
+                **_correlation(execution),
+            },
+        )
+    except ProcessorError:
+        _answered(desk, execution.id)  # the call is over: nothing of it is in flight any more
+        raise
+
+
+# Beyond the processor's timeout, how long a create sent by another process may still be
+# answered (clocks of replicas a little apart, a reply on its way).
+SEND_MARGIN_SECONDS = 5.0
+
+
+class _ModeChanged(Exception):
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def _in_flight_since(desk: Desk, looked_at: datetime) -> datetime:
+    """A create sent after this may still be in flight when the lookup at `looked_at` ran
+    (the processor lists a refund once its create has answered or timed out)."""
+    return looked_at - timedelta(seconds=desk.processor.timeout_seconds + SEND_MARGIN_SECONDS)
+
+
+_SWITCHES_SHARED = (
+    select(col(Control.paused), col(Control.mode)).where(col(Control.id) == 1)
+).with_for_update(read=True)
+
+
+def _send(desk: Desk, execution: Execution, looked_at: datetime) -> bool:
+    """The barrier before a create, one short write transaction on every path (inline, the
+    execute job, a retry after a lease ran out):
+
+    - the execution is marked sent (`sent_at`), only while it is still reserved and no create
+      of it sent before the lookup at `looked_at` can still be in flight (another replica that
+      took the job over waits: `RetryLater`); so at most one create per execution is ever in
+      flight, whatever the leases did, and the lookup before it saw every earlier one;
+    - then the pause and the mode are read afresh with the control row locked (`FOR SHARE`;
+      SQLite's one writer): a pause, a mode change or a breaker trip writes that row, so it
+      committed before this read, and stops the create, or commits after this transaction,
+      and the create was under way before it.
+
+    False: the execution is no longer reserved (settled or released meanwhile). Raises
+    RetryLater while paused or while an earlier create may be in flight, and `_ModeChanged`
+    for an automatic refund whose mode is no longer `supervised`; nothing is written then."""
+    with desk.db.write() as session:
+        marked = session.connection().execute(
+            update(Execution)
+            .where(
+                col(Execution.id) == execution.id,
+                col(Execution.status) == case_facts.OPEN_EXECUTION,
+                or_(
+                    col(Execution.sent_at).is_(None),
+                    col(Execution.sent_at) <= _in_flight_since(desk, looked_at),
+                ),
+            )
+            .values(sent_at=desk.now())
+        )
+        if not marked.rowcount:
+            row = session.get(Execution, execution.id)
+            if row is None or row.status != case_facts.OPEN_EXECUTION or row.sent_at is None:
+                return False
+            wait = (row.sent_at - _in_flight_since(desk, looked_at)).total_seconds()
+            raise RetryLater(
+                max(1.0, wait), "a create of this refund may still be in flight", failed=False
+            )
+        switches = session.execute(_SWITCHES_SHARED).one()
+        if switches.paused:
+            raise RetryLater(PAUSED_RECHECK_SECONDS, "paused: the kill switch is on", failed=False)
+        if execution.automatic and switches.mode != "supervised":
+            raise _ModeChanged(
+                f"Automatic execution is off (mode {switches.mode}); a person must approve. "
+                "Nothing was sent to the processor."
+            )
+    return True
+
+
+def _answered(desk: Desk, execution_id: str) -> None:
+    """The create came back with an error or a timeout: it is in flight no more (a timed-out
+    create is in the processor's listing from now on), so the next attempt need not wait."""
+    with desk.db.write() as session:
+        session.execute(
+            update(Execution)
+            .where(
+                col(Execution.id) == execution_id,
+                col(Execution.status) == case_facts.OPEN_EXECUTION,
+            )
+            .values(sent_at=None)
+        )
+
+
+def _back_to_person(desk: Desk, execution_id: str, looked_at: datetime, reason: str) -> None:
+    """An automatic refund reserved before the mode changed, never sent: the reservation is
+    released and the case parked for a person, who may approve it (a person's approval pays
+    in every mode)."""
+    with desk.db.write() as session:
+        row = session.get(Execution, execution_id)
+        if row is None:
+            return
+        case = load_for_update(session, row.case_id)
+        session.refresh(row)
+        in_flight = row.sent_at is not None and row.sent_at > _in_flight_since(desk, looked_at)
+        if row.status != case_facts.OPEN_EXECUTION or in_flight or case.status != Status.executing:
+            return  # settled meanwhile, or sent by another process: the job looks again
+        row.status, row.finished_at = "failed", desk.now()
+        row.error_code, row.error_message = "released", reason
+        stage(session, row)
+        desk.audit.append(
+            session,
+            action="execution.released",
+            actor=SYSTEM,
+            case_id=case.id,
+            correlation_id=case.correlation_id,
+            policy_version=case.policy_version,
+            payload={"execution_id": row.id, "amount": row.amount, "currency": row.currency},
+        )
+        case.park_reason = reason
+        move(session, desk.audit, case, Status.parked, actor=SYSTEM, payload={"reason": reason})
 
 
 def _correlation(execution: Execution) -> dict[str, str]:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import bindparam, func, select
+from sqlalchemy import bindparam, func, or_, select
 from sqlmodel import Session, col
 
 from refund_desk import clock
@@ -25,10 +25,10 @@ OPEN_EXECUTION = "reserved"
 
 
 # Statements of every case's decision, built once (SQLAlchemy reuses their compiled form).
-_OPEN_RESERVATIONS = Prepared(
+_OUR_MONEY_OUT = Prepared(  # reserved (in flight or not yet sent) or succeeded
     select(col(Execution.id), col(Execution.amount)).where(
         col(Execution.payment_id) == bindparam("payment_id"),
-        col(Execution.status) == OPEN_EXECUTION,
+        or_(col(Execution.status) == OPEN_EXECUTION, col(Execution.status) == "succeeded"),
     )
 )
 _HISTORY = Prepared(  # one pass over the customer's cases
@@ -48,8 +48,8 @@ _HISTORY = Prepared(  # one pass over the customer's cases
 @dataclass(frozen=True)
 class Refundable:
     captured: int
-    refunded: int  # at the processor plus our own reservations
-    reserved_ids: frozenset[str]
+    refunded: int  # the processor's refunds not ours, plus our own executions' money out
+    reserved_ids: frozenset[str]  # our executions counted (reserved or succeeded)
 
     @property
     def left(self) -> int:
@@ -57,9 +57,12 @@ class Refundable:
 
 
 def refundable(session: Session, payment: PaymentFacts, *, unseen: bool = False) -> Refundable:
-    """captured - the processor's refunds - our executions not yet finished (reservations).
+    """captured - the processor's refunds that are not ours - every execution of ours that
+    moved money or may (succeeded, or reserved: sent or about to be).
 
-    A reservation whose refund the processor already holds is counted once, not twice.
+    Called under the payment's lock: our record is read there, so an execution of another
+    case that succeeded (or was reserved) after `payment` was read from the processor counts,
+    and a refund of ours that the processor already lists is counted once, from our record.
     `unseen`: the payment's row was inserted by this transaction, so no execution of ours
     can refer to it (a foreign key) and nothing is read.
     """
@@ -69,10 +72,10 @@ def refundable(session: Session, payment: PaymentFacts, *, unseen: bool = False)
         )
     # a reservation made in this transaction counts
     flush_if_pending(session, lambda row: isinstance(row, Execution))
-    open_rows = _OPEN_RESERVATIONS.run(plain(session), {"payment_id": payment.id})
-    ids = frozenset(r[0] for r in open_rows)
-    reserved = sum(r[1] for r in open_rows)
-    return Refundable(payment.amount, payment.refunded_amount(excluding=ids) + reserved, ids)
+    ours = _OUR_MONEY_OUT.run(plain(session), {"payment_id": payment.id})
+    ids = frozenset(r[0] for r in ours)
+    out = sum(r[1] for r in ours)
+    return Refundable(payment.amount, payment.refunded_amount(excluding=ids) + out, ids)
 
 
 _DECIDED_ON = "facts.decided on"  # the memo of `decided_on`
