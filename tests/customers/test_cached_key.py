@@ -5,15 +5,18 @@ used: the case is sealed under the customer's new key, and the erased cases stay
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
 
 from refund_desk.customers import erasure
 from refund_desk.runtime import Runtime
+from refund_desk.storage import crypto
 from refund_desk.storage.audit import Actor
 from refund_desk.storage.crypto import CustomerCipher, Vault
 from refund_desk.storage.models import Case, CustomerKey
+from refund_desk.web.app import Sweeper
 from tests.conftest import make_runtime
 from tests.helpers import CUSTOMER, Harness
 
@@ -130,3 +133,54 @@ def test_a_fresh_key_never_replaces_a_live_one(runtime: Runtime) -> None:
     assert _generation(runtime, email_hash) == stored
     assert case.email_enc.startswith(f"c1.{email_hash}.1.")
     assert vault.decrypt(case.email_enc) == CUSTOMER
+
+
+def test_a_key_erased_by_another_process_leaves_this_processs_memory_within_its_lifetime(
+    any_runtime: Runtime, any_db_url: str
+) -> None:
+    """The process that took the intake is not told of another process's erasure: the key
+    leaves its memory once `KEY_MEMORY_SECONDS` have passed since the key was last proved,
+    at its next use or its next sweep, whichever comes first."""
+    desk = Harness(any_runtime)
+    desk.publish()
+    vault = any_runtime.desk.vault
+    email_hash = vault.email_hash(CUSTOMER)
+    _file(desk)
+    assert vault.remembers(email_hash)
+    _erase_elsewhere(any_db_url)
+    assert vault.remembers(email_hash)  # within the lifetime: still here
+    assert vault.forget_expired(time.monotonic() + crypto.KEY_MEMORY_SECONDS / 2) == 0
+    assert vault.forget_expired(time.monotonic() + crypto.KEY_MEMORY_SECONDS) == 1
+    assert not vault.remembers(email_hash)
+
+
+def test_a_key_past_its_lifetime_is_not_handed_out_and_leaves_memory_at_its_use(
+    any_runtime: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    desk = Harness(any_runtime)
+    desk.publish()
+    vault = any_runtime.desk.vault
+    email_hash = vault.email_hash(CUSTOMER)
+    _file(desk)
+    assert not vault.ready_cipher(email_hash).fresh
+    monkeypatch.setattr(crypto, "KEY_MEMORY_SECONDS", 0.0)
+    assert vault.ready_cipher(email_hash).fresh
+    assert not vault.remembers(email_hash)
+
+
+def test_every_sweep_forgets_the_keys_past_their_lifetime(
+    any_runtime: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    desk = Harness(any_runtime)
+    desk.publish()
+    vault = any_runtime.desk.vault
+    email_hash = vault.email_hash(CUSTOMER)
+    _file(desk)
+    assert vault.remembers(email_hash)
+    monkeypatch.setattr(crypto, "KEY_MEMORY_SECONDS", 0.0)
+    sweeper = Sweeper(any_runtime)
+    try:
+        sweeper.sweep()  # an idle process: no intake uses the key, the sweep drops it
+    finally:
+        sweeper.pool.shutdown()
+    assert not vault.remembers(email_hash)

@@ -11,6 +11,7 @@ import hashlib
 import hmac
 import re
 import threading
+import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import datetime
@@ -62,6 +63,10 @@ def normalize_email(email: str) -> str:
 
 CUSTOMER_TOKEN = "c1"  # c1.<email hash>.<key generation>.<Fernet token>
 CIPHERS_KEPT = 1024  # customers whose live key a Vault keeps in memory (`ready_cipher`)
+# How long a customer's key stays in a process's memory after a commit proved it live. An
+# erasure in another process cannot reach this memory: the key leaves it at the latest this
+# long after it was last proved, checked at each use and at every sweep (`forget_expired`).
+KEY_MEMORY_SECONDS = 60.0
 
 
 class CustomerCipher:
@@ -114,8 +119,9 @@ class Vault:
         self._db = db
         self._fernet = Fernet(base64.urlsafe_b64encode(derive_key(secret, "field-encryption")))
         self._wrap = Fernet(base64.urlsafe_b64encode(derive_key(secret, "customer-keys")))
-        # Customers' live keys as last proved by a write transaction (`ready_cipher`).
-        self._ciphers: OrderedDict[str, CustomerCipher] = OrderedDict()
+        # Customers' live keys as last proved by a write transaction (`ready_cipher`), oldest
+        # proof first, each with when it was proved (monotonic seconds).
+        self._ciphers: OrderedDict[str, tuple[CustomerCipher, float]] = OrderedDict()
         self._ciphers_lock = threading.Lock()
 
     def encrypt(self, value: str | None) -> str | None:
@@ -239,8 +245,10 @@ class Vault:
         with self._ciphers_lock:
             known = self._ciphers.get(email_hash)
             if known is not None:
-                self._ciphers.move_to_end(email_hash)
-                return known
+                cipher, proved_at = known
+                if time.monotonic() - proved_at < KEY_MEMORY_SECONDS:
+                    return cipher
+                del self._ciphers[email_hash]
         key = Fernet.generate_key()
         wrapped = self._wrap.encrypt(key).decode()
         return CustomerCipher(email_hash, 1, key, wrapped=wrapped, fresh=True)
@@ -251,16 +259,37 @@ class Vault:
         stored = CustomerCipher(
             cipher.email_hash, cipher.generation, cipher._key, wrapped=cipher.wrapped
         )
+        now = time.monotonic()
         with self._ciphers_lock:
-            self._ciphers[cipher.email_hash] = stored
+            self._ciphers[cipher.email_hash] = (stored, now)
             self._ciphers.move_to_end(cipher.email_hash)
             while len(self._ciphers) > CIPHERS_KEPT:
                 self._ciphers.popitem(last=False)
+        self.forget_expired(now)
 
     def forget(self, email_hash: str) -> None:
         """The customer's key is being destroyed: it leaves this process's memory too."""
         with self._ciphers_lock:
             self._ciphers.pop(email_hash, None)
+
+    def forget_expired(self, now: float | None = None) -> int:
+        """Drop the keys proved more than `KEY_MEMORY_SECONDS` ago (an erasure elsewhere may
+        have destroyed them); how many. Called at every sweep, so an idle process forgets too."""
+        now = time.monotonic() if now is None else now
+        dropped = 0
+        with self._ciphers_lock:
+            while self._ciphers:
+                _, (_, proved_at) = next(iter(self._ciphers.items()))
+                if now - proved_at < KEY_MEMORY_SECONDS:
+                    break
+                self._ciphers.popitem(last=False)
+                dropped += 1
+        return dropped
+
+    def remembers(self, email_hash: str) -> bool:
+        """Whether this process holds the customer's key in memory now."""
+        with self._ciphers_lock:
+            return email_hash in self._ciphers
 
     def _new_wrapped_key(self) -> str:
         return self._wrap.encrypt(Fernet.generate_key()).decode()

@@ -57,6 +57,7 @@ class Sweeper:
 
     def __init__(self, runtime: Runtime) -> None:
         self.jobs = runtime.desk.jobs
+        self.vault = runtime.desk.vault
         self.db = runtime.db
         self.period = timedelta(seconds=runtime.settings.sweep_seconds)
         self.scheduler = BackgroundScheduler(timezone="UTC")
@@ -96,6 +97,7 @@ class Sweeper:
                 if not self.again.is_set():
                     break
             upcoming = self.jobs.next_due()
+            self.vault.forget_expired()  # keys an erasure elsewhere may have destroyed
             self.state.last_swept, self.state.last_error = time.monotonic(), None
             self._heartbeat(None)
         except Exception as exc:  # the next period tries again; the jobs table keeps the work
