@@ -53,7 +53,7 @@ from sqlalchemy.engine import make_url
 from sqlmodel import col
 
 from refund_desk import clock, money
-from refund_desk.cases import approvals, executor, tokens
+from refund_desk.cases import approvals, breaker, executor, tokens
 from refund_desk.cases.errors import CaseError
 from refund_desk.cases.ports import (
     AdviceRequest,
@@ -74,7 +74,9 @@ from refund_desk.storage.models import (
     Approval,
     AuditRecord,
     Case,
+    Control,
     Execution,
+    Job,
     ProcessorFinding,
     SandboxPayment,
     SandboxRefund,
@@ -144,6 +146,7 @@ class DeskMachine(RuleBasedStateMachine):
                 raise
 
         sandbox.create_refund = create_refund  # type: ignore[method-assign]
+        self._between_the_steps(sandbox)
         self.payments: list[str] = []
         self.cases: list[str] = []
         self.used_tokens: list[str] = []
@@ -157,6 +160,7 @@ class DeskMachine(RuleBasedStateMachine):
         try:
             self._everyone_hears()
         finally:
+            executor._recheck = self.real_recheck  # type: ignore[assignment]
             if STATS is not None:
                 with self.runtime.db.read() as session:
                     statuses = [c.status for c in session.scalars(select(Case)).all()]
@@ -170,6 +174,106 @@ class DeskMachine(RuleBasedStateMachine):
                 for status in statuses:
                     STATS[status] = STATS.get(status, 0) + 1
             self.runtime.db.dispose()
+
+    # ------------------------------------------------------------ between a refund's steps
+
+    def _between_the_steps(self, sandbox: SandboxProcessor) -> None:
+        """Hooks at the steps of one refund where another process may commit: right after the
+        read of the payment at the processor (before the payment's lock), inside the
+        reservation's transaction (its checks, before the switches' lock; PostgreSQL only: on
+        SQLite that transaction holds the one writer) and right after the lookup that comes
+        before the create. `meanwhile` arms
+        one; every create checks that it was sent on the switches as committed."""
+        self.armed: tuple[str, str] | None = None
+        self.firing = False
+        self.breaches: list[str] = []
+        self.on_sqlite = self.runtime.db.is_sqlite
+        read, lookup, create = sandbox.payment, sandbox.list_refunds, sandbox.create_refund
+        self.real_recheck = executor._recheck
+
+        def payment(payment_id: str, **kw: Any) -> Any:
+            facts = read(payment_id, **kw)
+            self._fire("payment-read")  # the facts are read; the payment is not locked yet
+            return facts
+
+        def list_refunds(payment_id: str) -> Any:
+            found = lookup(payment_id)
+            self._fire("lookup")  # the lookup is done; the create comes next
+            return found
+
+        def recheck(*args: Any, **kwargs: Any) -> Any:
+            self._fire("reservation")
+            return self.real_recheck(*args, **kwargs)
+
+        def create_refund(**kw: Any) -> Any:
+            self._sent_as_committed(kw["metadata"]["execution_id"], kw["payment_id"], kw["amount"])
+            return create(**kw)
+
+        sandbox.payment = payment  # type: ignore[method-assign]
+        sandbox.list_refunds = list_refunds  # type: ignore[method-assign]
+        sandbox.create_refund = create_refund  # type: ignore[method-assign]
+        executor._recheck = recheck  # type: ignore[assignment]
+
+    def _sent_as_committed(self, execution_id: str, payment_id: str, amount: int) -> None:
+        """Each create, as it is sent, against what is committed: no create while a pause
+        has committed, none for an automatic refund once the mode (or a breaker trip) stopped
+        automatic refunds, and none for more than the processor has left on the payment (a
+        processor that did not check would pay it). A breach is kept for `barrier_held`: the
+        job that sent it would only retry."""
+        with self.runtime.db.read() as session:
+            switches = session.get(Control, 1)
+            execution = session.get(Execution, execution_id)
+            payment = session.get(SandboxPayment, payment_id)
+            refunds = session.scalars(
+                select(SandboxRefund).where(col(SandboxRefund.payment_id) == payment_id)
+            ).all()
+        assert switches is not None and execution is not None and payment is not None
+        left = payment.amount - sum(r.amount for r in refunds if r.status == "succeeded")
+        if switches.paused:
+            self.breaches.append(f"{execution_id} sent to the processor while paused")
+        if execution.automatic and switches.mode != "supervised":
+            self.breaches.append(f"{execution_id}: automatic, sent in mode {switches.mode}")
+        if amount > left and execution_id not in {r.meta.get("execution_id") for r in refunds}:
+            self.breaches.append(f"{execution_id}: {amount} asked, {left} left at the processor")
+
+    def _fire(self, at: str) -> None:
+        if self.armed is None or self.armed[1] != at or self.firing:
+            return
+        change, _ = self.armed
+        self.armed, self.firing = None, True
+        try:
+            if change == "pause":
+                self._gov(admin.set_paused, "U0LEAD1", paused=True)
+            elif change == "trip":
+                with self.runtime.db.write() as session:
+                    breaker.trip(self.runtime.desk, session, "another replica: over the limit")
+            elif change == "approve-all":
+                with self.runtime.db.write() as session:
+                    admin.set_mode(
+                        session, self.runtime.desk.audit, mode="approve-all", actor=Actor("cli")
+                    )
+            else:  # another case's refund, carried through by another worker
+                with self.runtime.db.read() as session:
+                    pending = session.scalars(
+                        select(col(Job.id)).where(
+                            col(Job.kind) == executor.EXECUTE, col(Job.status) == "pending"
+                        )
+                    ).all()
+                for job in pending[:1]:
+                    self._guard(lambda job=job: self.runtime.desk.jobs.run_now(job))
+        finally:
+            self.firing = False
+
+    @rule(
+        change=st.sampled_from(["pause", "trip", "approve-all", "another-refund"]),
+        at=st.sampled_from(["payment-read", "reservation", "lookup"]),
+    )
+    def meanwhile(self, change: str, at: str) -> None:
+        """Another process commits `change` at the next refund step `at`: between the steps
+        of one refund, not only between refunds."""
+        if at == "reservation" and (self.on_sqlite or change == "another-refund"):
+            at = "lookup"  # (another refund inside it would wait on the payment's lock)
+        self.armed = (change, at)
 
     # ------------------------------------------------------------ helpers
 
@@ -538,6 +642,10 @@ class DeskMachine(RuleBasedStateMachine):
             assert approval.amount is not None and approval.amount <= max(limits), case.id
 
     @invariant()
+    def barrier_held(self) -> None:
+        assert not getattr(self, "breaches", []), self.breaches
+
+    @invariant()
     def record_verifies(self) -> None:
         if not hasattr(self, "runtime"):
             return
@@ -623,6 +731,16 @@ def pg_factory(pg_template: str) -> Iterator[Callable[[], str]]:
     admin_engine.dispose()
 
 
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def either_factory(
+    request: pytest.FixtureRequest, sqlite_factory: Callable[[], str]
+) -> Callable[[], str]:
+    if request.param == "sqlite":
+        return sqlite_factory
+    factory: Callable[[], str] = request.getfixturevalue("pg_factory")
+    return factory
+
+
 def test_stateful_desk_keeps_its_promise_sqlite(sqlite_factory: Callable[[], str]) -> None:
     _run(sqlite_factory, examples=25, steps=30)
 
@@ -669,3 +787,68 @@ def test_stateful_example_timeout_then_outage_then_deny(
         m.money_is_right()
         m.record_verifies()
         m.teardown()
+
+
+def _creates(m: DeskMachine) -> list[int]:
+    """Every create the desk sends from here on, by amount."""
+    sent: list[int] = []
+    create = m.desk.sandbox.create_refund
+
+    def counted(**kw: Any) -> Any:
+        sent.append(kw["amount"])
+        return create(**kw)
+
+    m.desk.sandbox.create_refund = counted  # type: ignore[method-assign]
+    return sent
+
+
+def test_stateful_example_a_pause_between_the_reservation_and_the_create(
+    either_factory: Callable[[], str],
+) -> None:
+    """Break 1: a lead's pause commits after the refund was reserved, before its create."""
+    m = _machine(either_factory)
+    sent = _creates(m)
+    m.meanwhile("pause", "lookup")
+    m.request_small_or_large(0, True, "20.00")  # a damaged order the policy refunds itself
+    m.barrier_held()
+    assert sent == []
+    m.money_is_right()
+    m.teardown()  # resumed there: it is paid once
+    assert sent == [2000]
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("change", ["approve-all", "trip"])
+def test_stateful_example_a_mode_change_inside_the_reservation(
+    pg_factory: Callable[[], str], change: str
+) -> None:
+    """Break 2: the mode changes (or another replica trips the breaker) while an automatic
+    refund's reservation runs its checks."""
+    m = _machine(pg_factory)
+    sent = _creates(m)
+    m.meanwhile(change, "reservation")
+    m.request_small_or_large(0, True, "20.00")
+    m.barrier_held()
+    assert sent == []
+    m.money_is_right()
+    m.teardown()
+
+
+def test_stateful_example_another_refund_before_the_reservation(
+    either_factory: Callable[[], str],
+) -> None:
+    """Break 3: another case's refund on the same payment lands after this one read the
+    payment at the processor and before it reserved: never more is asked than is left."""
+    m = _machine(either_factory)
+    sent = _creates(m)
+    m.request(0, True, "900.00", 0, "400.00", None)  # a person's case (tier 3)
+    m.request(0, False, "900.00", 0, "600.00", None)  # another on the same payment
+    m.trouble("down", None)
+    m.click(1, False, "approve", "U0FIN1", "20.00", False)  # its refund waits for the processor
+    m.trouble("heal", None)
+    m.meanwhile("another-refund", "payment-read")
+    m.click(0, False, "approve", "U0LEAD1", "20.00", False)
+    m.barrier_held()
+    assert sent == [60000], sent  # the 600.00 only: 300.00 was left for the 400.00
+    m.money_is_right()
+    m.teardown()

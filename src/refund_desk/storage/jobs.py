@@ -293,8 +293,11 @@ class JobQueue:
         return {"job_id": job.id, "fence_attempt": job.attempt, "owner": self.owner}
 
     def renew(self, job: ClaimedJob) -> bool:
-        """Extend the lease of a job still running here; False once it is lost."""
-        with self.db.write() as session:
+        """Extend the lease of a job still running here; False once it is lost. It goes
+        before every writer that can wait (`urgent`): a renewal that queued behind intakes and
+        other jobs for a whole lease would let another replica take a job whose processor call
+        is still in flight."""
+        with self.db.urgent(), self.db.write() as session:
             renewed = _RENEW.run(
                 plain(session), {**self._fenced(job), "lease_until": clock.now() + self.lease}
             )
