@@ -778,11 +778,12 @@ def resolve(desk: Desk, execution_id: str) -> str:
         row = session.get(Execution, execution_id)
     if row is None or row.status != case_facts.OPEN_EXECUTION:
         return "settled"
+    looked_at = desk.now()
     refund = _lookup(desk, row)
     if refund is not None:
         _record(desk, row, refund)
         return "recorded"
-    return "released" if _release(desk, row.id) else "open"
+    return "released" if _release(desk, row.id, looked_at) else "open"
 
 
 def _lookup(desk: Desk, execution: Execution) -> ProcessorRefund | None:
@@ -797,15 +798,17 @@ def _lookup(desk: Desk, execution: Execution) -> ProcessorRefund | None:
     return None
 
 
-def _release(desk: Desk, execution_id: str) -> bool:
+def _release(desk: Desk, execution_id: str, looked_at: datetime) -> bool:
     with desk.db.write() as session:
         row = session.get(Execution, execution_id)
         if row is None:
             return False
         case = load_for_update(session, row.case_id)
         session.refresh(row)
-        # Only a parked case: an approved or executing one belongs to its executor.
-        if row.status != case_facts.OPEN_EXECUTION or case.status != Status.parked:
+        # Only a parked case: an approved or executing one belongs to its executor. Never a
+        # reservation whose create may still have been in flight when the lookup ran.
+        in_flight = row.sent_at is not None and row.sent_at > _in_flight_since(desk, looked_at)
+        if row.status != case_facts.OPEN_EXECUTION or case.status != Status.parked or in_flight:
             return False
         row.status, row.finished_at = "failed", desk.now()
         row.error_code = "released"
