@@ -242,8 +242,11 @@ def test_deny_escalate_and_approve_partially_still_work(desks: list[Harness]) ->
     assert "Escalated" in _click(desk, _token(desk, escalated, "escalate"), "U0LEAD1").message
     case = _case(desk, escalated)
     assert case.escalation_level == 1 and case.status == "awaiting_approval"
-    with pytest.raises(approvals.Refused) as top:
+    with pytest.raises(approvals.Refused) as handed:  # the group no longer acts on it
         _click(desk, _token(desk, escalated, "escalate"), "U0LEAD2")
+    assert handed.value.code == "not_an_approver"
+    with pytest.raises(approvals.Refused) as top:
+        _click(desk, _token(desk, escalated, "escalate"), "U0MGR1")
     assert top.value.code == "top_of_chain"
     _click(desk, _token(desk, escalated, "approve"), "U0MGR1")
     desk.sweep()
