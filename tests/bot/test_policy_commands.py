@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -13,8 +14,10 @@ from sqlalchemy import select
 from sqlmodel import col
 
 from refund_desk.bot.policy_jobs import Progress
+from refund_desk.governance.backtest import ensure_backtest
+from refund_desk.governance.drafts import save_draft
 from refund_desk.governance.versions import control
-from refund_desk.storage.audit import verify_chain
+from refund_desk.storage.audit import Actor, verify_chain
 from refund_desk.storage.models import AuditRecord, Case
 from tests.conftest import TEST_SECRET
 from tests.helpers import ACME
@@ -22,6 +25,7 @@ from tests.slack_helpers import SlackHarness, fixture
 
 LEAD, OTHER_LEAD, NOT_LEAD = "U0LEAD1", "U0LEAD2", "U0FIN1"
 # v2 of the policy: small damaged orders only refund themselves up to $10 now.
+TWO_LEADS = ACME.read_text().replace("leads: [U0LEAD1]", "leads: [U0LEAD1, U0LEAD2]")
 STRICTER = ACME.read_text().replace("request.amount <= 50 and", "request.amount <= 10 and")
 STRICTER = STRICTER.replace("{amount: 20, reason: damaged}", "{amount: 5, reason: damaged}")
 BROKEN_TEST = ACME.read_text().replace(
@@ -39,6 +43,13 @@ def say(desk: SlackHarness, text: str, user: str = LEAD) -> str:
     response = desk.slash(user, "/refund-policy", text)
     assert response.status_code == 200, response.text
     return str(response.text)
+
+
+def confirm_command(answer: str) -> str:
+    """The `publish DRAFT confirm HASH` an answer shows (the hash names the text shown)."""
+    found = re.search(r"(publish d\d+ confirm [0-9a-f]{16})`", answer)
+    assert found, answer
+    return found[1]
 
 
 def submit_draft(
@@ -98,11 +109,12 @@ def automatic_case(desk: SlackHarness, amount: str = "20.00") -> str:
 def test_draft_test_backtest_publish_rollback_each_on_the_record(
     any_db_url: str, slack_desk: Callable[[str, str], SlackHarness]
 ) -> None:
-    desk = slack_desk(any_db_url, ACME.read_text())
+    desk = slack_desk(any_db_url, TWO_LEADS)
     old_case = automatic_case(desk)  # decided by v1: approve by damaged-small
     assert desk.get(old_case)["status"] == "refunded"
 
-    submit_draft(desk, file_text=STRICTER)  # over 3,000 characters is fine: it is a file
+    stricter = STRICTER.replace("leads: [U0LEAD1]", "leads: [U0LEAD1, U0LEAD2]")
+    submit_draft(desk, file_text=stricter)  # over 3,000 characters is fine: it is a file
     assert any("Saved draft *d1*: valid" in m.text for m in desk.slack.ephemeral)
     assert "1 passed, 0 failed" in say(desk, "test d1")
     refused = say(desk, "publish d1")
@@ -127,7 +139,10 @@ def test_draft_test_backtest_publish_rollback_each_on_the_record(
     published = say(desk, "publish d1 confirm")
     assert "published d1 as *acme-refunds v2*" in published and active_version(desk) == 2
     assert "approve → review: 1 case" in policy_messages(desk)[-1]  # with the backtest
-    assert "rolled back to v1" in say(desk, "rollback v1") and active_version(desk) == 3
+    # back to the looser v1: a second lead confirms the same rollback
+    assert "needs a second lead" in say(desk, "rollback v1") and active_version(desk) == 2
+    assert "rolled back to v1" in say(desk, "rollback v1", OTHER_LEAD)
+    assert active_version(desk) == 3
     history = say(desk, "history", NOT_LEAD)  # an approver may read
     assert "* v3" in history and "(rollback to v1)" in history and " v2 " in history
 
@@ -137,9 +152,10 @@ def test_draft_test_backtest_publish_rollback_each_on_the_record(
         "policy.tested",
         "policy.backtested",
         "policy.published",
-        "policy.rolled_back",
+        "policy.change_requested",
     ):
         assert actions[action] == f"human:{LEAD}", action
+    assert actions["policy.rolled_back"] == f"human:{OTHER_LEAD}"
     with desk.runtime.db.read() as session:
         assert verify_chain(TEST_SECRET, session).ok
 
@@ -304,20 +320,18 @@ def test_after_the_fact_review_records_a_wrong_refund_against_its_rule(
 def test_a_second_lead_confirms_a_publish_when_the_setting_asks(
     sqlite_url: str, slack_desk: Callable[[str, str], SlackHarness]
 ) -> None:
-    two_leads = ACME.read_text().replace("leads: [U0LEAD1]", "leads: [U0LEAD1, U0LEAD2]")
-    desk = slack_desk(sqlite_url, two_leads)
+    desk = slack_desk(sqlite_url, TWO_LEADS)
     assert "needs a second lead" in say(desk, "second-lead on")
     submit_draft(
-        desk, text=two_leads.replace("request.amount <= 50 and", "request.amount <= 40 and")
+        desk, text=TWO_LEADS.replace("request.amount <= 50 and", "request.amount <= 40 and")
     )
     say(desk, "backtest d1")
     desk.settle()
-    assert "needs a second lead" in say(desk, "publish d1 confirm") and active_version(desk) == 1
-    assert "another lead must confirm" in say(desk, "publish d1 confirm")
-    assert (
-        "published d1 as" in say(desk, "publish d1 confirm", OTHER_LEAD)
-        and active_version(desk) == 2
-    )
+    # without the hash of what was shown, nothing is asked: the answer shows the hash
+    confirm = confirm_command(say(desk, "publish d1 confirm"))
+    assert "needs a second lead" in say(desk, confirm) and active_version(desk) == 1
+    assert "another lead must confirm" in say(desk, confirm)
+    assert "published d1 as" in say(desk, confirm, OTHER_LEAD) and active_version(desk) == 2
 
 
 def published_proof(desk: SlackHarness) -> dict[str, Any]:
@@ -328,20 +342,17 @@ def published_proof(desk: SlackHarness) -> dict[str, Any]:
 def test_a_looser_version_needs_a_second_lead_even_with_the_rule_off(
     sqlite_url: str, slack_desk: Callable[[str, str], SlackHarness]
 ) -> None:
-    two_leads = ACME.read_text().replace("leads: [U0LEAD1]", "leads: [U0LEAD1, U0LEAD2]")
-    desk = slack_desk(sqlite_url, two_leads)
-    looser = two_leads.replace("request.amount <= 50 and", "request.amount <= 400 and")
+    desk = slack_desk(sqlite_url, TWO_LEADS)
+    looser = TWO_LEADS.replace("request.amount <= 50 and", "request.amount <= 400 and")
     submit_draft(desk, text=looser)
     say(desk, "backtest d1")
     desk.settle()
     assert any("Proved against v1: more permissive" in m.text for m in desk.slack.messages)
-    asked = say(desk, "publish d1 confirm")
+    confirm = confirm_command(say(desk, "publish d1"))
+    asked = say(desk, confirm)
     assert "needs a second lead" in asked and "more permissive" in asked, asked
     assert active_version(desk) == 1
-    assert (
-        "published d1 as" in say(desk, "publish d1 confirm", OTHER_LEAD)
-        and active_version(desk) == 2
-    )
+    assert "published d1 as" in say(desk, confirm, OTHER_LEAD) and active_version(desk) == 2
     proof = published_proof(desk)
     assert proof["against"] == 1 and proof["more_permissive"] is True
     assert len(proof["hash"]) == 64
@@ -387,3 +398,27 @@ def test_a_rate_limit_after_a_backtest_resumes_its_report_and_never_runs_it_agai
     assert len(runs) == 1, "the backtest ran once"
     summaries = [t for t in policy_messages(desk) if "Backtest" in t or "backtest" in t]
     assert len([t for t in summaries if t.startswith("<@")]) == 1, summaries
+
+
+def test_a_second_leads_confirmation_names_the_text_they_were_shown(
+    sqlite_url: str, slack_desk: Callable[[str, str], SlackHarness]
+) -> None:
+    desk = slack_desk(sqlite_url, TWO_LEADS)
+    submit_draft(
+        desk, text=TWO_LEADS.replace("request.amount <= 50 and", "request.amount <= 40 and")
+    )
+    say(desk, "backtest d1")
+    desk.settle()
+    shown = confirm_command(say(desk, "publish d1", OTHER_LEAD))  # lead 2 reads the tight text
+    looser = TWO_LEADS.replace("request.amount <= 50 and", "request.amount <= 400 and")
+    with desk.runtime.db.write() as session:  # lead 1 swaps in a looser text, backtested
+        audit, lead = desk.runtime.desk.audit, Actor("human", LEAD)
+        save_draft(session, audit, source=looser, actor=lead, draft_id=1)
+        ensure_backtest(session, audit, source=looser, actor=lead)
+    now = confirm_command(say(desk, "publish d1"))
+    assert now != shown and "needs a second lead" in say(desk, now)
+    assert "Not published" in say(desk, "publish d1 confirm", OTHER_LEAD)
+    stale = say(desk, shown, OTHER_LEAD)
+    assert "Not done" in stale and now.split()[-1] in stale and active_version(desk) == 1
+    assert "Usage" in say(desk, "publish d1 now please", OTHER_LEAD)
+    assert "published d1 as" in say(desk, now, OTHER_LEAD) and active_version(desk) == 2

@@ -1,7 +1,8 @@
 """`refund-desk policy …` beyond validate/test: the admin's and CI's side of the lifecycle.
 
 The same services as `/refund-policy`; the actor is ``cli:<os user>`` and there is no lead
-check (the CLI is the admin's, who also publishes the very first version). When Slack is
+check and no second lead (the CLI is the machine admin's, who also publishes the very first
+version; ``governance/consent.py`` gates only people in Slack). When Slack is
 configured, each change is also announced in the policy channel (a queued Slack call that the
 server's sweeps deliver).
 """
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from contextlib import nullcontext
+from contextlib import nullcontext, suppress
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -227,18 +228,24 @@ def register(policy_app: typer.Typer) -> None:
     def policy_rollback(
         version: Annotated[str, typer.Argument(help="The version, e.g. v1.")],
     ) -> None:
-        """Make an older version active again, as a new published version."""
+        """Make an older version active again, as a new published version (the machine
+        admin's: no second lead is asked; the proof against the active version is shown and
+        kept in the audit record)."""
         from refund_desk.cases.errors import CaseError
         from refund_desk.governance.admin import rollback
-        from refund_desk.governance.drafts import parse_ref
+        from refund_desk.governance.drafts import parse_ref, source_of
+        from refund_desk.governance.proof import proof_against_active
 
         try:
-            number = parse_ref(version, allow=("version",)).number
+            ref = parse_ref(version, allow=("version",))
         except CaseError as exc:
             _fail(exc.message)
             raise
         runtime = _runtime()
-        _change(runtime, lambda s, a: rollback(s, runtime.desk.audit, version=number, actor=a))
+        # proved outside the write (it can take seconds); the rollback says what is wrong
+        with runtime.db.read() as session, suppress(CaseError):
+            proof_against_active(session, source_of(session, ref))
+        _change(runtime, lambda s, a: rollback(s, runtime.desk.audit, version=ref.number, actor=a))
 
     @policy_app.command("mode")
     def policy_mode(

@@ -2,13 +2,14 @@
 
 Each function changes state and appends its audit record in the caller's transaction, and
 returns a ``Change`` (reply + announcement). Who may call them is checked by the surface
-(``drafts.require_lead`` in Slack; the CLI is the admin's).
+(``drafts.require_lead`` in Slack; the CLI is the admin's). Whether a second lead must agree
+is ``consent.py``'s: every change here is judged (looser or not) and bound to a digest first.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import func, or_, select, update
@@ -18,20 +19,30 @@ from refund_desk import clock
 from refund_desk.cases.errors import InvalidRequest, NotFound
 from refund_desk.cases.executor import EXECUTE
 from refund_desk.governance.backtest import require_backtest
+from refund_desk.governance.consent import (
+    SHORT,
+    Proposal,
+    check_digest,
+    consent,
+    digest_of,
+    needs_second_lead,
+    pending,
+)
 from refund_desk.governance.drafts import Change, get_draft
 from refund_desk.governance.proof import proof_against_active, proof_record, proof_summary
 from refund_desk.governance.versions import (
     MODES,
     check_publishable,
     control,
+    load_version,
     publish,
 )
 from refund_desk.policy import PolicyDocument, parse_policy
 from refund_desk.policy.backtest import summary_text
 from refund_desk.policy.prove import ProofReport
 from refund_desk.storage.audit import Actor, AuditLog
-from refund_desk.storage.models import AuditRecord, Job, PolicyDraft, PolicyVersion
-from refund_desk.text import Code, Mark, Strong, Text, lines, text
+from refund_desk.storage.models import Job, PolicyDraft, PolicyVersion
+from refund_desk.text import Code, Mark, Person, Strong, Text, lines, text
 
 
 @dataclass(frozen=True)
@@ -47,7 +58,8 @@ class Gate:
 
     @property
     def looser(self) -> bool:
-        return self.proved is not None and self.proved[1].more_permissive
+        """More permissive than the active version somewhere (or nothing to compare with)."""
+        return self.proved is None or self.proved[1].more_permissive
 
 
 def gate(session: Session, draft_id: int) -> Gate:
@@ -68,71 +80,107 @@ def gate(session: Session, draft_id: int) -> Gate:
     return Gate(draft, doc, results, backtest, proved)
 
 
-def preview_publish(session: Session, *, draft_id: int) -> Text:
-    """What publishing ``draft_id`` would do, from the same gate, without changing anything:
-    the tests, the backtest, the proof against the active version, and who must confirm."""
-    found = gate(session, draft_id)
-    second = control(session).publish_needs_second_lead or found.looser
-    return lines(
-        text(
-            Mark("warning"),
-            f" Publishing d{draft_id} makes it the live policy for every new case at once "
-            f"({len(found.results)} tests pass).",
-        ),
-        found.backtest,
-        "Then a second lead confirms it." if second else None,
-        text("To go ahead: ", Code(f"/refund-policy publish d{draft_id} confirm"), "."),
+def _active_state(session: Session) -> dict[str, Any]:
+    """The active version a text change starts from: its number and content hash."""
+    version = control(session).active_version
+    row = session.get(PolicyVersion, version) if version else None
+    return {"active_version": version, "active_hash": row.content_hash if row else None}
+
+
+def publish_proposal(session: Session, found: Gate) -> Proposal:
+    """Publishing this draft's text over the active version, judged by its proof."""
+    draft_id = found.draft.id
+    digest = digest_of(
+        change="publish",
+        draft=draft_id,
+        content_hash=found.draft.content_hash,
+        **_active_state(session),
+    )
+    return Proposal(
+        change=f"publish:d{draft_id}",
+        what=f"publish d{draft_id}",
+        command=f"publish d{draft_id} confirm {digest[:SHORT]}",
+        digest=digest,
+        looser=found.looser,
+        why=found.backtest,
     )
 
 
-def publish_draft(session: Session, audit: AuditLog, *, draft_id: int, actor: Actor) -> Change:
+def _who_confirms(session: Session, proposal: Proposal) -> Text | None:
+    if not needs_second_lead(session, proposal):
+        return None
+    why = "it is more permissive" if proposal.looser else "second-lead is on"
+    asked = pending(session, proposal)
+    if asked is not None and asked.payload.get("digest") == proposal.digest and asked.actor_id:
+        return text(
+            Person(asked.actor_id),
+            f" asked to {proposal.what} ({why}): a different lead's confirmation publishes it.",
+        )
+    return text(f"Then a second lead confirms it ({why}), with the same hash.")
+
+
+def preview_publish(session: Session, *, draft_id: int) -> Text:
+    """What publishing ``draft_id`` would do, from the same gate, without changing anything:
+    the tests, the backtest, the proof against the active version, who must confirm, and the
+    hash that names exactly this text over the active version."""
+    found = gate(session, draft_id)
+    return _preview(session, found, publish_proposal(session, found))
+
+
+def _preview(session: Session, found: Gate, proposal: Proposal) -> Text:
+    return lines(
+        text(
+            Mark("warning"),
+            f" Publishing d{found.draft.id} makes it the live policy for every new case at once "
+            f"({len(found.results)} tests pass).",
+        ),
+        found.backtest,
+        _who_confirms(session, proposal),
+        text("To go ahead: ", Code(f"/refund-policy {proposal.command}"), "."),
+    )
+
+
+def publish_draft(
+    session: Session,
+    audit: AuditLog,
+    *,
+    draft_id: int,
+    actor: Actor,
+    confirm: str | None = None,
+) -> Change:
     """The gate (valid, tests pass, backtested on this exact content), then the next version.
 
-    With ``publish_needs_second_lead`` on, the first lead's publish is a request and a
-    different lead's publish of the same content confirms it.
+    ``confirm`` is the hash the lead was shown (``preview_publish``): it must still name this
+    draft's text over the active version. A publish more permissive anywhere, or any publish
+    with second-lead on, is a request until a different lead confirms the same hash. Without
+    a hash, a publish goes ahead only when one lead is enough; otherwise the answer is the
+    preview with the hash to confirm, and nothing changes.
     """
     found = gate(session, draft_id)
-    draft, proved, backtest, looser = found.draft, found.proved, found.backtest, found.looser
-    # A version that pays more somewhere always needs a second lead, whatever the setting.
-    if control(session).publish_needs_second_lead or looser:
-        requested = draft.publish_requested_hash == draft.content_hash
-        if not requested or draft.publish_requested_by is None:
-            draft.publish_requested_by = str(actor)
-            draft.publish_requested_hash = draft.content_hash
-            session.add(draft)
-            audit.append(
-                session,
-                action="policy.publish_requested",
-                actor=actor,
-                payload={"draft": draft_id, "content_hash": draft.content_hash},
-            )
-            confirm = Code(f"/refund-policy publish d{draft_id} confirm")
-            return Change(
-                reply=lines(
-                    text(
-                        f"Publishing d{draft_id} needs a second lead: they confirm with ",
-                        confirm,
-                        ".",
-                    ),
-                    proof_summary(*proved) if looser and proved is not None else None,
+    draft, proved, backtest = found.draft, found.proved, found.backtest
+    proposal = publish_proposal(session, found)
+    if confirm is not None:
+        check_digest(proposal, confirm, now=_preview(session, found, proposal))
+    elif actor.kind == "human" and needs_second_lead(session, proposal):
+        return Change(
+            reply=lines(
+                text(
+                    f"Not published: d{draft_id} needs a second lead, so a confirmation names "
+                    "the exact text it confirms."
                 ),
-                announce=lines(
-                    text(
-                        actor.who,
-                        f" asks to publish d{draft_id} (",
-                        Code(found.doc.policy),
-                        "). Another lead confirms with ",
-                        confirm,
-                        ".",
-                    ),
-                    backtest,
-                ),
+                _preview(session, found, proposal),
             )
-        if draft.publish_requested_by == str(actor):
-            raise InvalidRequest(
-                "second_lead_needed",
-                f"You asked to publish d{draft_id}; another lead must confirm.",
-            )
+        )
+    requested = consent(
+        session,
+        audit,
+        proposal,
+        actor=actor,
+        action="policy.publish_requested",
+        payload={"draft": draft_id, "content_hash": draft.content_hash},
+    )
+    if requested is not None:
+        return requested
     row = publish(
         session,
         audit,
@@ -156,71 +204,16 @@ def publish_draft(session: Session, audit: AuditLog, *, draft_id: int, actor: Ac
     return Change(reply=head, announce=lines(head, backtest))
 
 
-REQUEST_LIFETIME = timedelta(days=1)
-
-
-def second_lead(
-    session: Session, audit: AuditLog, *, change: str, what: str, actor: Actor
-) -> Change | None:
-    """With second-lead on, a lead's governance change (mode, rollback, the second-lead rule
-    itself) is a request until a different lead asks for the same change; then it is applied.
-
-    Returns the reply for a request, or None when the change may go ahead. The CLI is the
-    admin's and is not gated; `pause` is the one-lead emergency lever and is not gated either.
-    """
-    if actor.kind != "human" or not control(session).publish_needs_second_lead:
-        return None
-    since = clock.now() - REQUEST_LIFETIME
-    recent = session.scalars(
-        select(AuditRecord)
-        .where(
-            col(AuditRecord.action).in_(["policy.change_requested", "policy.change_confirmed"]),
-            col(AuditRecord.at) >= since,
-        )
-        .order_by(col(AuditRecord.seq).desc())
-        .limit(200)
-    ).all()
-    pending = None
-    for record in recent:
-        if (record.payload or {}).get("change") != change:
-            continue
-        if record.action == "policy.change_requested":
-            pending = record
-        break  # the latest record for this change decides
-    if pending is not None and pending.actor_id != actor.id:
-        audit.append(
-            session,
-            action="policy.change_confirmed",
-            actor=actor,
-            payload={"change": change, "requested_by": pending.actor_id},
-        )
-        return None
-    if pending is not None:
-        raise InvalidRequest(
-            "second_lead_needed", f"You asked to {what}; another lead must confirm."
-        )
-    audit.append(session, action="policy.change_requested", actor=actor, payload={"change": change})
-    confirm = Code(f"/refund-policy {change.replace(':', ' ')}")
-    return Change(
-        reply=text(f"To {what} needs a second lead: they confirm with ", confirm, "."),
-        announce=text(actor.who, f" asks to {what}. Another lead confirms with ", confirm, "."),
-    )
-
-
 def rollback(session: Session, audit: AuditLog, *, version: int, actor: Actor) -> Change:
     """Make ``version`` active again as a new published entry: history is never rewritten.
 
-    The same gate as a publish: the embedded tests pass and a backtest ran on this content;
-    with second-lead on, a second lead confirms."""
+    The same gate as a publish: the embedded tests pass, a backtest ran on this content, and
+    the proof against the active version decides whether a second lead must confirm (any
+    rollback with second-lead on); the proof's hash is kept in the audit record."""
     target = session.get(PolicyVersion, version)
     if target is None:
         raise NotFound("policy_version_missing", f"There is no policy version v{version}.")
     check_publishable(target.source, session)
-    requested = second_lead(
-        session, audit, change=f"rollback:v{version}", what=f"roll back to v{version}", actor=actor
-    )
-    if requested is not None:
-        return requested
     switches = control(session)
     previous = switches.active_version
     if previous is not None:
@@ -230,6 +223,28 @@ def rollback(session: Session, audit: AuditLog, *, version: int, actor: Actor) -
                 "already_active", f"v{previous}, the active version, already has v{version}'s text."
             )
     parse_policy(target.source)  # still readable by this release, or refuse before changing
+    proved = proof_against_active(session, target.source)
+    digest = digest_of(
+        change="rollback",
+        version=version,
+        content_hash=target.content_hash,
+        **_active_state(session),
+    )
+    requested = consent(
+        session,
+        audit,
+        Proposal(
+            change=f"rollback:v{version}",
+            what=f"roll back to v{version}",
+            command=f"rollback v{version}",
+            digest=digest,
+            looser=proved is None or proved[1].more_permissive,
+            why=proof_summary(*proved, new=f"v{version}") if proved is not None else None,
+        ),
+        actor=actor,
+    )
+    if requested is not None:
+        return requested
     latest = session.scalar(select(func.max(PolicyVersion.version))) or 0
     now = clock.now()
     row = PolicyVersion(
@@ -244,12 +259,18 @@ def rollback(session: Session, audit: AuditLog, *, version: int, actor: Actor) -
     session.add(row)
     switches.active_version, switches.updated_at = row.version, now
     session.add(switches)
+    proof = proof_record(proved)
     audit.append(
         session,
         action="policy.rolled_back",
         actor=actor,
         policy_version=row.version,
-        payload={"to": version, "from": previous, "content_hash": row.content_hash},
+        payload={
+            "to": version,
+            "from": previous,
+            "content_hash": row.content_hash,
+            **({"proof": proof} if proof is not None else {}),
+        },
     )
     said = text(
         Mark("rolled_back"),
@@ -259,19 +280,28 @@ def rollback(session: Session, audit: AuditLog, *, version: int, actor: Actor) -
         Strong(f"v{row.version}"),
         f" (was v{previous or '-'}). Cases keep the version they started with.",
     )
+    said = lines(said, proof_summary(*proved, new=f"v{version}") if proved is not None else None)
     return Change(reply=said, announce=said)
 
 
 def set_mode(session: Session, audit: AuditLog, *, mode: str, actor: Actor) -> Change:
+    """Only ``supervised`` pays automatically: switching to it is looser (two leads always);
+    any other change of mode is one lead's, two with second-lead on."""
     if mode not in MODES:
         raise InvalidRequest("bad_mode", f"Mode must be one of {', '.join(MODES)}; got {mode!r}.")
     switches = control(session)
     before = switches.mode
     if before == mode:
         return Change(reply=text("The mode is already ", Strong(mode), "."))
-    requested = second_lead(
-        session, audit, change=f"mode:{mode}", what=f"set the mode to {mode}", actor=actor
+    proposal = Proposal(
+        change=f"mode:{mode}",
+        what=f"set the mode to {mode}",
+        command=f"mode {mode}",
+        digest=digest_of(change="mode", before=before, after=mode),
+        looser=mode == "supervised",
+        voided_by=("policy.mode_changed", "breaker.tripped"),
     )
+    requested = consent(session, audit, proposal, actor=actor)
     if requested is not None:
         return requested
     switches.mode, switches.updated_at = mode, clock.now()
@@ -290,10 +320,25 @@ def set_mode(session: Session, audit: AuditLog, *, mode: str, actor: Actor) -> C
 def set_paused(
     session: Session, audit: AuditLog, *, paused: bool, actor: Actor, now: datetime | None = None
 ) -> Change:
-    """The kill switch. Resuming makes every waiting execution due at once: nothing is lost."""
+    """The kill switch. Pausing is always one lead's. Resuming makes every waiting execution
+    due at once (nothing is lost); it returns to the state the leads agreed on (every
+    loosening of which took two), so it is not a loosening: one lead's, two with second-lead
+    on."""
     switches = control(session)
     if switches.paused == paused:
         return Change(reply=text(f"Execution is already {'paused' if paused else 'running'}."))
+    if not paused:
+        proposal = Proposal(
+            change="resume",
+            what="resume execution",
+            command="resume",
+            digest=digest_of(change="resume", before="paused", after="running"),
+            looser=False,
+            voided_by=("policy.paused", "policy.resumed"),
+        )
+        requested = consent(session, audit, proposal, actor=actor)
+        if requested is not None:
+            return requested
     now = now or clock.now()
     switches.paused, switches.updated_at = paused, now
     session.add(switches)
@@ -340,16 +385,20 @@ def set_paused(
 
 
 def set_second_lead(session: Session, audit: AuditLog, *, on: bool, actor: Actor) -> Change:
-    """Whether a publish (and mode changes, rollbacks, this switch) needs a second lead."""
+    """Whether every publish, rollback, change of mode or review rate, resume and this switch
+    need a second lead (a looser change always does). On is one lead's; off, two."""
     switches = control(session)
     if not on:
-        requested = second_lead(
-            session,
-            audit,
+        was = switches.publish_needs_second_lead
+        proposal = Proposal(
             change="second-lead:off",
             what="switch the second-lead rule off",
-            actor=actor,
+            command="second-lead off",
+            digest=digest_of(change="second-lead", before=was, after=False),
+            looser=was,
+            voided_by=("policy.setting_changed",),
         )
+        requested = consent(session, audit, proposal, actor=actor)
         if requested is not None:
             return requested
     switches.publish_needs_second_lead, switches.updated_at = on, clock.now()
@@ -366,13 +415,43 @@ def set_second_lead(session: Session, audit: AuditLog, *, on: bool, actor: Actor
     return Change(reply=said, announce=said)
 
 
+def _sample_shares(
+    session: Session, before: float | None, after: float | None
+) -> list[tuple[float, float]]:
+    """(share before, share after) for the cases of each published text: an override, or
+    the version's own ``review_sample_rate`` (``review.sample_rate``)."""
+    versions = session.execute(
+        select(func.min(PolicyVersion.version)).group_by(col(PolicyVersion.content_hash))
+    ).scalars()
+    own = [load_version(session, v).doc.review_sample_rate for v in versions] or [0.0]
+    return [(r if before is None else before, r if after is None else after) for r in own]
+
+
 def set_review_rate(
     session: Session, audit: AuditLog, *, rate: float | None, actor: Actor
 ) -> Change:
-    """Share of automatic refunds a person re-checks afterwards (None: the policy's own)."""
+    """Share of automatic refunds a person re-checks afterwards (None: the policy's own).
+
+    Lower for the cases of any published text is looser, as the same share written in the
+    policy text is judged by the prover: two leads. Otherwise one, two with second-lead on."""
     if rate is not None and not 0 <= rate <= 1:
         raise InvalidRequest("bad_rate", "The sample rate is a share between 0 and 1 (or 5%).")
     switches = control(session)
+    before = switches.review_sample_rate
+    shares = _sample_shares(session, before, rate)
+    named = "policy" if rate is None else repr(rate)
+    share = "the policy's own" if rate is None else f"{rate:.0%}"
+    proposal = Proposal(
+        change=f"review-rate:{named}",
+        what=f"set the review sample to {share}",
+        command=f"review-rate {named}",
+        digest=digest_of(change="review-rate", before=before, after=rate),
+        looser=any(after < share for share, after in shares),
+        voided_by=("policy.review_rate_set",),
+    )
+    requested = consent(session, audit, proposal, actor=actor)
+    if requested is not None:
+        return requested
     switches.review_sample_rate, switches.updated_at = rate, clock.now()
     session.add(switches)
     audit.append(session, action="policy.review_rate_set", actor=actor, payload={"rate": rate})

@@ -32,15 +32,17 @@ def proof_against_active(session: Session, source: str) -> tuple[int, ProofRepor
 
 
 def proof_record(proved: tuple[int, ProofReport] | None) -> dict[str, Any] | None:
-    """What the publish's audit record keeps of the proof: against what, its hash, the verdict."""
+    """What a publish's or rollback's audit record keeps of the proof: against what, its
+    hash, the verdict."""
     if proved is None:
         return None
     version, report = proved
     return {"against": version, "hash": report.hash, "more_permissive": report.more_permissive}
 
 
-def proof_summary(version: int, report: ProofReport) -> Text:
-    """One plain line for people: looser or not, and how many kinds of request differ."""
+def proof_summary(version: int, report: ProofReport, new: str = "FILE") -> Text:
+    """One plain line for people: looser or not, and how many kinds of request differ
+    (``new`` names the proved text in the `prove` command it suggests: a file, or ``vN``)."""
     looser = [r for r in report.regions if r.permissive]
     settings = [x for x in report.settings if x.permissive]
     caveat = "" if report.complete else " (partial analysis: not every rule could be read exactly)"
@@ -61,6 +63,6 @@ def proof_summary(version: int, report: ProofReport) -> Text:
         parts.append("whatever the solver could not finish")
     return text(
         f"Proved against v{version}: more permissive for {' and '.join(parts)}{caveat}; ",
-        Code(f"refund-desk policy prove v{version} FILE"),
+        Code(f"refund-desk policy prove v{version} {new}"),
         " shows each with an example.",
     )

@@ -310,33 +310,43 @@ class PolicyCommands:
         return self._change(user, lambda s, a: shadow.stop(s, self.desk.audit, actor=a))
 
     def publish(self, user: str, channel: str | None, rest: list[str]) -> Reply:
-        """`publish DRAFT` shows what the gate found and asks for `publish DRAFT confirm`."""
-        confirmed = len(rest) == 2 and rest[1].lower() == "confirm"
-        ref = _one_draft(rest[:1] if confirmed else rest, "publish DRAFT [confirm]")
-        self._prove_ahead(ref)
+        """`publish DRAFT` shows what the gate found and the hash of exactly that text over
+        the active version; `publish DRAFT confirm HASH` publishes it (or asks a second lead,
+        or confirms another lead's request for the same hash). `publish DRAFT confirm`
+        without a hash publishes only when one lead is enough, else it shows the hash."""
+        confirmed = len(rest) in (2, 3) and rest[1].lower() == "confirm"
+        if len(rest) > 1 and not confirmed:
+            raise usage("publish DRAFT [confirm HASH]")
+        ref = _one_draft(rest[:1], "publish DRAFT [confirm HASH]")
+        given = rest[2] if len(rest) == 3 else None
+        self._prove_ahead(drafts.Ref("draft", ref))
         if not confirmed:
             with self.desk.db.read() as session:
                 drafts.require_lead(session, user, self.desk.directory)
                 return Reply(policy_admin.preview_publish(session, draft_id=ref))
         return self._change(
             user,
-            lambda s, a: policy_admin.publish_draft(s, self.desk.audit, draft_id=ref, actor=a),
+            lambda s, a: policy_admin.publish_draft(
+                s, self.desk.audit, draft_id=ref, actor=a, confirm=given
+            ),
             doctor=True,
         )
 
-    def _prove_ahead(self, draft_id: int) -> None:
-        """Prove the draft in a read, so the publish's write transaction finds it proved."""
+    def _prove_ahead(self, ref: drafts.Ref) -> None:
+        """Prove a draft or version against the active one in a read, so the write
+        transaction of its publish or rollback finds it proved."""
         with self.desk.db.read() as session:
             try:
-                source = drafts.get_draft(session, draft_id).source
+                source = drafts.source_of(session, ref)
             except CaseError:
-                return  # the publish itself says what is wrong
+                return  # the publish or rollback itself says what is wrong
             proof_against_active(session, source)
 
     def rollback(self, user: str, channel: str | None, rest: list[str]) -> Reply:
         if len(rest) != 1:
             raise usage("rollback vN")
         version = drafts.parse_ref(rest[0], allow=("version",)).number
+        self._prove_ahead(drafts.Ref("version", version))
         return self._change(
             user,
             lambda s, a: policy_admin.rollback(s, self.desk.audit, version=version, actor=a),
