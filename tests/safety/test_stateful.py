@@ -656,6 +656,7 @@ class DeskMachine(RuleBasedStateMachine):
     def _everyone_hears(self) -> None:
         """With the processor healthy and time run forward, every case rests where a person
         or the customer hears of it; and the money still adds up."""
+        self.armed = None  # no other process's change is still to come
         self.desk.sandbox.set_fault("none")
         with self.runtime.db.write() as session:
             admin.set_paused(session, self.runtime.desk.audit, paused=False, actor=Actor("cli"))
@@ -671,7 +672,23 @@ class DeskMachine(RuleBasedStateMachine):
                 for c in session.scalars(select(Case)).all()
                 if c.status not in ("refunded", "denied", "awaiting_approval", "parked")
             }
-        assert not stuck, f"cases nobody hears of: {stuck}"
+            why = {
+                case_id: (
+                    [
+                        (e.status, e.automatic, e.sent_at, e.error_code)
+                        for e in session.scalars(
+                            select(Execution).where(col(Execution.case_id) == case_id)
+                        ).all()
+                    ],
+                    [
+                        (j.kind, j.status, j.due_at, j.lease_expires_at, j.last_error)
+                        for j in session.scalars(select(Job)).all()
+                        if (j.payload or {}).get("case_id") == case_id
+                    ],
+                )
+                for case_id in stuck
+            }
+        assert not stuck, f"cases nobody hears of: {stuck}: {why}"
 
 
 # ---------------------------------------------------------------- the runs
