@@ -339,7 +339,9 @@ def test_a_create_that_failed_is_not_in_flight_so_the_retry_goes_at_once(desk: H
     run_job(desk, int(job))
     desk.sandbox.list_refunds = real  # type: ignore[method-assign]
     [execution] = execution_of(desk, case_id)
-    assert execution.status == "reserved" and execution.sent_at is None
+    assert execution.status == "reserved" and execution.sent_at is not None
+    # The mark now ends at the answer: a lookup from now on sees every earlier create.
+    assert execution.sent_at <= executor._in_flight_since(desk.runtime.desk, clock.now())
     desk.sweep(seconds_ahead=60)
     assert status(desk, case_id) == "refunded"
 

@@ -410,11 +410,12 @@ def _pay(desk: Desk, execution: Execution) -> ProcessorRefund | None:
         if refund.metadata.get("execution_id") == execution.id:
             return refund
     try:
-        if not _send(desk, execution, looked_at):
-            return None  # settled or released meanwhile: nothing to send
+        sent_at = _send(desk, execution, looked_at)
     except _ModeChanged as changed:
         _back_to_person(desk, execution.id, looked_at, changed.reason)
         return None
+    if sent_at is None:
+        return None  # settled or released meanwhile: nothing to send
     try:
         return desk.processor.create_refund(
             payment_id=execution.payment_id,
@@ -428,7 +429,7 @@ def _pay(desk: Desk, execution: Execution) -> ProcessorRefund | None:
             },
         )
     except ProcessorError:
-        _answered(desk, execution.id)  # the call is over: nothing of it is in flight any more
+        _answered(desk, execution.id, sent_at)  # the call is over: in flight no more
         raise
 
 
@@ -454,7 +455,7 @@ _SWITCHES_SHARED = (
 ).with_for_update(read=True)
 
 
-def _send(desk: Desk, execution: Execution, looked_at: datetime) -> bool:
+def _send(desk: Desk, execution: Execution, looked_at: datetime) -> datetime | None:
     """The barrier before a create, one short write transaction on every path (inline, the
     execute job, a retry after a lease ran out):
 
@@ -465,11 +466,16 @@ def _send(desk: Desk, execution: Execution, looked_at: datetime) -> bool:
     - then the pause and the mode are read afresh with the control row locked (`FOR SHARE`;
       SQLite's one writer): a pause, a mode change or a breaker trip writes that row, so it
       committed before this read, and stops the create, or commits after this transaction,
-      and the create was under way before it.
+      and the create was under way before it. A reservation the policy made alone is paid
+      on the policy's word only in `supervised` mode; once a person approved the case (a
+      parked automatic refund resumed by a person's click) it is theirs, and pays in every
+      mode.
 
-    False: the execution is no longer reserved (settled or released meanwhile). Raises
-    RetryLater while paused or while an earlier create may be in flight, and `_ModeChanged`
-    for an automatic refund whose mode is no longer `supervised`; nothing is written then."""
+    Returns the mark (`sent_at`), or None: the execution is no longer reserved (settled or
+    released meanwhile). Raises RetryLater while paused or while an earlier create may be in
+    flight, and `_ModeChanged` for an automatic refund whose mode is no longer `supervised`;
+    nothing is written then."""
+    sent_at = desk.now()
     with desk.db.write() as session:
         marked = session.connection().execute(
             update(Execution)
@@ -481,12 +487,12 @@ def _send(desk: Desk, execution: Execution, looked_at: datetime) -> bool:
                     col(Execution.sent_at) <= _in_flight_since(desk, looked_at),
                 ),
             )
-            .values(sent_at=desk.now())
+            .values(sent_at=sent_at)
         )
         if not marked.rowcount:
             row = session.get(Execution, execution.id)
             if row is None or row.status != case_facts.OPEN_EXECUTION or row.sent_at is None:
-                return False
+                return None
             wait = (row.sent_at - _in_flight_since(desk, looked_at)).total_seconds()
             raise RetryLater(
                 max(1.0, wait), "a create of this refund may still be in flight", failed=False
@@ -495,24 +501,31 @@ def _send(desk: Desk, execution: Execution, looked_at: datetime) -> bool:
         if switches.paused:
             raise RetryLater(PAUSED_RECHECK_SECONDS, "paused: the kill switch is on", failed=False)
         if execution.automatic and switches.mode != "supervised":
-            raise _ModeChanged(
-                f"Automatic execution is off (mode {switches.mode}); a person must approve. "
-                "Nothing was sent to the processor."
-            )
-    return True
+            case = session.get(Case, execution.case_id)
+            if case is None or not _human_basis(session, case):
+                raise _ModeChanged(
+                    f"Automatic execution is off (mode {switches.mode}); a person must "
+                    "approve. Nothing was sent to the processor."
+                )
+    return sent_at
 
 
-def _answered(desk: Desk, execution_id: str) -> None:
-    """The create came back with an error or a timeout: it is in flight no more (a timed-out
-    create is in the processor's listing from now on), so the next attempt need not wait."""
+def _answered(desk: Desk, execution_id: str, sent_at: datetime) -> None:
+    """The create marked at `sent_at` came back with an error or a timeout: it is in flight
+    no more (a timed-out create is in the processor's listing from now on). The mark moves
+    back so that it ends now: an attempt whose lookup runs from now on goes at once, and one
+    that looked before this answer (a replica that took the job over) still waits and looks
+    again. Only this create's own mark is moved."""
+    ended = _in_flight_since(desk, desk.now())
     with desk.db.write() as session:
         session.execute(
             update(Execution)
             .where(
                 col(Execution.id) == execution_id,
                 col(Execution.status) == case_facts.OPEN_EXECUTION,
+                col(Execution.sent_at) == sent_at,
             )
-            .values(sent_at=None)
+            .values(sent_at=ended)
         )
 
 
