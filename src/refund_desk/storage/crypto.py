@@ -87,6 +87,9 @@ class CustomerCipher:
         # tokens to be readable. `fresh`: made by `Vault.ready_cipher`, never stored yet.
         self.wrapped = wrapped
         self.fresh = fresh
+        # When a write transaction last proved this key live (`Vault.for_customer`), in
+        # monotonic seconds: its time in memory counts from then, not from after the commit.
+        self.proved_at: float | None = None
         self._prefix = f"{CUSTOMER_TOKEN}.{email_hash}.{generation}."
         self._key = key
         self._fernet = Fernet(key)
@@ -119,8 +122,8 @@ class Vault:
         self._db = db
         self._fernet = Fernet(base64.urlsafe_b64encode(derive_key(secret, "field-encryption")))
         self._wrap = Fernet(base64.urlsafe_b64encode(derive_key(secret, "customer-keys")))
-        # Customers' live keys as last proved by a write transaction (`ready_cipher`), oldest
-        # proof first, each with when it was proved (monotonic seconds).
+        # Customers' live keys as last proved by a write transaction (`ready_cipher`), least
+        # recently remembered first, each with when it was proved (monotonic seconds).
         self._ciphers: OrderedDict[str, tuple[CustomerCipher, float]] = OrderedDict()
         self._ciphers_lock = threading.Lock()
 
@@ -173,19 +176,23 @@ class Vault:
             row = _share_live_key(session, email_hash)
         if row is None:
             row = self._made_live(session, email_hash, ready)
+        proved_at = time.monotonic()
         if (
             ready is not None
             and ready.generation == row.generation
             and ready.wrapped == row.key_enc
         ):
+            ready.proved_at = proved_at
             return ready
         assert row.key_enc is not None
-        return CustomerCipher(
+        cipher = CustomerCipher(
             email_hash,
             row.generation,
             self._wrap.decrypt(row.key_enc.encode()),
             wrapped=row.key_enc,
         )
+        cipher.proved_at = proved_at
+        return cipher
 
     def _made_live(
         self, session: Session, email_hash: str, ready: CustomerCipher | None
@@ -260,8 +267,9 @@ class Vault:
             cipher.email_hash, cipher.generation, cipher._key, wrapped=cipher.wrapped
         )
         now = time.monotonic()
+        proved_at = min(now, cipher.proved_at) if cipher.proved_at is not None else now
         with self._ciphers_lock:
-            self._ciphers[cipher.email_hash] = (stored, now)
+            self._ciphers[cipher.email_hash] = (stored, proved_at)
             self._ciphers.move_to_end(cipher.email_hash)
             while len(self._ciphers) > CIPHERS_KEPT:
                 self._ciphers.popitem(last=False)
@@ -277,13 +285,11 @@ class Vault:
         have destroyed them); how many. Called at every sweep, so an idle process forgets too."""
         now = time.monotonic() if now is None else now
         dropped = 0
-        with self._ciphers_lock:
-            while self._ciphers:
-                _, (_, proved_at) = next(iter(self._ciphers.items()))
-                if now - proved_at < KEY_MEMORY_SECONDS:
-                    break
-                self._ciphers.popitem(last=False)
-                dropped += 1
+        with self._ciphers_lock:  # at most CIPHERS_KEPT entries, so each is looked at
+            for email_hash, (_, proved_at) in list(self._ciphers.items()):
+                if now - proved_at >= KEY_MEMORY_SECONDS:
+                    del self._ciphers[email_hash]
+                    dropped += 1
         return dropped
 
     def remembers(self, email_hash: str) -> bool:

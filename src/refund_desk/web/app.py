@@ -225,6 +225,13 @@ class RequestLog:
                     )
 
 
+async def _forget_keys_every_sweep(runtime: Runtime) -> None:
+    """What a sweep does for the keys (`Vault.forget_expired`), in a process without one."""
+    while True:
+        await asyncio.sleep(runtime.settings.sweep_seconds)
+        runtime.desk.vault.forget_expired()  # in memory only: no I/O, never blocks the loop
+
+
 def create_app(
     runtime: Runtime, *, scheduler: bool = True, slack_emulator: SlackEmulator | None = None
 ) -> FastAPI:
@@ -244,6 +251,11 @@ def create_app(
             sweeper.start()
             runtime.desk.wake = sweeper.wake
             runtime.desk.worker = sweeper.take
+        # Without a sweeper here (the jobs run in processes of their own), this process still
+        # takes every intake, so holds customers' keys: it forgets them on the same period.
+        forgetting = (
+            None if sweeper is not None else asyncio.create_task(_forget_keys_every_sweep(runtime))
+        )
         socket_mode = start_socket_mode(surface, runtime.settings) if surface else None
         app.state.socket_mode = socket_mode
         if surface is not None:  # the workspace checked against the policy, as a job
@@ -251,6 +263,8 @@ def create_app(
         try:
             yield
         finally:
+            if forgetting is not None:
+                forgetting.cancel()
             if socket_mode is not None:
                 await socket_mode.close()
             if sweeper is not None:
