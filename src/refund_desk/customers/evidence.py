@@ -46,6 +46,7 @@ from refund_desk.storage.crypto import (
     lock_customer_key,
     same,
 )
+from refund_desk.storage.db import on_commit
 from refund_desk.storage.direct_rows import stage
 from refund_desk.storage.jobs import queue
 from refund_desk.storage.models import Case
@@ -220,23 +221,34 @@ class Stored:
 
 
 def store_files(desk: Desk, store: EvidenceStore, email_hash: str, uploads: list[Upload]) -> Stored:
-    """Seal and write the files before the case's transaction (a short one fetches or makes
-    the customer's key), so no transaction waits on the disk. That short transaction also
-    commits a job that deletes them in an hour unless a case refers to them by then
-    (`customers/unclaimed.py`): files of a request that never became a case do not stay."""
+    """Seal and write the files before the case's transaction, in a short one that fetches
+    or makes the customer's key and holds its row (shared on PostgreSQL; SQLite's writer)
+    while the files are sealed and written: an erasure waits for its commit, so a key it
+    destroyed never seals a file after it committed. That transaction also commits a job that
+    deletes the files in an hour unless a case refers to them by then
+    (`customers/unclaimed.py`): files of a request that never became a case do not stay. If
+    it fails, the files it wrote are deleted at once (no job was committed for them)."""
     if not uploads:
         return Stored(store, [], {}, email_hash)
-    with desk.db.write() as session:
-        cipher = desk.vault.for_customer(session, email_hash)
-        names = {u.sha256: sealed_name(cipher, u.sha256) for u in uploads}
-        queue(
-            session,
-            kind=UNCLAIMED_JOB,
-            payload={"customer": email_hash, "files": sorted(set(names.values()))},
-            due_at=desk.now() + CLAIM_WITHIN,
-        )
-    for upload in uploads:
-        store.put(upload, cipher)
+    written: list[str] = []
+    try:
+        with desk.db.write() as session:
+            cipher = desk.vault.for_customer(session, email_hash)
+            names = {u.sha256: sealed_name(cipher, u.sha256) for u in uploads}
+            queue(
+                session,
+                kind=UNCLAIMED_JOB,
+                payload={"customer": email_hash, "files": sorted(set(names.values()))},
+                due_at=desk.now() + CLAIM_WITHIN,
+            )
+            for upload in uploads:
+                name = names[upload.sha256]
+                if not store.path(name).exists():
+                    written.append(name)
+                store.put(upload, cipher)
+    except BaseException:
+        store.delete(written)
+        raise
     return Stored(store, list(uploads), names, email_hash, set(names.values()))
 
 
@@ -352,6 +364,16 @@ def attach(
     names = {u.sha256: files.store.put(u, cipher) for u in uploads} if files else {}
     if files:
         files.written.update(names.values())
+        # Sealed under a key an erasure destroyed since: no case can refer to those copies,
+        # so they go once this case (with the copies under the new key) has committed.
+        replaced = sorted(set(files.names.values()) - set(names.values()))
+        if replaced:
+            store = files.store
+
+            def delete_replaced() -> None:
+                store.delete(replaced)
+
+            on_commit(session, delete_replaced)
     items = list(case.evidence or [])
     known = {i.get("sha256") or i.get("url") for i in shown(desk.vault, items, session=session)}
     added: list[dict[str, Any]] = []
