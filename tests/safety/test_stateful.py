@@ -629,7 +629,18 @@ class DeskMachine(RuleBasedStateMachine):
         group = decision.get("approvers") or policy.doc.approvers_for(policy.doc.default)
         members = policy.doc.approvers[group].members if group in policy.doc.approvers else []
         managers = policy.doc.managers.members if policy.doc.managers else []
+        # A person's escalation hands the case to the managers alone: approvals after it are
+        # theirs (an SLA escalation only adds the managers beside the group).
+        handed_at = session.scalar(
+            select(func.min(col(Approval.id))).where(
+                col(Approval.case_id) == case.id, col(Approval.decision) == "escalate"
+            )
+        )
         for approval in round_:
+            if handed_at is not None and approval.id is not None and approval.id > handed_at:
+                assert approval.approver in managers, (
+                    f"{case.id}: {approval.approver} approved after a person's escalation"
+                )
             assert approval.approver in members or (
                 approval.approver in managers and case.escalation_level > 0
             ), f"{case.id}: {approval.approver} is not in {group}"

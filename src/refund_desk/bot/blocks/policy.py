@@ -35,9 +35,11 @@ its leads may change anything.
 *Change (leads)*
 • `draft` new draft (modal: upload the YAML) · `draft dN` replace its text · `draft from vN`
 • `test DRAFT` embedded tests · `backtest DRAFT [--days N]` replay stored cases
-• `shadow start DRAFT` / `shadow stop` · `publish DRAFT` (then `… confirm`) · `rollback vN`
+• `shadow start DRAFT` / `shadow stop` · `rollback vN`
+• `publish DRAFT` (then `… confirm HASH`, with the hash it shows: that text only)
 • `mode shadow|approve-all|supervised` · `pause` / `resume` (the kill switch)
-• `review-rate 5%|policy` · `second-lead on|off` (a publish needs a second lead)
+• `review-rate 5%|policy` · `second-lead on|off` (every change but a pause needs a second
+  lead; anything looser always does)
 Publishing needs: valid, embedded tests pass, and a backtest over the last 30 days on exactly
 that text."""
 
