@@ -25,12 +25,13 @@ from pathlib import Path
 from typing import Any
 
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlmodel import col
 
 from refund_desk import clock, money
 from refund_desk.cases.desk import Desk
 from refund_desk.cases.intake import parse_request, submit
+from refund_desk.customers.intake import channel_key
 from refund_desk.demo.slack import Channel, SlackEmulator, User
 from refund_desk.governance.versions import control, publish
 from refund_desk.policy import PolicyDocument, parse_policy
@@ -38,7 +39,7 @@ from refund_desk.runtime import Runtime, build, install_jobs
 from refund_desk.settings import Settings, settle_secret
 from refund_desk.storage.audit import Actor
 from refund_desk.storage.jobs import ClaimedJob, enqueue
-from refund_desk.storage.models import Case
+from refund_desk.storage.models import IntakeKey
 
 ARRIVE = "demo.request"
 OPERATOR = "U0OPS1"
@@ -189,26 +190,35 @@ def seed(runtime: Runtime, *, stream_seconds: float) -> bool:
 
 
 def arrive(desk: Desk, job: ClaimedJob) -> None:
-    """A sample request reaches the desk through the same intake as the API and `/refund`."""
+    """A sample request reaches the desk through the same intake as the API and `/refund`.
+
+    A retried job finds the case it filed by what its capture wrote in the same transaction:
+    an intake key of the sample's number under the demo's own channel key (`channel_key`:
+    revoked, it never authenticates), which no API request can write or reuse."""
     external_id = f"demo-{job.payload['n']}"
-    with desk.db.read() as session:
-        done = session.scalar(select(col(Case.id)).where(col(Case.external_id) == external_id))
-    if done is not None:
-        return  # a retried job finds the case it already filed
     filed_by = job.payload.get("filed_by")
     request = parse_request({**job.payload["request"], "external_id": external_id})
     actor = Actor("human", filed_by) if filed_by else STOREFRONT
-    submitted = submit(desk, request, actor=actor, requested_by=filed_by)
-    desk.kick(submitted.job_id)
+    submitted = submit(
+        desk,
+        request,
+        actor=actor,
+        api_key_id=channel_key(desk, "demo"),
+        idempotency_key=external_id,
+        requested_by=filed_by,
+    )
+    if submitted.created:
+        desk.kick(submitted.job_id)
 
 
 def stream_left(runtime: Runtime) -> int:
     """Sample requests not yet filed (the bench and the test wait for zero)."""
+    demo = channel_key(runtime.desk, "demo")  # what `arrive` files under, and nothing else
     with runtime.db.read() as session:
-        filed = session.scalars(
-            select(col(Case.external_id)).where(col(Case.external_id).like("demo-%"))
-        ).all()
-    return len(SAMPLES) - len(filed)
+        filed = session.scalar(
+            select(func.count()).select_from(IntakeKey).where(col(IntakeKey.api_key_id) == demo)
+        )
+    return len(SAMPLES) - int(filed or 0)
 
 
 # ---------------------------------------------------------------- running it
