@@ -9,7 +9,7 @@ reason and its audit record commit together.
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import bindparam, func, or_, select, update
 from sqlmodel import Session, col
@@ -122,6 +122,18 @@ def lock_switches(session: Session) -> Control:
         row = session.scalars(_LOCK_CONTROL).one()
     assert row is not None  # the migration seeds it
     return row
+
+
+_SWITCHES_SHARED = (
+    select(col(Control.paused), col(Control.mode)).where(col(Control.id) == 1)
+).with_for_update(read=True)
+
+
+def switches_shared(session: Session) -> Any:
+    """The pause and the mode as committed now, the control row held shared until the
+    transaction ends (`FOR SHARE`: creates do not wait for each other, and a pause, a mode
+    change or a trip, which write the row, wait for them): the pay step's barrier."""
+    return session.execute(_SWITCHES_SHARED).one()
 
 
 def over_limit(

@@ -50,7 +50,7 @@ from refund_desk.storage.audit import SYSTEM
 from refund_desk.storage.db import lock_payment, plain
 from refund_desk.storage.direct_rows import stage
 from refund_desk.storage.jobs import ClaimedJob, RetryLater, backoff, enqueue, queue
-from refund_desk.storage.models import Case, Control, Execution
+from refund_desk.storage.models import Case, Execution
 from refund_desk.storage.prepared import Prepared
 
 if TYPE_CHECKING:
@@ -373,8 +373,6 @@ def _recheck(
             detail += f"; {decision.error}"
         raise Parked(f"On fresh facts the policy no longer approves automatically ({detail}).")
     limit = breaker.over_limit(session, policy, case.amount, case.currency)  # locks the switches
-    if control(session).mode != "supervised":  # as committed now: read with the lock
-        raise BackToPerson("Automatic execution is off (mode changed); a person must approve.")
     if limit:
         breaker.trip(desk, session, limit)
         raise BackToPerson(f"Automatic refunds stopped: {limit}.")
@@ -450,11 +448,6 @@ def _in_flight_since(desk: Desk, looked_at: datetime) -> datetime:
     return looked_at - timedelta(seconds=desk.processor.timeout_seconds + SEND_MARGIN_SECONDS)
 
 
-_SWITCHES_SHARED = (
-    select(col(Control.paused), col(Control.mode)).where(col(Control.id) == 1)
-).with_for_update(read=True)
-
-
 def _send(desk: Desk, execution: Execution, looked_at: datetime) -> datetime | None:
     """The barrier before a create, one short write transaction on every path (inline, the
     execute job, a retry after a lease ran out):
@@ -497,7 +490,7 @@ def _send(desk: Desk, execution: Execution, looked_at: datetime) -> datetime | N
             raise RetryLater(
                 max(1.0, wait), "a create of this refund may still be in flight", failed=False
             )
-        switches = session.execute(_SWITCHES_SHARED).one()
+        switches = breaker.switches_shared(session)
         if switches.paused:
             raise RetryLater(PAUSED_RECHECK_SECONDS, "paused: the kill switch is on", failed=False)
         if execution.automatic and switches.mode != "supervised":
@@ -539,21 +532,13 @@ def _back_to_person(desk: Desk, execution_id: str, looked_at: datetime, reason: 
             return
         case = load_for_update(session, row.case_id)
         session.refresh(row)
-        in_flight = row.sent_at is not None and row.sent_at > _in_flight_since(desk, looked_at)
-        if row.status != case_facts.OPEN_EXECUTION or in_flight or case.status != Status.executing:
+        if (
+            row.status != case_facts.OPEN_EXECUTION
+            or _may_be_in_flight(desk, row, looked_at)
+            or case.status != Status.executing
+        ):
             return  # settled meanwhile, or sent by another process: the job looks again
-        row.status, row.finished_at = "failed", desk.now()
-        row.error_code, row.error_message = "released", reason
-        stage(session, row)
-        desk.audit.append(
-            session,
-            action="execution.released",
-            actor=SYSTEM,
-            case_id=case.id,
-            correlation_id=case.correlation_id,
-            policy_version=case.policy_version,
-            payload={"execution_id": row.id, "amount": row.amount, "currency": row.currency},
-        )
+        _mark_released(desk, session, case, row, reason)
         case.park_reason = reason
         move(session, desk.audit, case, Status.parked, actor=SYSTEM, payload={"reason": reason})
 
@@ -820,13 +805,15 @@ def _release(desk: Desk, execution_id: str, looked_at: datetime) -> bool:
         session.refresh(row)
         # Only a parked case: an approved or executing one belongs to its executor. Never a
         # reservation whose create may still have been in flight when the lookup ran.
-        in_flight = row.sent_at is not None and row.sent_at > _in_flight_since(desk, looked_at)
-        if row.status != case_facts.OPEN_EXECUTION or case.status != Status.parked or in_flight:
+        if (
+            row.status != case_facts.OPEN_EXECUTION
+            or case.status != Status.parked
+            or _may_be_in_flight(desk, row, looked_at)
+        ):
             return False
-        row.status, row.finished_at = "failed", desk.now()
-        row.error_code = "released"
-        row.error_message = "The processor has no refund for this execution; released."
-        stage(session, row)
+        _mark_released(
+            desk, session, case, row, "The processor has no refund for this execution; released."
+        )
         case.park_reason = (
             f"The processor has no refund of {money.format_money(row.amount, row.currency)} "
             "for this case: nothing was paid and the reservation is released. "
@@ -836,17 +823,29 @@ def _release(desk: Desk, execution_id: str, looked_at: datetime) -> bool:
         case.approval_round += 1  # and approvals start afresh
         case.updated_at = clock.now()
         stage(session, case)
-        desk.audit.append(
-            session,
-            action="execution.released",
-            actor=SYSTEM,
-            case_id=case.id,
-            correlation_id=case.correlation_id,
-            policy_version=case.policy_version,
-            payload={"execution_id": row.id, "amount": row.amount, "currency": row.currency},
-        )
         notify(session, event="case.parked", case_id=case.id)
         return True
+
+
+def _may_be_in_flight(desk: Desk, row: Execution, looked_at: datetime) -> bool:
+    """A create of `row` may still have been in flight when the lookup at `looked_at` ran."""
+    return row.sent_at is not None and row.sent_at > _in_flight_since(desk, looked_at)
+
+
+def _mark_released(desk: Desk, session: Session, case: Case, row: Execution, why: str) -> None:
+    """The reservation ends with nothing paid (the processor holds no refund of it)."""
+    row.status, row.finished_at = "failed", desk.now()
+    row.error_code, row.error_message = "released", why
+    stage(session, row)
+    desk.audit.append(
+        session,
+        action="execution.released",
+        actor=SYSTEM,
+        case_id=case.id,
+        correlation_id=case.correlation_id,
+        policy_version=case.policy_version,
+        payload={"execution_id": row.id, "amount": row.amount, "currency": row.currency},
+    )
 
 
 # ---------------------------------------------------------------- later news from the processor
