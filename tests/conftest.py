@@ -20,7 +20,7 @@ from refund_desk import logs
 from refund_desk.payments.sandbox import SandboxProcessor
 from refund_desk.runtime import Runtime, build
 from refund_desk.settings import Settings, load_settings
-from refund_desk.storage.db import Database, requests_first_path
+from refund_desk.storage.db import Database
 from refund_desk.storage.migrate import upgrade
 
 TEST_SECRET = "test-secret-" + "x" * 40
@@ -119,7 +119,6 @@ def pg_url(pg_template: str) -> Iterator[str]:
     with admin.connect() as conn:
         conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
     admin.dispose()
-    Path(requests_first_path(url)).unlink(missing_ok=True)  # the database's processes' file
 
 
 # ---------------------------------------------------------------- either database

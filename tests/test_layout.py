@@ -184,3 +184,34 @@ def test_the_markup_check_sees_mentions_emoji_and_bold() -> None:
         assert MRKDWN.search(ast.literal_eval(sample.removeprefix("f"))), sample
     for sample in ('"12:30:00"', '"https://x/y"', '"a * b * c"', '"amount <= 50"', r'r"(?<!my\s)"'):
         assert not MRKDWN.search(ast.literal_eval(sample)), sample
+
+
+# Which database runs is storage's business: the domain asks `Database` what it needs
+# (`one_writer`, `checkpoint`, `upsert`), never which dialect it is talking to.
+DIALECT_CHECK = re.compile(r"\.dialect\b|sqlalchemy\.dialects|\bdb\.is_sqlite\b|_on_postgresql")
+
+
+def dialect_checks_outside_storage() -> list[str]:
+    found = []
+    for path in PACKAGE.rglob("*.py"):
+        rel = path.relative_to(SRC).as_posix()
+        if rel.startswith("refund_desk/storage/"):
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if DIALECT_CHECK.search(line):
+                found.append(f"{rel}:{number}: {line.strip()[:80]}")
+    return found
+
+
+def test_only_storage_asks_which_database_it_is() -> None:
+    assert dialect_checks_outside_storage() == []
+
+
+def test_the_dialect_check_sees_the_usual_spellings() -> None:
+    for sample in (
+        'if session.get_bind().dialect.name == "postgresql":',
+        "from sqlalchemy.dialects import postgresql",
+        "if not desk.db.is_sqlite:",
+    ):
+        assert DIALECT_CHECK.search(sample), sample
+    assert not DIALECT_CHECK.search("if settings.is_sqlite:")

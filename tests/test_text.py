@@ -26,20 +26,20 @@ def test_plain_text_has_no_markup() -> None:
     said = text(
         Mark("alert"), " ", Person("U1"), ": stopped; ", Code("/refund-policy mode supervised")
     )
-    assert said.plain() == "U1: stopped; /refund-policy mode supervised"
+    assert said.as_text() == "U1: stopped; /refund-policy mode supervised"
     assert "stopped; /refund" in said
 
 
 def test_a_person_acts_by_mention_and_a_program_by_name() -> None:
     assert Actor("human", "U1").who == Person("U1")
     assert Actor("cli", "ana").who == "cli:ana"
-    assert text(Actor("cli", "ana").who, " published v2.").plain() == "cli:ana published v2."
+    assert text(Actor("cli", "ana").who, " published v2.").as_text() == "cli:ana published v2."
 
 
 def test_joining_and_lines() -> None:
-    assert join(", ", [Person("U1"), Person("U2")]).plain() == "U1, U2"
-    assert lines("a", None, text("b")).plain() == "a\nb"
-    assert (text("a") + Code("b") + "c").plain() == "abc"
+    assert join(", ", [Person("U1"), Person("U2")]).as_text() == "U1, U2"
+    assert lines("a", None, text("b")).as_text() == "a\nb"
+    assert (text("a") + Code("b") + "c").as_text() == "abc"
 
 
 def test_an_unknown_mark_is_refused() -> None:

@@ -21,7 +21,6 @@ from refund_desk.cases.errors import InvalidRequest, NotFound
 from refund_desk.storage.audit import Actor, AuditLog
 from refund_desk.storage.db import Database
 from refund_desk.storage.models import ApiKey
-from refund_desk.storage.prepared import Prepared
 
 KEY_PREFIX = "rdk_"
 DEFAULT_GRACE = timedelta(hours=24)
@@ -86,7 +85,7 @@ class Presented:
 
 
 _KEYS = ApiKey.__table__  # type: ignore[attr-defined]
-_PRESENTED = Prepared(  # built once: it runs for every API request
+_PRESENTED = (  # built once: it runs for every API request
     select(
         _KEYS.c.id, _KEYS.c.name, _KEYS.c.revoked_at, _KEYS.c.expires_at, _KEYS.c.last_used_at
     ).where(_KEYS.c.key_hash == bindparam("key_hash"))
@@ -97,7 +96,7 @@ def presented(db: Database, key_hash: str) -> Presented | None:
     """The stored state of the key with this hash (`hash_key`), if it is one of ours (whether
     it is usable: `usable`)."""
     with db.look() as connection:
-        row = _PRESENTED.run(connection, {"key_hash": key_hash}).first()
+        row = connection.execute(_PRESENTED, {"key_hash": key_hash}).first()
     return None if row is None else Presented(*row)
 
 

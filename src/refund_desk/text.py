@@ -10,7 +10,7 @@ few marks with a meaning:
     Mark("published")     the kind of news (Slack shows an emoji; plain text drops it)
 
 ``bot/mrkdwn.py`` renders a ``Text`` for Slack (escaping ``&``, ``<`` and ``>`` in every
-string part); ``Text.plain()`` is the CLI's and the logs'. A ``Text`` travels in job payloads
+string part); ``Text.as_text()`` is the CLI's and the logs'. A ``Text`` travels in job payloads
 as JSON (``to_json`` / ``from_json``); ``from_json`` also reads a plain string, which is what
 jobs queued before this module held.
 """
@@ -96,10 +96,10 @@ class Text(tuple[Part, ...]):
     def __contains__(self, item: object) -> bool:
         """``"tests passed" in said``: whether the text says it (in plain words)."""
         if isinstance(item, str):
-            return item in self.plain()
+            return item in self.as_text()
         return tuple.__contains__(self, item)
 
-    def plain(self, names: Mapping[str, str] | None = None) -> str:
+    def as_text(self, names: Mapping[str, str] | None = None) -> str:
         """Without markup: people by id (or by ``names[id]``), marks dropped."""
         names = names or {}
         out: list[str] = []
@@ -118,7 +118,7 @@ class Text(tuple[Part, ...]):
         return "".join(out)
 
     def __str__(self) -> str:
-        return self.plain()
+        return self.as_text()
 
     def to_json(self) -> list[Any]:
         return [

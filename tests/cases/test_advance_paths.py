@@ -1,7 +1,5 @@
-"""Where `advance` asks the advisor: a model over the network with no transaction open; one
-that answers in this process inside the decision's transaction on PostgreSQL (no read
-transaction before it), and before the writer is taken on SQLite (the one writer is not held
-for the advisor's CPU)."""
+"""Where `advance` asks the advisor: before the decision's transaction, whether it is a model
+over the network or answers in this process (no lock is held for its answer)."""
 
 from __future__ import annotations
 
@@ -17,7 +15,6 @@ from refund_desk.cases.ports import Advice, AdviceRequest, advises_locally
 from refund_desk.runtime import Runtime
 from refund_desk.storage.db import Database
 from refund_desk.storage.models import Job
-from tests.conftest import make_runtime
 from tests.helpers import Harness
 
 
@@ -94,23 +91,6 @@ class _LockProbe:
                 self.payment_locked.append(True)
             other.rollback()
         return self._offline.advise(request)
-
-
-@pytest.mark.postgres
-def test_on_postgresql_a_local_advisor_is_asked_inside_the_decisions_transaction(
-    pg_url: str,
-) -> None:
-    runtime = make_runtime(pg_url)
-    try:
-        desk = Harness(runtime)
-        desk.publish()
-        probe = _LockProbe(runtime.db)
-        runtime.desk.advisor = probe
-        body = desk.post(desk.request(desk.payment())).json()
-        assert desk.get(body["id"])["status"] == "refunded"
-        assert probe.payment_locked == [True]  # the decision's transaction holds the payment
-    finally:
-        runtime.db.dispose()
 
 
 def test_a_job_queued_without_the_payments_id_reads_the_case_first(desk: Harness) -> None:

@@ -2,14 +2,12 @@
 
 - the approval count sees an approval this transaction has added and not yet flushed;
 - `control()` (read under `no_autoflush`) gives this transaction's own change to the row;
-- `advance`'s transaction writes the case with one UPDATE (its advice, decision, approval
-  and reservation's move), and the reservation (written at the commit's flush) is on record;
-- on SQLite, a customer's key row taken from the identity map (`held_get` in `_made_live`)
-  reflects this transaction's erasure of it, and a returning customer's key after an
-  erasure is a new generation: the erased case stays unreadable, the new one readable;
-- in a transaction on direct rows, an erasure or a new generation made in the same
-  transaction is what its later reads of the key see (on SQLite, where the key's row is
-  read there without the ORM).
+- `advance`'s transaction writes the case with at most two UPDATEs (its advice before the
+  remainder's count; its decision, approval and reservation's move), and the reservation
+  (written at the commit's flush) is on record;
+- on SQLite, a customer's key row read again in the transaction reflects this
+  transaction's erasure of it, and a returning customer's key after an erasure is a new
+  generation: the erased case stays unreadable, the new one readable.
 """
 
 from __future__ import annotations
@@ -26,10 +24,9 @@ from refund_desk.cases.rows import load_for_update
 from refund_desk.customers import erasure
 from refund_desk.governance.versions import control
 from refund_desk.runtime import Runtime
-from refund_desk.storage import direct_rows
 from refund_desk.storage.audit import Actor
 from refund_desk.storage.crypto import destroy_customer_key
-from refund_desk.storage.models import Approval, Case, CustomerKey
+from refund_desk.storage.models import Approval
 from tests.cases.advance_common import case_row, executions
 from tests.helpers import CUSTOMER, Harness
 
@@ -84,7 +81,8 @@ def test_advance_writes_the_case_once_and_the_reservation_commits(desk: Harness)
         runtime.desk.jobs.run(job)  # advise, decide, route; the execute job waits
     finally:
         event.remove(engine, "before_cursor_execute", count)
-    assert updates[case_id] == 1, updates
+    # the advice's change goes out before the remainder's count; the decision's at the commit
+    assert updates[case_id] <= 2, updates
     assert case_row(desk, case_id).status == "approved"
     runtime.desk.run_inline = True
     desk.sweep()
@@ -136,64 +134,3 @@ def _gc_after_flush(session: Any) -> None:
 
     session.flush()
     gc.collect()
-
-
-def test_sqlite_a_transaction_on_direct_rows_reads_the_key_without_the_orm(
-    runtime: Runtime,
-) -> None:
-    desk = Harness(runtime)
-    desk.publish()
-    case_id = desk.post(desk.request(desk.payment("30.00"), "20.00")).json()["id"]
-    vault = desk.runtime.desk.vault
-    with desk.runtime.db.write() as session:
-        direct_rows.use_direct_rows(session)
-        case = direct_rows.load(session, Case, case_id)
-        assert case is not None
-        assert vault.decrypt(case.email_enc, session=session) == CUSTOMER
-        assert vault.decrypt(case.name_enc, session=session) == "Ada Lovelace"
-        assert not [row for row in session.identity_map.values() if isinstance(row, CustomerKey)]
-        session.rollback()
-
-
-def test_an_erasure_in_a_transaction_on_direct_rows_closes_the_fields_it_read(
-    desk: Harness,
-) -> None:
-    case_id = desk.post(desk.request(desk.payment("30.00"), "20.00")).json()["id"]
-    vault = desk.runtime.desk.vault
-    email_hash = vault.email_hash(CUSTOMER)
-    with desk.runtime.db.write() as session:
-        direct_rows.use_direct_rows(session)
-        case = direct_rows.load(session, Case, case_id)
-        assert case is not None
-        assert vault.decrypt(case.email_enc, session=session) == CUSTOMER  # the key's row read
-        assert destroy_customer_key(session, email_hash, clock.now())
-        assert vault.decrypt(case.email_enc, session=session) is None
-        _gc_after_flush(session)
-        assert vault.decrypt(case.email_enc, session=session) is None
-        assert vault.decrypt(case.message_enc, session=session) is None
-        session.rollback()
-
-
-def test_sqlite_a_key_made_anew_on_direct_rows_opens_what_it_seals(runtime: Runtime) -> None:
-    desk = Harness(runtime)
-    desk.publish()
-    case_id = desk.post(desk.request(desk.payment("30.00"), "20.00")).json()["id"]
-    vault = runtime.desk.vault
-    email_hash = vault.email_hash(CUSTOMER)
-    with runtime.db.write() as session:
-        direct_rows.use_direct_rows(session)
-        case = direct_rows.load(session, Case, case_id)
-        assert case is not None
-        assert vault.decrypt(case.email_enc, session=session) == CUSTOMER
-        first = vault.for_customer(session, email_hash)  # the direct row, read above
-        assert first.generation == 1
-        assert destroy_customer_key(session, email_hash, clock.now())
-        _gc_after_flush(session)
-        again = vault.for_customer(session, email_hash)  # erased: a new generation
-        assert again.generation == 2 and again.wrapped != first.wrapped
-        sealed = again.encrypt("a new field")
-        _gc_after_flush(session)
-        assert vault.decrypt(sealed, session=session) == "a new field"
-        assert vault.decrypt(case.email_enc, session=session) is None
-        assert vault.for_customer(session, email_hash).generation == 2
-        session.rollback()

@@ -14,7 +14,7 @@ from sqlalchemy import func, select, text
 from sqlalchemy.exc import OperationalError
 
 from refund_desk.runtime import Runtime
-from refund_desk.storage.crypto import CustomerCipher, lock_customer_key
+from refund_desk.storage.crypto import lock_customer_key
 from refund_desk.storage.models import CustomerKey
 from tests.conftest import make_runtime
 from tests.customers.conftest import open_write
@@ -35,10 +35,9 @@ def _intake_after_a_discard(
     email_hash: str,
     *,
     by: Runtime | None = None,
-    ready: CustomerCipher | None = None,
 ) -> tuple[threading.Thread, threading.Event, threading.Event, list[object]]:
     """A discard-like transaction holds the key row FOR UPDATE; an intake (on `by`, another
-    replica, if given, with its `ready` cipher) starts meanwhile, waits, gets the key once
+    replica, if given) starts meanwhile, waits, gets the key once
     the discard commits and keeps its transaction open until `finish` is set."""
     intake_runtime = by or pg_runtime
     vault = intake_runtime.desk.vault
@@ -56,7 +55,7 @@ def _intake_after_a_discard(
     def intake() -> None:
         try:
             with open_write(intake_runtime, "10s") as session:
-                cipher = vault.for_customer(session, email_hash, ready=ready)
+                cipher = vault.for_customer(session, email_hash)
                 out.append(cipher)
                 got_key.set()
                 finish.wait(10)
@@ -124,8 +123,7 @@ def test_after_a_discard_the_intake_holds_no_lock_for_update_on_a_live_key(
 
 
 def test_after_a_discard_the_intake_uses_the_one_live_key(pg_runtime: Runtime, pg_url: str) -> None:
-    """No second key, no new generation, and a fresh ready cipher of another replica is not
-    stored: the intake gets the key as it is."""
+    """No second key, no new generation: another replica's intake gets the key as it is."""
     email_hash = _customer(pg_runtime)
     vault = pg_runtime.desk.vault
     with pg_runtime.db.read() as session:
@@ -134,15 +132,11 @@ def test_after_a_discard_the_intake_uses_the_one_live_key(pg_runtime: Runtime, p
         wrapped, generation = before.key_enc, before.generation
     other = make_runtime(pg_url)  # another replica
     try:
-        fresh = other.desk.vault.ready_cipher(email_hash)  # this replica has none in memory
-        worker, _, finish, got = _intake_after_a_discard(
-            pg_runtime, email_hash, by=other, ready=fresh
-        )
+        worker, _, finish, got = _intake_after_a_discard(pg_runtime, email_hash, by=other)
         finish.set()  # the intake commits
         worker.join(10)
         assert not worker.is_alive()
         cipher = got[0]
-        assert cipher is not fresh
         assert cipher.generation == generation  # type: ignore[attr-defined]
         assert cipher.wrapped == wrapped  # type: ignore[attr-defined]
         with pg_runtime.db.read() as session:

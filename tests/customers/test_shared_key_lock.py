@@ -12,7 +12,6 @@ from __future__ import annotations
 import threading
 
 import pytest
-from sqlalchemy import event
 from sqlalchemy.exc import OperationalError
 
 from refund_desk.runtime import Runtime
@@ -84,46 +83,25 @@ def test_a_transaction_waits_for_an_erasure_and_then_makes_a_new_key(
     assert used_before_erasure_ended == [False]
 
 
-def test_a_key_this_process_does_not_know_is_used_and_held_shared(pg_runtime: Runtime) -> None:
-    """With a fresh key (this process knew none: another replica filed the first request),
-    the insert comes first; it finds the live key, which is then used, never replaced, and
-    held shared as the look would have held it: an erasure waits, a second user does not."""
+def test_a_live_key_is_used_and_held_shared(pg_runtime: Runtime) -> None:
+    """A returning customer's live key is used, never replaced, and held shared: an erasure
+    waits, a second user does not."""
     desk = Harness(pg_runtime)
     desk.publish()
     assert desk.post(desk.request(desk.payment())).status_code == 201
     vault = pg_runtime.desk.vault
     email_hash = vault.email_hash(CUSTOMER)
-    stored = vault.ready_cipher(email_hash)
-    vault.forget(email_hash)
-    fresh = vault.ready_cipher(email_hash)
-    assert fresh.fresh
+    with pg_runtime.db.read() as session:
+        stored = session.get(CustomerKey, email_hash)
+        assert stored is not None
     with open_write(pg_runtime) as using:
-        used = vault.for_customer(using, email_hash, ready=fresh)
-        assert used is not fresh
-        assert (used.generation, used.wrapped) == (stored.generation, stored.wrapped)
+        used = vault.for_customer(using, email_hash)
+        assert used.generation == stored.generation
+        assert using.get(CustomerKey, email_hash).key_enc == stored.key_enc
         with open_write(pg_runtime) as second:  # a lock for update would make it wait
-            assert vault.for_customer(second, email_hash).wrapped == stored.wrapped
+            assert vault.for_customer(second, email_hash).generation == stored.generation
         with (
             pytest.raises(OperationalError, match="lock timeout"),
             open_write(pg_runtime, "300ms") as erasing,
         ):
             lock_customer_key(erasing, email_hash)
-
-
-def test_a_fresh_key_for_a_new_customer_is_one_insert(pg_runtime: Runtime) -> None:
-    """A new customer's key on PostgreSQL: the insert alone, no look before it."""
-    vault = pg_runtime.desk.vault
-    email_hash = vault.email_hash("someone-new@example.com")
-    fresh = vault.ready_cipher(email_hash)
-    seen: list[str] = []
-
-    def note(_conn: object, _cursor: object, statement: str, *_: object) -> None:
-        seen.append(statement.split()[0] + " " + statement.split()[2])
-
-    with open_write(pg_runtime) as session:
-        event.listen(pg_runtime.db.engine, "before_cursor_execute", note)
-        try:
-            assert vault.for_customer(session, email_hash, ready=fresh) is fresh
-        finally:
-            event.remove(pg_runtime.db.engine, "before_cursor_execute", note)
-    assert seen == ["INSERT customer_keys"], seen

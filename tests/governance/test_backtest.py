@@ -142,6 +142,6 @@ def test_a_backtest_reports_cases_that_would_go_to_other_people(any_runtime: Run
         1,
     )
     assert route["amounts"] == {"USD": 15000} and route["examples"] == [moved]
-    said = run.text.plain()
+    said = run.text.as_text()
     assert "1 would be decided differently" in said
     assert "approver group support-leads → finance: 1 case, 150.00 USD" in said

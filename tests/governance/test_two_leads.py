@@ -44,7 +44,7 @@ class Desk:
     def run(self, fn: Any, actor: Actor, **kw: Any) -> str:
         """One change in its own transaction, as a lead's command; the reply as plain text."""
         with self.db.write() as session:
-            return str(fn(session, self.audit, actor=actor, **kw).reply.plain())
+            return str(fn(session, self.audit, actor=actor, **kw).reply.as_text())
 
     def draft(self, source: str, actor: Actor = ONE, draft_id: int | None = None) -> int:
         with self.db.write() as session:
@@ -57,7 +57,7 @@ class Desk:
 
     def preview(self, draft_id: int) -> str:
         with self.db.read() as session:
-            return admin.preview_publish(session, draft_id=draft_id).plain()
+            return admin.preview_publish(session, draft_id=draft_id).as_text()
 
     def publish(self, draft_id: int, actor: Actor, confirm: str | None = None) -> str:
         """`publish dN confirm [HASH]`: without a hash, the form that names only the draft."""

@@ -7,9 +7,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from sqlalchemy import text
 
 from refund_desk.storage.db import Database
-from tests.requests_first_helpers import two_databases
 
 
 @pytest.fixture()
@@ -29,7 +29,10 @@ def pg_db(pg_url: str) -> Iterator[Database]:
 @pytest.fixture()
 def two_processes(tmp_path: Path) -> Iterator[tuple[Database, Database]]:
     """(jobs, server): two handles on one SQLite file with a table `t (who)`."""
-    jobs, server = two_databases(tmp_path / "shared.db")
+    url = f"sqlite:///{tmp_path / 'shared.db'}"
+    jobs, server = Database.from_url(url), Database.from_url(url)
+    with server.write() as session:
+        session.execute(text("CREATE TABLE t (who TEXT)"))
     yield jobs, server
     jobs.dispose()
     server.dispose()

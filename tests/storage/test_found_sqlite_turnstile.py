@@ -52,7 +52,7 @@ def test_an_exception_just_after_the_turnstile_is_passed_does_not_keep_it_closed
 
     def slack_listener() -> None:
         try:
-            with server.urgent(), server.write() as session:
+            with server.write(urgent=True) as session:
                 session.execute(text("INSERT INTO t VALUES ('click')"))
             done.set()
         except BaseException as exc:  # pragma: no cover - reported below

@@ -6,9 +6,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
@@ -87,57 +85,13 @@ def test_no_limit_runs_everything_at_once() -> None:
     assert gate.most_inside == 5
 
 
-def test_the_gate_says_it_is_serving_while_a_request_waits_or_runs() -> None:
-    """`serving` (the database's: on SQLite the jobs' writes let requests go first) is held
-    from the moment a request queues at the gate until the last one has left, failures
-    included; held once for the whole stream, not once per request."""
-    held, entered, most = [0], [0], [0]
-    seen_while_queued: list[int] = []
-
-    @asynccontextmanager
-    async def serving() -> AsyncIterator[None]:
-        held[0] += 1
-        entered[0] += 1
-        most[0] = max(most[0], held[0])
-        try:
-            yield
-        finally:
-            held[0] -= 1
-
-    gate = IntakeGate(1, serving=serving)
-
-    def capture(n: int) -> int:
-        time.sleep(0.01)
-        if n == 3:
-            raise ValueError(n)
-        return n
-
-    async def main() -> list[Any]:
-        tasks = [
-            asyncio.ensure_future(gate.run(lambda n=n: run_in_threadpool(capture, n)))
-            for n in range(6)
-        ]
-        await asyncio.sleep(0.005)
-        seen_while_queued.append(held[0])  # one runs, five wait: all six are served
-        return await asyncio.gather(*tasks, return_exceptions=True)
-
-    results = asyncio.run(asyncio.wait_for(main(), 10))
-    assert [r for r in results if isinstance(r, int)] == [0, 1, 2, 4, 5]
-    assert seen_while_queued == [6]
-    assert entered[0] == 6 and most[0] == 6
-    assert held[0] == 0  # let go after the last, the failed one included
-
-
 def test_the_default_limit_depends_on_where_the_jobs_run() -> None:
     assert intake_limit(None, jobs_elsewhere=False, processor_is_remote=False) is None
     assert intake_limit(None, jobs_elsewhere=True, processor_is_remote=False) == 1
     # On PostgreSQL a capture waits on its round trips: two overlap.
+    assert intake_limit(None, jobs_elsewhere=True, processor_is_remote=False, one_writer=False) == 2
     assert (
-        intake_limit(None, jobs_elsewhere=True, processor_is_remote=False, database="postgresql")
-        == 2
-    )
-    assert (
-        intake_limit(None, jobs_elsewhere=False, processor_is_remote=False, database="postgresql")
+        intake_limit(None, jobs_elsewhere=False, processor_is_remote=False, one_writer=False)
         is None
     )
     # A capture that waits on the processor's network answer is not limited by default.

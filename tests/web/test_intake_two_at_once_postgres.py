@@ -73,8 +73,6 @@ def test_the_gate_admits_two_on_postgresql_with_job_processes(
     answers = _burst(server, desk.key, [(desk.request(p), None) for p in payments])
     assert [a.status_code for a in answers] == [201] * N, [a.text[:200] for a in answers][:3]
     assert gate.most_inside <= 2 and gate.inside == 0
-    rt = desk.runtime
-    assert rt.db._requests_first._serving == 0
 
 
 def test_concurrent_duplicates_of_one_payment_open_one_case(

@@ -98,8 +98,7 @@ class Surface:
         def run() -> T:
             if self.directory is not None:
                 self.directory.refresh()
-            with self.desk.db.urgent():  # before ack(): ahead of intake and jobs on SQLite
-                return fn(*args, **kwargs)
+            return fn(*args, **kwargs)
 
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self.ack_pool, run)

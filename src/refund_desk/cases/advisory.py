@@ -20,9 +20,7 @@ from refund_desk.cases.ports import Advisor, AdvisorError, PolicyText, Provenanc
 from refund_desk.governance.versions import LoadedPolicy
 from refund_desk.policy import Decision, PolicyDocument
 from refund_desk.storage.crypto import Vault
-from refund_desk.storage.db import plain
 from refund_desk.storage.models import AdvisorCall, Case
-from refund_desk.storage.prepared import Prepared
 
 ANSWER_RULE = "policy-question"
 ADVISORY = "Advisory (AI-generated, not a decision)"
@@ -248,8 +246,8 @@ def record_call(
     else:
         outcome = "unparsed" if error is not None and error.format_error else "failed"
         prompt, completion = (error.tokens_used if error else 0), 0
-    _ADD_CALL.run(  # a row nothing in the transaction reads back: no ORM object
-        plain(session),
+    session.connection().execute(  # a row nothing in the transaction reads back
+        _ADD_CALL,
         {
             "at": now,
             "day": now.date().isoformat(),
@@ -267,7 +265,7 @@ def record_call(
     )
 
 
-_ADD_CALL = Prepared(insert(AdvisorCall.__table__))  # type: ignore[attr-defined]
+_ADD_CALL = insert(AdvisorCall.__table__)  # type: ignore[attr-defined]
 
 
 @dataclass(frozen=True)

@@ -33,12 +33,8 @@ from refund_desk.cases.rows import load_for_update
 from refund_desk.governance.versions import LoadedPolicy, control, load_version
 from refund_desk.policy import approver_limit
 from refund_desk.policy.schema import ApproverGroup, Managers
-from refund_desk.storage import direct_rows
 from refund_desk.storage.audit import Actor
-from refund_desk.storage.db import plain
-from refund_desk.storage.direct_rows import stage
 from refund_desk.storage.models import Approval, Case, Execution
-from refund_desk.storage.prepared import Prepared
 from refund_desk.text import Person, Text, text
 
 if TYPE_CHECKING:
@@ -69,9 +65,8 @@ def act(
     try:
         token = tokens.verify(desk.secret, token_value, now=now)
         case_id = token.case_id
-        with desk.db.write() as session:
-            # the case as a direct row: a click's one short transaction, before `ack()`
-            direct_rows.use_direct_rows(session)
+        # a person's click, before Slack's ack(): ahead of the writers that can wait
+        with desk.db.write(urgent=True) as session:
             return _act(desk, session, token, user, reason, amount)
     except IntegrityError:
         # Another click consumed this token, or decided this round, a moment earlier.
@@ -87,23 +82,17 @@ def act(
 # approved the case in its current round, the decision recorded (its nonce consumed), and the
 # refund started for the case whose outcome is not known yet.
 _APPROVALS = Approval.__table__  # type: ignore[attr-defined]
-_BY_NONCE = Prepared(
-    select(_APPROVALS.c.approver).where(_APPROVALS.c.token_nonce == bindparam("nonce"))
+_BY_NONCE = select(_APPROVALS.c.approver).where(_APPROVALS.c.token_nonce == bindparam("nonce"))
+_ROUND_APPROVERS = select(_APPROVALS.c.approver).where(
+    _APPROVALS.c.case_id == bindparam("case_id"),
+    _APPROVALS.c.round == bindparam("round"),
+    _APPROVALS.c.decision == "approve",
 )
-_ROUND_APPROVERS = Prepared(
-    select(_APPROVALS.c.approver).where(
-        _APPROVALS.c.case_id == bindparam("case_id"),
-        _APPROVALS.c.round == bindparam("round"),
-        _APPROVALS.c.decision == "approve",
-    )
-)
-_ADD_APPROVAL = Prepared(insert(_APPROVALS))
+_ADD_APPROVAL = insert(_APPROVALS)
 _EXECUTIONS = Execution.__table__  # type: ignore[attr-defined]
-_OPEN_EXECUTION = Prepared(
-    select(_EXECUTIONS.c.amount, _EXECUTIONS.c.currency).where(
-        _EXECUTIONS.c.case_id == bindparam("case_id"),
-        _EXECUTIONS.c.status == OPEN_EXECUTION,
-    )
+_OPEN_EXECUTION = select(_EXECUTIONS.c.amount, _EXECUTIONS.c.currency).where(
+    _EXECUTIONS.c.case_id == bindparam("case_id"),
+    _EXECUTIONS.c.status == OPEN_EXECUTION,
 )
 
 
@@ -116,7 +105,7 @@ def _act(
     amount: str | None,
 ) -> Outcome:
     case = load_for_update(session, token.case_id)
-    used_by = _BY_NONCE.run(plain(session), {"nonce": token.nonce}).scalar()
+    used_by = session.connection().execute(_BY_NONCE, {"nonce": token.nonce}).scalar()
     if used_by is not None:
         if case.status in DECIDABLE:
             raise Refused(
@@ -229,7 +218,7 @@ def _spaced(parts: Iterable[Person]) -> list[str | Person]:
 
 # Who escalated a case by a click: a person's escalation is an approval row of its own (the SLA
 # job's is not), and hands the case to the managers for good. Run only on an escalated case.
-_ESCALATED_BY = Prepared(
+_ESCALATED_BY = (
     select(_APPROVALS.c.approver)
     .where(_APPROVALS.c.case_id == bindparam("case_id"), _APPROVALS.c.decision == "escalate")
     .order_by(_APPROVALS.c.id)
@@ -246,7 +235,7 @@ def deciders(session: Session, case: Case, policy: LoadedPolicy) -> Deciders:
     managers = policy.doc.managers
     if case.escalation_level <= 0 or managers is None:
         return Deciders(group, approvers, None)
-    person = _ESCALATED_BY.run(plain(session), {"case_id": case.id}).scalar()
+    person = session.connection().execute(_ESCALATED_BY, {"case_id": case.id}).scalar()
     if person is not None:
         return Deciders(None, None, managers, escalated_by=str(person))
     return Deciders(group, approvers, managers)
@@ -342,7 +331,7 @@ def may_decide(session: Session, case: Case, user: str, directory: Directory | N
 def _check_resolved(session: Session, case: Case, pay: int | None) -> None:
     """Resolve before deciding: while a refund started for this case has no known outcome,
     nobody may deny it or approve another amount (the money may have left already)."""
-    execution = _OPEN_EXECUTION.run(plain(session), {"case_id": case.id}).first()
+    execution = session.connection().execute(_OPEN_EXECUTION, {"case_id": case.id}).first()
     if execution is None or pay == execution.amount:
         return  # approving the reserved amount again only resumes that same refund
     raise Refused(
@@ -418,8 +407,8 @@ def _record(
     reason: str | None,
 ) -> None:
     # The nonce is consumed here: a concurrent click fails on the unique key.
-    _ADD_APPROVAL.run(
-        plain(session),
+    session.connection().execute(
+        _ADD_APPROVAL,
         {
             "case_id": case.id,
             "round": case.approval_round,
@@ -444,9 +433,9 @@ def _approve(
 ) -> Outcome:
     actor = Actor("human", user)
     approvers = set(
-        _ROUND_APPROVERS.run(
-            plain(session), {"case_id": case.id, "round": case.approval_round}
-        ).scalars()
+        session.connection()
+        .execute(_ROUND_APPROVERS, {"case_id": case.id, "round": case.approval_round})
+        .scalars()
     )
     if user in approvers:
         raise Refused("already_approved", "You already approved this case; another approver must.")
@@ -458,7 +447,7 @@ def _approve(
     if len(approvers) + 1 < needed:
         case.revision += 1  # the old card's tokens are now stale; a fresh card is posted
         case.updated_at = clock.now()
-        stage(session, case)
+        session.add(case)
         desk.audit.append(
             session,
             action="approval.recorded",
@@ -535,7 +524,7 @@ def _escalate(
     case.escalation_level += 1
     case.revision += 1
     case.updated_at = clock.now()
-    stage(session, case)
+    session.add(case)
     desk.audit.append(
         session,
         action="case.escalated",

@@ -17,12 +17,8 @@ from sqlmodel import Session, col
 from refund_desk import clock, money
 from refund_desk.cases.notify import notify
 from refund_desk.governance.versions import LoadedPolicy, control, load_version
-from refund_desk.storage import direct_rows
 from refund_desk.storage.audit import SYSTEM
-from refund_desk.storage.db import plain
-from refund_desk.storage.direct_rows import flush_if_pending, stage
 from refund_desk.storage.models import Control, Execution
-from refund_desk.storage.prepared import Prepared
 from refund_desk.text import Code, Mark, Person, join, text
 
 if TYPE_CHECKING:
@@ -45,7 +41,7 @@ def trip(desk: Desk, session: Session, reason: str) -> None:
     switches.breaker_reason = reason
     switches.consecutive_failures = 0
     switches.updated_at = clock.now()
-    stage(session, switches)
+    session.add(switches)
     policy = _active(session)
     leads = list(policy.doc.leads) if policy and policy.doc.leads else []
     desk.audit.append(
@@ -90,7 +86,7 @@ def record_success(session: Session) -> None:
     switches = control(session)
     if switches.consecutive_failures:
         switches.consecutive_failures = 0
-        stage(session, switches)
+        session.add(switches)
 
 
 # Built once (SQLAlchemy reuses their compiled form).
@@ -100,13 +96,13 @@ _LOCK_CONTROL = (
     .with_for_update()
     .execution_options(populate_existing=True)
 )
-_AUTOMATIC_IN_WINDOW = Prepared(
-    select(func.count(), func.coalesce(func.sum(col(Execution.amount)), 0)).where(
-        col(Execution.automatic).is_(True),
-        or_(col(Execution.status) == "reserved", col(Execution.status) == "succeeded"),
-        col(Execution.currency) == bindparam("currency"),
-        col(Execution.created_at) >= bindparam("since"),
-    )
+_AUTOMATIC_IN_WINDOW = select(
+    func.count(), func.coalesce(func.sum(col(Execution.amount)), 0)
+).where(
+    col(Execution.automatic).is_(True),
+    or_(col(Execution.status) == "reserved", col(Execution.status) == "succeeded"),
+    col(Execution.currency) == bindparam("currency"),
+    col(Execution.created_at) >= bindparam("since"),
 )
 
 
@@ -116,11 +112,7 @@ def lock_switches(session: Session) -> Control:
     A pause, a mode change and a breaker trip each write this row: one committed while this
     transaction waited for the lock is in what this returns, and `control(session)` gives the
     same fresh row for the rest of the transaction."""
-    if direct_rows.uses_direct_rows(session):
-        row = direct_rows.load(session, Control, 1, lock=True, fresh=True)
-    else:
-        row = session.scalars(_LOCK_CONTROL).one()
-    assert row is not None  # the migration seeds it
+    row: Control = session.scalars(_LOCK_CONTROL).one()  # the migration seeds it
     return row
 
 
@@ -148,9 +140,9 @@ def over_limit(
     breaker = policy.doc.breaker if policy else None
     if breaker is None or policy is None:
         return None
-    flush_if_pending(session, lambda row: isinstance(row, Execution))  # this one's reservations
+    session.flush()
     window = {"currency": currency, "since": clock.now() - WINDOW}
-    count, total = _AUTOMATIC_IN_WINDOW.run(plain(session), window).one()
+    count, total = session.connection().execute(_AUTOMATIC_IN_WINDOW, window).one()
     if breaker.max_refunds_per_hour is not None and count + 1 > breaker.max_refunds_per_hour:
         return f"more than {breaker.max_refunds_per_hour} automatic refunds in an hour"
     if breaker.max_amount_per_hour is not None and currency == policy.doc.currency:

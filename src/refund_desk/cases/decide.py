@@ -4,13 +4,13 @@ one short transaction for the advice, the decision and the route; never a call i
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from refund_desk import logs
 from refund_desk.cases import advisory
 from refund_desk.cases import facts as case_facts
 from refund_desk.cases.errors import NotFound
-from refund_desk.cases.executor import enqueue_execution, reserve_early, reserved_here
+from refund_desk.cases.executor import enqueue_execution, pay_reserved, reserve_early
 from refund_desk.cases.lifecycle import Status, mark_possible_duplicate, move, set_amount
 from refund_desk.cases.ports import (
     AdviceRequest,
@@ -18,7 +18,6 @@ from refund_desk.cases.ports import (
     PaymentFacts,
     ProcessorError,
     Provenance,
-    advises_locally,
 )
 from refund_desk.cases.rows import load_for_update
 from refund_desk.governance import shadow
@@ -30,7 +29,6 @@ from refund_desk.governance.versions import (
     strictest_route,
 )
 from refund_desk.policy import Decision
-from refund_desk.storage import direct_rows
 from refund_desk.storage.audit import MODEL, POLICY, SYSTEM, Actor
 from refund_desk.storage.crypto import hold_key_of_case
 from refund_desk.storage.db import lock_payment
@@ -50,11 +48,7 @@ def advance(desk: Desk, job: ClaimedJob) -> None:
     """Advise, decide and route a case. The advisor and the processor are asked first, outside
     any transaction; then one transaction records the advice, the decision and the route (and
     queues the execution). If the processor cannot be asked, the advice is recorded alone, so
-    a retry never asks the advisor again.
-
-    An advisor that makes no network call (`advises_locally`) is asked inside that one
-    transaction instead, on the case as locked there: no read transaction before it. The
-    payment's id then comes with the job (jobs queued without it take the first way)."""
+    a retry never asks the advisor again."""
     try:
         _advance(desk, job, job.payload["case_id"])
     except NotFound as missing:
@@ -64,35 +58,23 @@ def advance(desk: Desk, job: ClaimedJob) -> None:
 
 
 def _advance(desk: Desk, job: ClaimedJob, case_id: str) -> None:
-    # On SQLite a local advisor is asked before the writer is taken, as a remote one is: the
-    # one writer is not held for the advisor's CPU (the other job processes and the server's
-    # captures write meanwhile). On PostgreSQL, inside: no read transaction before it.
-    here = advises_locally(desk.advisor) and "payment_id" in job.payload and not desk.db.is_sqlite
-    asked: _Asked | None = None
-    if here:
-        payment_id: str = job.payload["payment_id"]
-        if "correlation_id" in job.payload:  # on this job's lines, as a read of the case puts it
-            logs.case_loaded(case_id, job.payload["correlation_id"])
-    else:
-        request: AdviceRequest | None = None
-        with desk.db.read() as session:
-            direct_rows.use_direct_rows(session)  # the case's row alone, no ORM object
-            case = direct_rows.load(session, Case, case_id)
-            if case is not None:
-                logs.case_loaded(case.id, case.correlation_id)
-            if case is not None and case.status == Status.received:
-                request = _request(desk, session, case)  # decrypted here: one read, not four
-        if case is None or case.status not in (Status.received, Status.advised):
-            return
-        asked = _ask(desk, request) if request is not None else None
-        payment_id = case.payment_id
+    # The advisor is asked before the write transaction: no lock is held for its answer.
+    request: AdviceRequest | None = None
+    with desk.db.read() as session:
+        case = session.get(Case, case_id)
+        if case is not None and case.status == Status.received:
+            request = _request(desk, session, case)  # decrypted here: one read, not four
+    if case is None or case.status not in (Status.received, Status.advised):
+        return
+    asked = _ask(desk, request) if request is not None else None
+    payment_id = case.payment_id
     try:
         payment = desk.processor.payment(payment_id)
     except ProcessorError as exc:
-        if asked is not None or here:
+        if asked is not None:
             with desk.db.write() as session:
-                _record_advice(desk, session, case_id, asked)
-                undecided = load_for_update(session, case_id).status == Status.advised
+                locked = _record_advice(desk, session, case_id, asked)
+                undecided = locked.status == Status.advised
             if not undecided:
                 return  # decided meanwhile (a run of this job whose lease had run out)
         if exc.transient and job.failures + 1 < PROCESSOR_PATIENCE:
@@ -103,14 +85,12 @@ def _advance(desk: Desk, job: ClaimedJob, case_id: str) -> None:
     reserved: Execution | None = None
     try:
         with desk.db.write() as session:
-            # the case, execution and control rows without the ORM's unit of work
-            direct_rows.use_direct_rows(session)
             lock_payment(session, payment_id)  # the payment first, as everywhere else
-            if asked is not None or here:
-                _record_advice(desk, session, case_id, asked)
-            exec_job = _decide(desk, session, case_id, payment)
-            # the case as this transaction leaves it (locked above: read once)
-            locked = load_for_update(session, case_id)
+            if asked is not None:
+                locked = _record_advice(desk, session, case_id, asked)
+            else:
+                locked = load_for_update(session, case_id)
+            exec_job = _decide(desk, session, locked, payment)
             if exec_job is not None and desk.run_inline:
                 # Approved by the policy: reserve now, on the facts just read, and take the
                 # execute job here; it only pays and records. This job ends in this commit.
@@ -124,9 +104,12 @@ def _advance(desk: Desk, job: ClaimedJob, case_id: str) -> None:
             with desk.db.write() as session:
                 _record_advice(desk, session, case_id, asked)
         raise
-    if claimed is not None:
-        with reserved_here(reserved, correlation_id):
-            desk.run_claimed(claimed)
+    if claimed is not None and reserved is not None:
+        desk.run_claimed(
+            claimed, partial(pay_reserved, desk, execution=reserved, correlation_id=correlation_id)
+        )
+    elif claimed is not None:
+        desk.run_claimed(claimed)
     else:
         desk.kick(exec_job)
 
@@ -162,20 +145,15 @@ def _ask(desk: Desk, request: AdviceRequest) -> _Asked:
         return _Asked(None, f"{exc.code}: {exc.message}", exc)
 
 
-def _record_advice(desk: Desk, session: Session, case_id: str, asked: _Asked | None) -> None:
-    """Record the advice on the case. `asked` None: the advisor is local and is asked here,
-    on the case as locked, if it still waits for advice."""
+def _record_advice(desk: Desk, session: Session, case_id: str, asked: _Asked) -> Case:
+    """Record the advice on the case; the case, locked."""
     hold_key_of_case(session, case_id)  # before the case: as an erasure takes them
     locked = load_for_update(session, case_id)
-    if asked is None:
-        if locked.status != Status.received:
-            return
-        asked = _ask(desk, _request(desk, session, locked))
     advice, failure, error = asked.advice, asked.failure, asked.error
     advisory.record_call(session, now=desk.now(), case_id=case_id, advisor=desk.advisor,
                          advice=advice, error=error)  # fmt: skip
     if locked.status != Status.received:
-        return  # someone else advised it meanwhile
+        return locked  # someone else advised it meanwhile
     if advice is None:
         locked.provenance = advisory.provenance(locked)
         # No advice is not no policy: the policy decides on unknown facts (null means a
@@ -190,7 +168,7 @@ def _record_advice(desk: Desk, session: Session, case_id: str, asked: _Asked | N
             action="advisor.failed",
             payload={"error": failure, "tokens_used": error.tokens_used if error else 0},
         )
-        return
+        return locked
     if locked.erased_at is not None:  # erased while the advisor read it: keep no quote of it
         advice = {**advice, "summary": advisory.ERASED}
     locked.advice = advisory.seal_summary(desk.vault, session, locked, advice)
@@ -223,15 +201,16 @@ def _record_advice(desk: Desk, session: Session, case_id: str, asked: _Asked | N
             )
         },
     )
+    return locked
 
 
-def _decide(desk: Desk, session: Session, case_id: str, payment: PaymentFacts) -> int | None:
-    """Decide an advised case and route it, in the caller's transaction (payment locked)."""
+def _decide(desk: Desk, session: Session, locked: Case, payment: PaymentFacts) -> int | None:
+    """Decide an advised case (locked) and route it, in the caller's transaction (payment
+    locked)."""
     now = desk.now()
-    locked = load_for_update(session, case_id)
     if locked.status != Status.advised:
         return None
-    money = case_facts.decide_on(session, locked.id, case_facts.refundable(session, payment))
+    money = case_facts.refundable(session, payment)
     history = case_facts.customer_history(
         session, email_hash=locked.email_hash, now=now, exclude=locked.id
     )

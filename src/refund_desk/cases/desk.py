@@ -17,7 +17,7 @@ from refund_desk.cases.ports import Advisor, Processor
 from refund_desk.storage.audit import AuditLog
 from refund_desk.storage.crypto import Vault
 from refund_desk.storage.db import Database
-from refund_desk.storage.jobs import ClaimedJob, JobQueue
+from refund_desk.storage.jobs import ClaimedJob, Handler, JobQueue
 
 # Work a process hands to itself is due only after this grace: a sweep elsewhere takes it over
 # only if this process died before running it.
@@ -74,9 +74,10 @@ class Desk:
         self.kick(job_id)
         return False
 
-    def run_claimed(self, job: ClaimedJob | None) -> None:
-        """Run a job claimed in the transaction that created it (see `JobQueue.claim_in`)."""
+    def run_claimed(self, job: ClaimedJob | None, handler: Handler | None = None) -> None:
+        """Run a job claimed in the transaction that created it (see `JobQueue.claim_in`),
+        by `handler` if given (the step that transaction left it at), else its kind's."""
         if job is not None:
-            self.jobs.run(job)
+            self.jobs.run(job, handler)
         if self.wake is not None:
             self.wake()

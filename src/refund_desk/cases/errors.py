@@ -30,7 +30,7 @@ class CaseError(Exception):
         self, code: str, message: str | Text, fields: dict[str, str] | None = None
     ) -> None:
         self.text = message if isinstance(message, Text) else Text.of(message)
-        self.message = self.text.plain()
+        self.message = self.text.as_text()
         super().__init__(self.message)
         self.code = code
         self.fields = fields or {}

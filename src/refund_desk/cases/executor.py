@@ -12,9 +12,6 @@ refund. Correctness never depends on the processor honouring idempotency keys.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
@@ -45,13 +42,10 @@ from refund_desk.governance.versions import (
     evaluate,
     load_version,
 )
-from refund_desk.storage import direct_rows
 from refund_desk.storage.audit import SYSTEM
-from refund_desk.storage.db import lock_payment, plain
-from refund_desk.storage.direct_rows import stage
+from refund_desk.storage.db import lock_payment
 from refund_desk.storage.jobs import ClaimedJob, RetryLater, backoff, enqueue, queue
 from refund_desk.storage.models import Case, Execution
-from refund_desk.storage.prepared import Prepared
 
 if TYPE_CHECKING:
     from sqlmodel import Session
@@ -104,22 +98,15 @@ def enqueue_execution(session: Session, case: Case, due_at: datetime | None = No
     )
 
 
-# An execution reserved by the transaction that just committed in this thread (`reserved_here`).
-_reserved: ContextVar[tuple[Execution, str] | None] = ContextVar("reserved_here", default=None)
-
-
-@contextmanager
-def reserved_here(execution: Execution | None, correlation_id: str) -> Iterator[None]:
-    """Run the execute job of `execution` right after the commit that reserved it: that
-    transaction left the case `executing` with this reservation open at the case's amount,
-    so the job does not read them again; the pay step's barrier (`_send`) reads the kill
-    switch and the mode afresh before any create, as on every path.
-    `correlation_id` is the case's, which its lines carry as if the job had read the case."""
-    token = _reserved.set((execution, correlation_id) if execution is not None else None)
-    try:
-        yield
-    finally:
-        _reserved.reset(token)
+def pay_reserved(desk: Desk, job: ClaimedJob, execution: Execution, correlation_id: str) -> None:
+    """The execute job of `execution`, run right after the commit that reserved it (and
+    claimed the job): that transaction left the case `executing` with this reservation open at
+    the case's amount, so the job does not read them again; the pay step's barrier (`_send`)
+    reads the kill switch and the mode afresh before any create, as on every path. A retry
+    of the job is an ordinary `execute`. `correlation_id` is the case's, which its lines carry
+    as if the job had read the case."""
+    logs.case_loaded(execution.case_id, correlation_id)
+    _pay_and_record(desk, job, execution.case_id, execution)
 
 
 def execute(desk: Desk, job: ClaimedJob) -> None:
@@ -132,12 +119,6 @@ def execute(desk: Desk, job: ClaimedJob) -> None:
             raise RetryLater(
                 backoff(job.attempt, cap=600.0), f"{exc.code}: {exc.message}", failed=False
             ) from None
-        return
-    reserved = _reserved.get()
-    if reserved is not None and reserved[0].case_id == case_id:
-        _reserved.set(None)  # once: a retry of this job reads afresh
-        logs.case_loaded(case_id, reserved[1])
-        _pay_and_record(desk, job, case_id, reserved[0])  # the barrier reads the kill switch
         return
     with desk.db.read() as session:
         case = session.get(Case, case_id)
@@ -301,7 +282,7 @@ def reserve_in(
         else "approval",
         created_at=desk.now(),
     )
-    direct_rows.add(session, execution)
+    session.add(execution)
     move(
         session,
         desk.audit,
@@ -348,9 +329,7 @@ def _recheck(
     every other check here still runs."""
     if payment.currency.upper() != case.currency:
         raise Parked("The payment's currency no longer matches the case.")
-    refundable = case_facts.decided_on(session, case.id) if just_decided else None
-    if refundable is None:
-        refundable = case_facts.refundable(session, payment)
+    refundable = case_facts.refundable(session, payment)
     money_left = refundable.left
     if case.amount > money_left:
         raise Parked(
@@ -561,12 +540,11 @@ def _record(
 ) -> None:
     """Phase 3; a final answer also ends `job` (the execute job) in this commit."""
     with desk.db.write() as session:
-        direct_rows.use_direct_rows(session)  # the case, execution and control: no unit of work
         # The case row first: a webhook and the execute job may record the same refund at once.
         case = load_for_update(session, execution.case_id)
         if job is not None and refund.status in FINAL_REFUND_STATES:
             desk.jobs.finish_in(session, job)
-        row = direct_rows.get(session, Execution, execution.id)
+        row = session.get(Execution, execution.id)
         if row is None or row.status != case_facts.OPEN_EXECUTION:
             return
         changed = (row.processor_refund_id, row.processor_status) != (refund.id, refund.status)
@@ -595,7 +573,7 @@ def _record(
             say = (case.decision or {}).get("say") if row.automatic else None
             if say:
                 case.customer_message = say
-            stage(session, row)
+            session.add(row)
             move(
                 session,
                 desk.audit,
@@ -623,7 +601,7 @@ def _record(
                 f"The processor reports the refund {refund.status}.",
             )
         elif changed:  # pending / requires_action: on the record once per status, not per poll
-            stage(session, row)
+            session.add(row)
             desk.audit.append(
                 session,
                 action="execution.pending",
@@ -642,11 +620,11 @@ def _record_on_closed_case(
     the execution takes the processor's answer, and money out on a closed case is a finding
     for finance, never a silent `denied`."""
     if refund.status not in FINAL_REFUND_STATES:
-        stage(session, row)
+        session.add(row)
         return
     row.status = "succeeded" if refund.status == "succeeded" else "failed"
     row.finished_at = desk.now()
-    stage(session, row)
+    session.add(row)
     payload = {
         "execution_id": row.id,
         "refund_id": refund.id,
@@ -695,20 +673,20 @@ def _fail(desk: Desk, case_id: str, execution: Execution | None, code: str, mess
             _mark_failed(desk, session, case, row, code, message)
 
 
-_WAITING_ON_PAYMENT = Prepared(
-    select(col(Case.id)).where(
-        col(Case.payment_id) == bindparam("payment_id"),
-        col(Case.id) != bindparam("case_id"),
-        or_(col(Case.status) == Status.awaiting_approval, col(Case.status) == Status.parked),
-    )
+_WAITING_ON_PAYMENT = select(col(Case.id)).where(
+    col(Case.payment_id) == bindparam("payment_id"),
+    col(Case.id) != bindparam("case_id"),
+    or_(col(Case.status) == Status.awaiting_approval, col(Case.status) == Status.parked),
 )
 
 
 def _refresh_waiting_cards(session: Session, case: Case) -> None:
     """Money left the payment: the other cases waiting on it show what is still refundable."""
-    waiting = _WAITING_ON_PAYMENT.run(
-        plain(session), {"payment_id": case.payment_id, "case_id": case.id}
-    ).scalars()  # other cases: none of them is changed in this transaction
+    waiting = (
+        session.connection()
+        .execute(_WAITING_ON_PAYMENT, {"payment_id": case.payment_id, "case_id": case.id})
+        .scalars()
+    )  # other cases: none of them is changed in this transaction
     for other in waiting:
         notify(session, event="case.payment_changed", case_id=other)
 
@@ -718,7 +696,7 @@ def _mark_failed(
 ) -> None:
     row.status, row.finished_at = "failed", desk.now()
     row.error_code, row.error_message = code, message
-    stage(session, row)
+    session.add(row)
     move(
         session,
         desk.audit,
@@ -822,7 +800,7 @@ def _release(desk: Desk, execution_id: str, looked_at: datetime) -> bool:
         case.revision += 1  # cards made before the release are stale; a fresh one is posted
         case.approval_round += 1  # and approvals start afresh
         case.updated_at = clock.now()
-        stage(session, case)
+        session.add(case)
         notify(session, event="case.parked", case_id=case.id)
         return True
 
@@ -836,7 +814,7 @@ def _mark_released(desk: Desk, session: Session, case: Case, row: Execution, why
     """The reservation ends with nothing paid (the processor holds no refund of it)."""
     row.status, row.finished_at = "failed", desk.now()
     row.error_code, row.error_message = "released", why
-    stage(session, row)
+    session.add(row)
     desk.audit.append(
         session,
         action="execution.released",
@@ -889,7 +867,7 @@ def _reverse(desk: Desk, execution_id: str, refund: ProcessorRefund) -> bool:
         row.status, row.processor_status = "failed", refund.status
         row.error_code = code
         row.error_message = f"The processor reported the refund {refund.status} after it succeeded."
-        stage(session, row)
+        session.add(row)
         payload = {"execution_id": row.id, "refund_id": refund.id, "status": refund.status}
         if case.status != Status.refunded:
             desk.audit.append(

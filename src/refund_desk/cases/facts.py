@@ -16,22 +16,19 @@ from refund_desk import clock
 from refund_desk.cases.lifecycle import FINAL, Status
 from refund_desk.cases.ports import PaymentFacts
 from refund_desk.storage.crypto import normalize_email
-from refund_desk.storage.db import memo, plain
-from refund_desk.storage.direct_rows import flush_if_pending
 from refund_desk.storage.models import Case, Execution, Payment
-from refund_desk.storage.prepared import Prepared
 
 OPEN_EXECUTION = "reserved"
 
 
 # Statements of every case's decision, built once (SQLAlchemy reuses their compiled form).
-_OUR_MONEY_OUT = Prepared(  # reserved (in flight or not yet sent) or succeeded
+_OUR_MONEY_OUT = (  # reserved (in flight or not yet sent) or succeeded
     select(col(Execution.id), col(Execution.amount)).where(
         col(Execution.payment_id) == bindparam("payment_id"),
         or_(col(Execution.status) == OPEN_EXECUTION, col(Execution.status) == "succeeded"),
     )
 )
-_HISTORY = Prepared(  # one pass over the customer's cases
+_HISTORY = (  # one pass over the customer's cases
     select(
         func.count().filter(
             col(Case.status) == Status.refunded, col(Case.created_at) >= bindparam("since")
@@ -71,29 +68,11 @@ def refundable(session: Session, payment: PaymentFacts, *, unseen: bool = False)
             payment.amount, payment.refunded_amount(excluding=frozenset()), frozenset()
         )
     # a reservation made in this transaction counts
-    flush_if_pending(session, lambda row: isinstance(row, Execution))
-    ours = _OUR_MONEY_OUT.run(plain(session), {"payment_id": payment.id})
+    session.flush()
+    ours = session.connection().execute(_OUR_MONEY_OUT, {"payment_id": payment.id}).all()
     ids = frozenset(r[0] for r in ours)
     out = sum(r[1] for r in ours)
     return Refundable(payment.amount, payment.refunded_amount(excluding=ids) + out, ids)
-
-
-_DECIDED_ON = "facts.decided on"  # the memo of `decided_on`
-
-
-def decide_on(session: Session, case_id: str, money: Refundable) -> Refundable:
-    """`money`, kept for the reservation of the case in this transaction (`decided_on`)."""
-    memo(session, _DECIDED_ON)[case_id] = money
-    return money
-
-
-def decided_on(session: Session, case_id: str) -> Refundable | None:
-    """What was refundable when the policy decided the case in this transaction (`decide_on`),
-    taken back once. The payment's row is locked from the decision until the commit and
-    nothing between the decision and the reservation writes an execution, so the
-    reservation's check reads the same rows and need not read them again."""
-    kept: dict[str, Refundable] = memo(session, _DECIDED_ON)
-    return kept.pop(case_id, None)
 
 
 def left_on_record(session: Session, payment_id: str) -> int | None:
@@ -125,9 +104,9 @@ def customer_history(
     session: Session, *, email_hash: str, now: datetime, exclude: str
 ) -> dict[str, int]:
     # the customer's other cases as this transaction left them (`exclude`'s change waits)
-    flush_if_pending(session, lambda row: isinstance(row, Case) and row.id != exclude)
+    session.flush()
     whose = {"email_hash": email_hash, "since": now - timedelta(days=90), "exclude": exclude}
-    refunds_90d, open_cases = _HISTORY.run(plain(session), whose).one()
+    refunds_90d, open_cases = session.connection().execute(_HISTORY, whose).one()
     return {"refunds_90d": int(refunds_90d or 0), "open_cases": int(open_cases or 0)}
 
 

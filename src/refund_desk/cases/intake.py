@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import secrets
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Literal
@@ -26,12 +26,9 @@ from refund_desk.cases.lifecycle import Status, record_possible_duplicate
 from refund_desk.cases.ports import PaymentFacts, PaymentNotFound, ProcessorError, Provenance
 from refund_desk.governance.versions import ACTIVE_VERSION, active_version
 from refund_desk.storage.audit import Actor, canonical
-from refund_desk.storage.crypto import CustomerCipher
-from refund_desk.storage.db import InsertIfNew, lock_payment, plain
-from refund_desk.storage.direct_rows import flush_if_pending
+from refund_desk.storage.db import InsertIfNew, lock_payment
 from refund_desk.storage.jobs import queue
 from refund_desk.storage.models import Case, Execution, IntakeKey, Payment, row_defaults
-from refund_desk.storage.prepared import Prepared
 
 if TYPE_CHECKING:
     from refund_desk.cases.desk import Desk
@@ -106,16 +103,26 @@ def parse_request(data: object) -> RefundRequest:
     try:
         request = RefundRequest.model_validate(data)
     except ValidationError as exc:
-        fields: dict[str, str] = {}
-        for error in exc.errors():
-            name = ".".join(str(p) for p in error["loc"]) or "body"
-            message = error["msg"].removeprefix("Value error, ")
-            if error["type"] == "extra_forbidden":
-                message = "unknown field"
-            fields.setdefault(name, message)
-        raise InvalidRequest("invalid_request", "The request has invalid fields.", fields) from None
+        raise invalid(exc.errors()) from None
     request.amount_minor()  # surface amount errors at validation time
     return request
+
+
+def invalid(errors: Sequence[Any], *, within: int = 0) -> InvalidRequest:
+    """Pydantic's errors as our 422, by field (`within`: leading parts of each error's place
+    to leave out of the field's name, as FastAPI's `body` or `header`)."""
+    fields: dict[str, str] = {}
+    for error in errors:
+        place = tuple(error["loc"])[within:]
+        if error["type"] == "json_invalid":
+            return InvalidRequest("invalid_json", "The body is not valid JSON.")
+        if not place and error["type"] in ("missing", "model_attributes_type", "dict_type"):
+            return InvalidRequest("invalid_body", "The body must be a JSON object.")
+        message = error["msg"].removeprefix("Value error, ")
+        if error["type"] == "extra_forbidden":
+            message = "unknown field"
+        fields.setdefault(".".join(str(p) for p in place) or "body", message)
+    return InvalidRequest("invalid_request", "The request has invalid fields.", fields)
 
 
 def refuse_internal(request: RefundRequest) -> None:
@@ -182,11 +189,10 @@ def submit(
         raise InvalidRequest(
             "amount_not_accepted", "The processor cannot refund this amount.", {"amount": refused}
         )
-    # Encrypted before the write transaction, which only proves the key is still the live one.
-    sealed = _Sealed.make(desk.vault.ready_cipher(email_hash), request, payment)
+    verified = case_facts.customer_verified(str(request.email), payment)
     for attempt in range(3):
         try:
-            submitted, cipher = _capture(
+            return _capture(
                 desk,
                 request,
                 payment,
@@ -195,44 +201,15 @@ def submit(
                 idempotency_key,
                 fingerprint,
                 requested_by,
-                sealed,
+                email_hash,
+                verified,
                 prepare,
             )
-            if cipher is not None:
-                desk.vault.remember(cipher)  # committed: the customer's live key
-            return submitted
         except IntegrityError:
             # A concurrent request won a unique key (payment row or Idempotency-Key); look again.
             if attempt == 2:
                 raise
     raise AssertionError("unreachable")
-
-
-@dataclass(frozen=True)
-class _Sealed:
-    """The customer's fields encrypted under the key a read saw before the capture."""
-
-    cipher: CustomerCipher
-    email: str
-    name: str | None
-    message: str | None
-    verified: bool
-
-    @classmethod
-    def make(cls, cipher: CustomerCipher, request: RefundRequest, payment: PaymentFacts) -> _Sealed:
-        return cls(
-            cipher=cipher,
-            email=cipher.encrypt(str(request.email)) or "",
-            name=cipher.encrypt(request.name or payment.customer_name),
-            message=cipher.encrypt(request.message),
-            verified=case_facts.customer_verified(str(request.email), payment),
-        )
-
-    def under(
-        self, cipher: CustomerCipher, request: RefundRequest, payment: PaymentFacts
-    ) -> _Sealed:
-        """The same fields under `cipher`: itself if that is the key they were sealed with."""
-        return self if cipher is self.cipher else _Sealed.make(cipher, request, payment)
 
 
 def fetch_payment(desk: Desk, payment_id: str) -> PaymentFacts:
@@ -271,12 +248,12 @@ def _capture(
     idempotency_key: str | None,
     fingerprint: str,
     requested_by: str | None,
-    sealed: _Sealed,
+    email_hash: str,
+    verified: bool,
     prepare: Callable[[Session, Case], None] | None = None,
-) -> tuple[Submitted, CustomerCipher | None]:
+) -> Submitted:
     now = desk.now()
     case_id, correlation_id = new_id("case"), new_id("req")
-    email_hash = sealed.cipher.email_hash
     # The case's row, made before the writer is taken; what only the transaction knows is
     # filled in there. It is written as one plain INSERT: no ORM object is built or flushed
     # unless `prepare` asks for one.
@@ -292,7 +269,7 @@ def _capture(
         "reason": request.reason,
         "reason_source": Provenance.customer_input if request.reason else None,
         "email_hash": email_hash,
-        "customer_verified": sealed.verified,
+        "customer_verified": verified,
         "callback_url": request.callback_url,
         "requested_by": requested_by,
         "created_at": now,
@@ -303,7 +280,7 @@ def _capture(
         if idempotency_key and api_key_id is not None:
             replay = _replay(session, api_key_id, idempotency_key, fingerprint)
             if replay:
-                return replay, None
+                return replay
         money_left = case_facts.refundable(session, payment, unseen=first_sighting).left
         amount = request.amount_minor()
         if amount is None:
@@ -320,21 +297,18 @@ def _capture(
         duplicate_of = (
             None if first_sighting else case_facts.duplicate_of(session, payment.id, amount)
         )
-        # Their own data key: the row must still hold the one the fields were sealed with
-        # (an erasure since the read destroyed it: sealed again under the new one).
-        customer = desk.vault.for_customer(session, email_hash, ready=sealed.cipher)
-        sealed = sealed.under(customer, request, payment)
+        customer = desk.vault.for_customer(session, email_hash)  # their own data key
         row |= {
-            "email_enc": sealed.email,
-            "name_enc": sealed.name,
-            "message_enc": sealed.message,
+            "email_enc": customer.encrypt(str(request.email)),
+            "name_enc": customer.encrypt(request.name or payment.customer_name),
+            "message_enc": customer.encrypt(request.message),
             "amount": amount,
             "amount_source": amount_source,
             "possible_duplicate": duplicate_of is not None,
             "duplicate_of": duplicate_of,
         }
-        flush_if_pending(session, lambda _row: True)  # as the ORM's autoflush would
-        row["policy_version"] = _INSERT_CASE.run(plain(session), row).scalar_one()
+        session.flush()
+        row["policy_version"] = session.connection().execute(_INSERT_CASE, row).scalar_one()
         if row["policy_version"] is None:
             active_version(session)  # none published, or no control row: that one says so
         desk.audit.append(
@@ -401,7 +375,7 @@ def _capture(
             money.format_money(amount, row["currency"]),
             "possible duplicate" if duplicate_of else "new",
         )
-        return Submitted(case_id, created=True, job_id=job_id, row=row), customer
+        return Submitted(case_id, created=True, job_id=job_id, row=row)
 
 
 # The version is not among them: the INSERT pins it (`_INSERT_CASE`) and the row takes it back.
@@ -409,7 +383,7 @@ _CASE_DEFAULTS = {k: v for k, v in row_defaults(Case).items() if k != "policy_ve
 _CASES = Case.__table__  # type: ignore[attr-defined]
 # Built once. The case is pinned to the active policy version in its own INSERT, which
 # returns it: one statement, not a read of the control row and then the INSERT.
-_INSERT_CASE = Prepared(
+_INSERT_CASE = (
     insert(_CASES)
     .values(policy_version=ACTIVE_VERSION.scalar_subquery())
     .returning(_CASES.c.policy_version)
@@ -421,14 +395,12 @@ _INSERT_CASE = Prepared(
 # the capture reads one, and its row is only the lock refunds against the payment take.
 _PAYMENTS = Payment.__table__  # type: ignore[attr-defined]
 _INSERT_PAYMENT = InsertIfNew(_PAYMENTS, _PAYMENTS.c.id)  # only the id may conflict
-_SEEN_AGAIN = Prepared(
+_SEEN_AGAIN = (
     update(_PAYMENTS)
     .where(_PAYMENTS.c.id == bindparam("payment_id"))
     .values(amount=bindparam("amount"), refunded=bindparam("refunded"), seen_at=bindparam("now"))
 )
-_OUR_REFUNDS = Prepared(
-    select(col(Execution.id)).where(col(Execution.payment_id) == bindparam("payment_id"))
-)
+_OUR_REFUNDS = select(col(Execution.id)).where(col(Execution.payment_id) == bindparam("payment_id"))
 
 
 def _upsert_payment(desk: Desk, session: Session, payment: PaymentFacts) -> bool:
@@ -458,10 +430,12 @@ def _upsert_payment(desk: Desk, session: Session, payment: PaymentFacts) -> bool
         return True
     lock_payment(session, payment.id)
     # our own refunds are counted from our executions, never twice
-    ours = frozenset(_OUR_REFUNDS.run(plain(session), {"payment_id": payment.id}).scalars())
+    ours = frozenset(
+        session.connection().execute(_OUR_REFUNDS, {"payment_id": payment.id}).scalars()
+    )
     elsewhere = payment.refunded_amount(excluding=ours)
-    _SEEN_AGAIN.run(
-        plain(session),
+    session.connection().execute(
+        _SEEN_AGAIN,
         {"payment_id": payment.id, "amount": payment.amount, "refunded": elsewhere, "now": now},
     )
     return False

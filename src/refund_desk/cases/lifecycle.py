@@ -15,7 +15,6 @@ from refund_desk.cases.notify import NOTIFY_ON, notify
 from refund_desk.cases.sla import start_clock
 from refund_desk.customers.outcomes import TELL_ON, tell
 from refund_desk.storage.audit import Actor, AuditLog
-from refund_desk.storage.direct_rows import stage
 from refund_desk.storage.models import Case
 
 log = logging.getLogger(__name__)
@@ -80,7 +79,7 @@ def move(
         case.approval_round += 1  # a new round: earlier approvals do not count towards it
     case.revision += 1
     case.updated_at = clock.now()
-    stage(session, case)
+    session.add(case)
     audit.append(
         session,
         action=action or f"case.{to}",

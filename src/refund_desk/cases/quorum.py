@@ -5,10 +5,7 @@ from __future__ import annotations
 from sqlalchemy import bindparam, func, select
 from sqlmodel import Session, col
 
-from refund_desk.storage.db import plain
-from refund_desk.storage.direct_rows import flush_if_pending
 from refund_desk.storage.models import Approval, Case
-from refund_desk.storage.prepared import Prepared
 
 
 def approvals_needed(case: Case) -> int:
@@ -17,7 +14,7 @@ def approvals_needed(case: Case) -> int:
     return 2 if int(case.decision.get("tier") or 3) >= 4 else 1
 
 
-_APPROVALS = Prepared(  # built once: SQLAlchemy compiles it once
+_APPROVALS = (  # built once: SQLAlchemy compiles it once
     select(func.count())
     .select_from(Approval)
     .where(
@@ -32,8 +29,10 @@ def approval_count(session: Session, case: Case) -> int:
     """The approvals on record in the case's round, this transaction's own included. Only a
     pending approval is flushed first: the case's own pending changes wait for the commit,
     to go out as one UPDATE."""
-    flush_if_pending(session, lambda row: isinstance(row, Approval))
-    found = _APPROVALS.run(
-        plain(session), {"case_id": case.id, "round": case.approval_round}
-    ).scalar()
+    session.flush()
+    found = (
+        session.connection()
+        .execute(_APPROVALS, {"case_id": case.id, "round": case.approval_round})
+        .scalar()
+    )
     return int(found or 0)

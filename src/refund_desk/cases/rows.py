@@ -5,15 +5,12 @@ from __future__ import annotations
 from sqlalchemy import bindparam, select
 from sqlmodel import Session, col
 
-from refund_desk import logs
 from refund_desk.cases.errors import Conflict, NotFound
-from refund_desk.storage import direct_rows
-from refund_desk.storage.db import memo
 from refund_desk.storage.models import Case
 
-# Built once (SQLAlchemy then reuses its compiled form); FOR UPDATE on PostgreSQL, where rows
-# are locked one by one; SQLite renders none (its writer is taken at BEGIN IMMEDIATE).
-# Read afresh with the lock, even if this transaction read the case before it.
+# FOR UPDATE on PostgreSQL, where rows are locked one by one; SQLite renders none (its writer
+# is taken at BEGIN IMMEDIATE). Read afresh with the lock, even if this transaction read the
+# case before it.
 _LOCK_CASE = (
     select(Case)
     .where(col(Case.id) == bindparam("case_id"))
@@ -23,24 +20,10 @@ _LOCK_CASE = (
 
 
 def load_for_update(session: Session, case_id: str, *, revision: int | None = None) -> Case:
-    """Lock the case row for this transaction and, if given, insist on the expected revision.
-
-    A case this transaction has locked already is not read again: the lock holds until the
-    commit, and a second read would give the same object with this transaction's changes.
-    In a transaction that uses direct rows (`storage/direct_rows.py`) the case is one.
-    """
-    locked: dict[str, Case] = memo(session, "locked cases")
-    case = locked.get(case_id)
+    """Lock the case row for this transaction and, if given, insist on the expected revision."""
+    case = session.scalars(_LOCK_CASE, {"case_id": case_id}).first()
     if case is None:
-        if direct_rows.uses_direct_rows(session):
-            case = direct_rows.load(session, Case, case_id, lock=True, fresh=True)
-            if case is not None:  # its lines carry its correlation id, as an ORM load's do
-                logs.case_loaded(case.id, case.correlation_id)
-        else:
-            case = session.scalars(_LOCK_CASE, {"case_id": case_id}).first()
-        if case is None:
-            raise NotFound("case_not_found", f"No case {case_id} exists.")
-        locked[case_id] = case
+        raise NotFound("case_not_found", f"No case {case_id} exists.")
     if revision is not None and case.revision != revision:
         raise Conflict(
             "stale_revision",

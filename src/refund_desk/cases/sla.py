@@ -19,7 +19,6 @@ from refund_desk.cases.rows import load_for_update
 from refund_desk.governance.versions import LoadedPolicy, control, load_version
 from refund_desk.policy.durations import add_time, sla_period
 from refund_desk.storage.audit import SYSTEM
-from refund_desk.storage.direct_rows import stage
 from refund_desk.storage.jobs import ClaimedJob, enqueue
 from refund_desk.storage.models import Case
 
@@ -111,7 +110,7 @@ def escalate(desk: Desk, job: ClaimedJob) -> None:
         case.escalation_level += 1
         case.revision += 1  # the cards are re-rendered: managers' buttons carry fresh tokens
         case.updated_at = clock.now()
-        stage(session, case)
+        session.add(case)
         desk.audit.append(
             session,
             action="case.escalated",

@@ -569,9 +569,9 @@ def policy_publish(file: Path) -> None:
             )
     except CaseError as exc:
         _fail(exc.message)
-    typer.echo(run.text.plain())
+    typer.echo(run.text.as_text())
     if proved is not None:
-        typer.echo(proof_summary(*proved).plain())
+        typer.echo(proof_summary(*proved).as_text())
     typer.echo(f"published {row.policy_name} v{row.version} ({row.content_hash[:12]})")
 
 

@@ -59,12 +59,12 @@ def _change(runtime: Any, act: Callable[[Session, Actor], Any]) -> None:
                 announce(session, runtime.settings.channel, change.announce)
     except CaseError as exc:
         _fail(exc.message)
-    typer.echo(_plain(change.reply))
+    typer.echo(_words(change.reply))
 
 
-def _plain(said: Text) -> str:
+def _words(said: Text) -> str:
     """The core's text for a terminal, without markup."""
-    return said.plain()
+    return said.as_text()
 
 
 def backtest_and_record(
@@ -160,7 +160,7 @@ def register(policy_app: typer.Typer) -> None:
         if as_json:
             typer.echo(json.dumps({"label": label, **run.summary}, indent=2, default=str))
             return
-        typer.echo(_plain(run.text))
+        typer.echo(_words(run.text))
         typer.echo(f"({run.summary['seconds']}s; recorded for hash {run.content_hash[:12]})")
 
     @policy_app.command("diff")
@@ -185,7 +185,7 @@ def register(policy_app: typer.Typer) -> None:
 
             typer.echo(json.dumps([asdict(c) for c in changes], indent=2))
             return
-        typer.echo(_plain(diff_text(changes, old=a_label, new=b_label)))
+        typer.echo(_words(diff_text(changes, old=a_label, new=b_label)))
 
     @policy_app.command("prove")
     def policy_prove(
@@ -222,7 +222,7 @@ def register(policy_app: typer.Typer) -> None:
             if as_json:
                 typer.echo(json.dumps(_versions(session), indent=2))
                 return
-            typer.echo(_plain(history(session)))
+            typer.echo(_words(history(session)))
 
     @policy_app.command("rollback")
     def policy_rollback(
@@ -336,7 +336,7 @@ def register(policy_app: typer.Typer) -> None:
                     run = shadow.tally(session)
                     typer.echo(json.dumps(run.to_json() if run else None, indent=2))
                     return
-                typer.echo(_plain(shadow.report(session)))
+                typer.echo(_words(shadow.report(session)))
             return
         if action == "stop":
             _change(runtime, lambda s, a: shadow.stop(s, runtime.desk.audit, actor=a))

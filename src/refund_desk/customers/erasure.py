@@ -46,7 +46,6 @@ from refund_desk.storage.crypto import (
     lock_customer_key,
     purge_destroyed_keys,
 )
-from refund_desk.storage.direct_rows import stage
 from refund_desk.storage.jobs import ClaimedJob, RetryLater, backoff, enqueue
 from refund_desk.storage.models import Case, CustomerMessage, Job, SlackMessage
 
@@ -96,7 +95,7 @@ def scrub(session: Session, case: Case, now: datetime) -> set[str]:
     case.advice = advice if case.advice is not None else None
     case.evidence = evidence if case.evidence is not None else None
     case.erased_at = case.erased_at or now
-    stage(session, case)
+    session.add(case)
     for message in session.scalars(
         select(CustomerMessage).where(
             col(CustomerMessage.case_id) == case.id, col(CustomerMessage.direction) == "in"
@@ -224,7 +223,6 @@ def erase_customer(
         # The key row's lock first (as retention takes it): an intake filing a case for this
         # customer holds it until it commits, so the cases read next include that case.
         destroyed = destroy_customer_key(session, email_hash, now)
-        desk.vault.forget(email_hash)  # nor kept in memory (an intake proves its key anyway)
         cases = list(
             session.scalars(
                 select(Case).where(col(Case.email_hash) == email_hash).order_by(col(Case.id))
@@ -291,7 +289,6 @@ def retention(desk: Desk, *, days: int, evidence: EvidenceStore | None) -> int:
                     .limit(1)
                 )
                 if live is None and destroy_customer_key(session, email_hash, now):
-                    desk.vault.forget(email_hash)
                     keys += 1
             if keys:
                 _queue_purge(session)
@@ -318,16 +315,9 @@ def retention(desk: Desk, *, days: int, evidence: EvidenceStore | None) -> int:
 
 
 def compact(desk: Desk) -> None:
-    """SQLite keeps old pages in its write-ahead log until a checkpoint: fold it in now, so
-    erased values are gone from the files too (freed space is zeroed: `secure_delete`)."""
-    if not desk.db.is_sqlite:
-        return
+    """Erased values gone from the database's files too (`Database.checkpoint`)."""
     try:
-        raw = desk.db.engine.raw_connection()
-        try:
-            raw.cursor().execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        finally:
-            raw.close()
+        desk.db.checkpoint()
     except Exception:  # busy readers: the next checkpoint folds it in
         log.warning("could not checkpoint the write-ahead log after an erasure", exc_info=True)
 

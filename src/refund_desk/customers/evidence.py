@@ -47,7 +47,6 @@ from refund_desk.storage.crypto import (
     same,
 )
 from refund_desk.storage.db import on_commit
-from refund_desk.storage.direct_rows import stage
 from refund_desk.storage.jobs import queue
 from refund_desk.storage.models import Case
 
@@ -398,7 +397,7 @@ def attach(
     if not added:
         return
     case.evidence = items + added
-    stage(session, case)
+    session.add(case)
     desk.audit.append(
         session,
         action="evidence.attached",
@@ -450,7 +449,7 @@ def mark_checked(desk: Desk, *, case_id: str, evidence_id: str, user: str) -> di
         item["checked_at"] = desk.now().isoformat()
         case.evidence = items
         case.updated_at = desk.now()
-        stage(session, case)
+        session.add(case)
         desk.audit.append(
             session,
             action="evidence.checked",

@@ -22,11 +22,9 @@ from sqlmodel import Session, col
 from refund_desk import clock, money
 from refund_desk.cases.notify import notify
 from refund_desk.storage.audit import SYSTEM, AuditLog
-from refund_desk.storage.db import deployment, plain
-from refund_desk.storage.direct_rows import flush_if_pending
+from refund_desk.storage.db import deployment
 from refund_desk.storage.jobs import ClaimedJob, RetryLater, backoff, queue
 from refund_desk.storage.models import Approval, Case, CustomerMessage
-from refund_desk.storage.prepared import Prepared
 
 if TYPE_CHECKING:
     from refund_desk.cases.desk import Desk
@@ -99,24 +97,28 @@ def tell(session: Session, case: Case, audit: AuditLog) -> int | None:
     kind, text, expected = compose(session, case)
     now = clock.now()
     nowhere = _nowhere_to_go(session, case, kind)
-    message_id: int = _ADD_MESSAGE.run(  # one INSERT, no ORM object: only its id is used
-        plain(session),
-        {
-            "case_id": case.id,
-            "direction": "out",
-            "kind": kind,
-            "case_status": case.status,
-            "case_revision": case.revision,
-            "body": text,
-            "expected_by": expected,
-            # nowhere to go: written as told, one INSERT, not an INSERT and an UPDATE
-            "channel": "none" if nowhere else None,
-            "status": "recorded" if nowhere else "queued",
-            "external_ref": None,
-            "created_at": now,
-            "sent_at": now if nowhere else None,
-        },
-    ).scalar_one()
+    message_id: int = (
+        session.connection()
+        .execute(  # only its id is used
+            _ADD_MESSAGE,
+            {
+                "case_id": case.id,
+                "direction": "out",
+                "kind": kind,
+                "case_status": case.status,
+                "case_revision": case.revision,
+                "body": text,
+                "expected_by": expected,
+                # nowhere to go: written as told, one INSERT, not an INSERT and an UPDATE
+                "channel": "none" if nowhere else None,
+                "status": "recorded" if nowhere else "queued",
+                "external_ref": None,
+                "created_at": now,
+                "sent_at": now if nowhere else None,
+            },
+        )
+        .scalar_one()
+    )
     if nowhere:
         _told(session, audit, case, message_id, kind, channel=None, status="recorded")
         log.info("customer told %s (recorded)", kind)
@@ -130,7 +132,7 @@ def tell(session: Session, case: Case, audit: AuditLog) -> int | None:
 
 
 _MESSAGES = CustomerMessage.__table__  # type: ignore[attr-defined]
-_ADD_MESSAGE = Prepared(insert(_MESSAGES).returning(_MESSAGES.c.id))
+_ADD_MESSAGE = insert(_MESSAGES).returning(_MESSAGES.c.id)
 
 
 def _nowhere_to_go(session: Session, case: Case, kind: str) -> bool:
@@ -200,7 +202,7 @@ def compose(session: Session, case: Case) -> tuple[str, str, datetime | None]:
     return kind, text, None
 
 
-_LAST_APPROVAL_REASON = Prepared(
+_LAST_APPROVAL_REASON = (
     select(col(Approval.reason))
     .where(col(Approval.case_id) == bindparam("case_id"), col(Approval.decision) == "approve")
     .order_by(col(Approval.created_at).desc())
@@ -209,8 +211,8 @@ _LAST_APPROVAL_REASON = Prepared(
 
 
 def _approver_note(session: Session, case: Case) -> str | None:
-    flush_if_pending(session, lambda row: isinstance(row, Approval))  # this transaction's own
-    reason = _LAST_APPROVAL_REASON.run(plain(session), {"case_id": case.id}).scalar()
+    session.flush()
+    reason = session.connection().execute(_LAST_APPROVAL_REASON, {"case_id": case.id}).scalar()
     return reason.strip() if reason and reason.strip() else None
 
 

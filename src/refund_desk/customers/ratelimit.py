@@ -10,17 +10,16 @@ from __future__ import annotations
 from datetime import datetime
 
 from sqlalchemy import delete
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlmodel import col
 
-from refund_desk.storage.db import Database
+from refund_desk.storage.db import Database, upsert
 from refund_desk.storage.models import RateLimit
 
 
 def hit(db: Database, key: str, *, limit: int, window_seconds: int, now: datetime) -> bool:
     """Count one attempt for `key`; True while the window's count is within `limit`."""
     window = int(now.timestamp()) // window_seconds
-    insert = sqlite.insert if db.is_sqlite else postgresql.insert
+    insert = upsert(db)
     count_col = col(RateLimit.count)
     stmt = (
         insert(RateLimit)

@@ -25,11 +25,9 @@ from refund_desk.policy import (
     policy_hash,
     run_policy_tests,
 )
-from refund_desk.storage import direct_rows
 from refund_desk.storage.audit import Actor, AuditLog
-from refund_desk.storage.db import held_get, on_commit, shared
+from refund_desk.storage.db import on_commit, shared
 from refund_desk.storage.models import Control, PolicyVersion
-from refund_desk.storage.prepared import Prepared
 from refund_desk.text import Code, Text, lines, text
 
 MODES = ("shadow", "approve-all", "supervised")
@@ -55,7 +53,7 @@ def load_version(session: Session, version: int) -> LoadedPolicy:
     found = loaded.get(version)
     if found is not None:
         return found
-    row = held_get(session, PolicyVersion, version)
+    row = session.get(PolicyVersion, version)
     if row is None:
         raise CaseError("policy_version_missing", f"Policy version {version} does not exist.")
     compiled = _compile(row.version, row.content_hash, row.source)
@@ -68,15 +66,15 @@ def load_version(session: Session, version: int) -> LoadedPolicy:
 
 
 ACTIVE_VERSION = select(col(Control.active_version)).where(col(Control.id) == 1)  # built once
-_PAUSED = Prepared(select(col(Control.paused)).where(col(Control.id) == 1))
+_PAUSED = select(col(Control.paused)).where(col(Control.id) == 1)
 
 
 def paused_now(session: Session | Connection) -> bool:
     """The kill switch as committed now: one column, read afresh (never a row kept); in a
     session, as its transaction left it (its pending change to the control row included)."""
     if isinstance(session, Connection):
-        return bool(_PAUSED.run(session).scalar())
-    return bool(session.scalars(_PAUSED.statement).first())
+        return bool(session.execute(_PAUSED).scalar())
+    return bool(session.scalars(_PAUSED).first())
 
 
 def active_version(session: Session) -> int | None:
@@ -90,13 +88,9 @@ def active_version(session: Session) -> int | None:
 
 
 def control(session: Session) -> Control:
-    """The control row, kept for the rest of the transaction (a direct row in a transaction
-    that uses them, `storage/direct_rows.py`)."""
-    if direct_rows.uses_direct_rows(session):
-        row = direct_rows.load(session, Control, 1)
-    else:
-        with session.no_autoflush:  # the control row depends on no other row's pending change
-            row = held_get(session, Control, 1)
+    """The control row as this transaction sees it."""
+    with session.no_autoflush:  # the control row depends on no other row's pending change
+        row = session.get(Control, 1)
     if row is None:  # the migration seeds it; a damaged database should say so
         raise CaseError("control_missing", "The control row is missing; run `db upgrade`.")
     return row

@@ -40,7 +40,6 @@ from refund_desk.cases.ports import (
 )
 from refund_desk.storage.db import Database
 from refund_desk.storage.models import SandboxFault, SandboxPayment, SandboxRefund
-from refund_desk.storage.prepared import Prepared
 
 FAULT_MODES = (
     "none",
@@ -73,9 +72,9 @@ _FAULT_COLUMNS = (
     select(_faults.c.ignore_keys).where(_THE_FAULT).scalar_subquery().label("ignore_keys"),
 )
 # Always one row; empty columns where there is no fault row.
-_FAULT = Prepared(select(*_FAULT_COLUMNS))
+_FAULT = select(*_FAULT_COLUMNS)
 # SET from the parameters given: mode and remaining, or ignore_keys.
-_SET_FAULT = Prepared(update(_faults).where(_THE_FAULT))
+_SET_FAULT = update(_faults).where(_THE_FAULT)
 
 # A refund's columns under the names `_to_refund` reads.
 _REFUND = (
@@ -87,22 +86,18 @@ _REFUND = (
     _refunds.c.meta,
     _refunds.c.created_at,
 )
-_REFUND_BY_ID = Prepared(
-    select(*_FAULT_COLUMNS, *_REFUND).where(_refunds.c.id == bindparam("refund_id"))
-)
+_REFUND_BY_ID = select(*_FAULT_COLUMNS, *_REFUND).where(_refunds.c.id == bindparam("refund_id"))
 _REFUNDS_SINCE_STATEMENT = (
     select(*_FAULT_COLUMNS, *_REFUND)
     .where(_refunds.c.created_at >= bindparam("since"))
     .order_by(_refunds.c.created_at)
 )
-_REFUNDS_SINCE = Prepared(_REFUNDS_SINCE_STATEMENT)
-_REFUNDS_BETWEEN = Prepared(
-    _REFUNDS_SINCE_STATEMENT.where(_refunds.c.created_at < bindparam("until"))
-)
+_REFUNDS_SINCE = _REFUNDS_SINCE_STATEMENT
+_REFUNDS_BETWEEN = _REFUNDS_SINCE_STATEMENT.where(_refunds.c.created_at < bindparam("until"))
 
 # A payment and its refunds in one statement: one row per refund, or one with the refund's
 # columns empty. The payment's id is read as `payment_id`, which a refund row's is too.
-_PAYMENT = Prepared(
+_PAYMENT = (
     select(
         *_FAULT_COLUMNS,
         _payments.c.id.label("payment_id"),
@@ -121,17 +116,17 @@ _PAYMENT = Prepared(
 
 # The refund's own transaction: the payment locked (FOR UPDATE on PostgreSQL; SQLite's
 # BEGIN IMMEDIATE already holds the database), then its refunds read after the lock.
-_LOCK_PAYMENT = Prepared(
+_LOCK_PAYMENT = (
     select(*_FAULT_COLUMNS, _payments.c.amount, _payments.c.currency)
     .where(_payments.c.id == bindparam("payment_id"))
     .with_for_update(of=_payments)
 )
-_REFUNDS_OF = Prepared(
+_REFUNDS_OF = (
     select(*_REFUND, _refunds.c.idempotency_key)
     .where(_refunds.c.payment_id == bindparam("payment_id"))
     .order_by(_refunds.c.created_at)
 )
-_INSERT_REFUND = Prepared(insert(_refunds))
+_INSERT_REFUND = insert(_refunds)
 
 _Row: TypeAlias = Any  # a row of any of the statements above (SQLAlchemy's `Row`)
 
@@ -223,13 +218,13 @@ class SandboxProcessor:
         with self.db.write() as session:
             ledger = session.connection()
             if mode == IGNORE_KEYS:  # beside the fault that plays, until `none`
-                if _SET_FAULT.run(ledger, {"ignore_keys": True}).rowcount == 0:
+                if ledger.execute(_SET_FAULT, {"ignore_keys": True}).rowcount == 0:
                     ledger.execute(insert(_faults), {"id": 1, "mode": "none", "ignore_keys": True})
                 return
             fault: dict[str, Any] = {"mode": mode, "remaining": None if mode == "none" else times}
             if mode == "none":
                 fault["ignore_keys"] = False
-            if _SET_FAULT.run(ledger, fault).rowcount == 0:
+            if ledger.execute(_SET_FAULT, fault).rowcount == 0:
                 ledger.execute(insert(_faults), {"id": 1, **fault})
 
     def show_payment(self, payment_id: str) -> dict[str, Any]:
@@ -294,7 +289,7 @@ class SandboxProcessor:
     ) -> ProcessorRefund:
         with self.db.write() as session:  # a fault that applies is used up in this commit
             ledger = session.connection()
-            payment = _LOCK_PAYMENT.run(ledger, {"payment_id": payment_id}).first()
+            payment = ledger.execute(_LOCK_PAYMENT, {"payment_id": payment_id}).first()
             fault = _use_fault(ledger, _fault_in(ledger, payment), _REFUND_FAULTS)
             if fault in ("down", "decline"):
                 refund = None
@@ -327,7 +322,7 @@ class SandboxProcessor:
         honour_keys: bool,
     ) -> ProcessorRefund:
         """The refund, made on the payment locked in this transaction (or the one its key made)."""
-        refunds = _REFUNDS_OF.run(ledger, {"payment_id": payment_id})
+        refunds = ledger.execute(_REFUNDS_OF, {"payment_id": payment_id}).all()
         if honour_keys:
             for seen in refunds:
                 if seen.idempotency_key == idempotency_key:
@@ -351,8 +346,8 @@ class SandboxProcessor:
             metadata=_metadata(meta),
             created_at=clock.now(),
         )
-        _INSERT_REFUND.run(
-            ledger,
+        ledger.execute(
+            _INSERT_REFUND,
             {
                 "id": refund.id,
                 "payment_id": payment_id,
@@ -385,7 +380,7 @@ class SandboxProcessor:
 
     def _read(
         self,
-        statement: Prepared,
+        statement: Any,
         params: dict[str, Any],
         *,
         faults: bool = True,
@@ -394,14 +389,14 @@ class SandboxProcessor:
         processor is `down`, when the call uses up one of the fault's uses and fails."""
         while True:
             with self.db.look() as ledger:  # its statements need not share a snapshot
-                rows = statement.run(ledger, params)
+                rows = ledger.execute(statement, params).all()
                 if not faults:
                     return rows
                 if _fault_in(ledger, rows[0] if rows else None).fault_mode != "down":
                     return rows
             with self.db.write() as session:  # a read only sees it; a write takes a use
                 ledger = session.connection()
-                used = _use_fault(ledger, _FAULT.run(ledger).one(), ("down",))
+                used = _use_fault(ledger, ledger.execute(_FAULT).one(), ("down",))
             if used == "down":
                 raise ProcessorUnavailable("processor_unavailable", "The processor is unavailable.")
             # changed since the read (another process set a fault): read again
@@ -426,7 +421,7 @@ def _metadata(meta: dict[str, Any]) -> dict[str, str]:
 
 def _fault_in(ledger: Connection, first: _Row | None) -> _Row:
     """The fault's columns: carried by the call's first row, or read by themselves."""
-    return first if first is not None else _FAULT.run(ledger).one()
+    return first if first is not None else ledger.execute(_FAULT).one()
 
 
 def _use_fault(ledger: Connection, fault: _Row, applies_to: tuple[str, ...]) -> str | None:
@@ -438,5 +433,5 @@ def _use_fault(ledger: Connection, fault: _Row, applies_to: tuple[str, ...]) -> 
     if fault.fault_remaining is not None:
         left = fault.fault_remaining - 1
         used_up = {"mode": "none", "remaining": None}
-        _SET_FAULT.run(ledger, {"mode": mode, "remaining": left} if left > 0 else used_up)
+        ledger.execute(_SET_FAULT, {"mode": mode, "remaining": left} if left > 0 else used_up)
     return mode

@@ -101,7 +101,7 @@ class StripeProcessor:
         """Facts from a PaymentIntent (`pi_…`) or a Charge (`ch_…`)."""
         if payment_id.startswith("pi_"):
             intent = _sdk(
-                lambda: _plain(
+                lambda: _as_dict(
                     self.client.v1.payment_intents.retrieve(
                         payment_id, {"expand": ["customer", "latest_charge"]}
                     )
@@ -111,7 +111,7 @@ class StripeProcessor:
             charge = intent.get("latest_charge")
             if isinstance(charge, str):
                 charge_id = charge
-                charge = _sdk(lambda: _plain(self.client.v1.charges.retrieve(charge_id)))
+                charge = _sdk(lambda: _as_dict(self.client.v1.charges.retrieve(charge_id)))
             customer, created, currency = (
                 intent.get("customer"),
                 intent["created"],
@@ -119,7 +119,7 @@ class StripeProcessor:
             )
         elif payment_id.startswith("ch_"):
             charge = _sdk(
-                lambda: _plain(
+                lambda: _as_dict(
                     self.client.v1.charges.retrieve(payment_id, {"expand": ["customer"]})
                 ),
                 payment_id=payment_id,
@@ -213,17 +213,17 @@ class StripeProcessor:
 # ---------------------------------------------------------------- shapes
 
 
-def _plain(obj: Any) -> dict[str, Any]:
+def _as_dict(obj: Any) -> dict[str, Any]:
     return obj.to_dict() if hasattr(obj, "to_dict") else dict(obj)
 
 
 def _pages(page: Any) -> Iterator[dict[str, Any]]:
     for item in page.auto_paging_iter():
-        yield _plain(item)
+        yield _as_dict(item)
 
 
 def _refund(raw: Any) -> ProcessorRefund:
-    data = _plain(raw)
+    data = _as_dict(raw)
     charge = data.get("charge")
     charge_id = charge.get("id") if isinstance(charge, dict) else charge
     intent = data.get("payment_intent")

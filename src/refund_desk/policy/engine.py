@@ -106,7 +106,7 @@ class CompiledPolicy:
             try:
                 result = expression.evaluate(zctx)
             except RuntimeError as exc:
-                error = _explain(rule, ctx, zen_error(exc))
+                error = _explained(rule, ctx, zen_error(exc))
             else:
                 if not isinstance(result, bool):
                     error = f"rule {rule.id}: gives {result!r}, not true or false"
@@ -165,7 +165,7 @@ def _amount_caps(expression: str, currency: str) -> list[int]:
     return [c for c in caps if c >= 0]
 
 
-def _explain(rule: Rule, ctx: dict[str, Any], detail: str) -> str:
+def _explained(rule: Rule, ctx: dict[str, Any], detail: str) -> str:
     """Name the unknown facts the rule reads, which is almost always why zen failed."""
     nulls = [n for n in referenced_names(rule.when) if _fact(ctx, n) is None]
     if not nulls:

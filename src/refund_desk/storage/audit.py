@@ -12,18 +12,14 @@ import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from functools import cache
 from typing import IO, Any
 
 from sqlalchemy import bindparam, event, insert, orm, select, update
 from sqlmodel import Session, col
 
 from refund_desk import clock
-from refund_desk.storage import direct_rows
 from refund_desk.storage.crypto import keyed_hash, same
-from refund_desk.storage.db import plain
 from refund_desk.storage.models import AuditHead, AuditRecord
-from refund_desk.storage.prepared import Prepared
 from refund_desk.text import Person
 
 GENESIS = "0" * 64
@@ -146,61 +142,30 @@ class AuditLog:
         """Link this transaction's records into the chain, in the order they were appended.
 
         The transaction's other changes are written first, so the head is locked (PostgreSQL)
-        only for the records' own INSERT and the commit; the records and the head are written
-        as plain statements, not through the ORM's unit of work: on PostgreSQL the records and
-        the head's move are one statement (a round trip fewer in every audited transaction)."""
+        only for the records' own INSERT and the commit."""
         session.flush()
-        direct_rows.write(session)  # and the rows held apart from the session
-        connection = plain(session)
-        seq, prev = _LOCK_HEAD.run(connection).one()
+        connection = session.connection()
+        seq, prev = connection.execute(_LOCK_HEAD).one()
         for record in pending:
             seq += 1
             record.seq, record.prev_hash = seq, prev
             record.hash = prev = record_hash(self._secret, record)
         rows = [{c: getattr(r, c) for c in _RECORD_COLUMNS} for r in pending]
-        moved = {"new_seq": seq, "new_hash": prev}
-        if len(rows) <= ADD_AND_MOVE_MOST and connection.dialect.name == "postgresql":
-            params = {f"{c}_{i}": v for i, row in enumerate(rows) for c, v in row.items()}
-            _add_and_move(len(rows)).run(connection, params | moved)
-            return
-        _ADD_RECORDS.run(connection, rows)
-        _MOVE_HEAD.run(connection, moved)
+        connection.execute(_ADD_RECORDS, rows)
+        connection.execute(_MOVE_HEAD, {"new_seq": seq, "new_hash": prev})
 
 
 _HEAD = AuditHead.__table__  # type: ignore[attr-defined]
 _RECORDS = AuditRecord.__table__  # type: ignore[attr-defined]
 _RECORD_COLUMNS = tuple(c.name for c in _RECORDS.columns)
-# Built once, executed with parameters (the seal runs at every commit that audits). The head
-# is read `FOR UPDATE` on PostgreSQL; SQLite renders no `FOR UPDATE`: it has one writer.
-_LOCK_HEAD = Prepared(select(_HEAD.c.seq, _HEAD.c.hash).where(_HEAD.c.id == 1).with_for_update())
-_ADD_RECORDS = Prepared(insert(_RECORDS))  # executemany: the transaction's records in one call
-_MOVE_HEAD = Prepared(
+# The head is read `FOR UPDATE` on PostgreSQL; SQLite renders no `FOR UPDATE`: it has one writer.
+_LOCK_HEAD = select(_HEAD.c.seq, _HEAD.c.hash).where(_HEAD.c.id == 1).with_for_update()
+_ADD_RECORDS = insert(_RECORDS)  # executemany: the transaction's records in one call
+_MOVE_HEAD = (
     update(_HEAD)
     .where(_HEAD.c.id == 1)
     .values(seq=bindparam("new_seq"), hash=bindparam("new_hash"))
 )
-
-
-# For the transactions that append up to this many records (almost all); more: two statements.
-ADD_AND_MOVE_MOST = 8
-
-
-@cache  # built on first use, once per count (not at import: SQLite never needs them)
-def _add_and_move(count: int) -> Prepared:
-    """PostgreSQL: `count` records inserted and the head moved in one statement (an INSERT
-    in a `WITH`, which PostgreSQL runs to completion whether or not the UPDATE reads it). The
-    parameters are each record's columns suffixed with its place (`seq_0`, `hash_1`)."""
-    rows = [
-        {c: bindparam(f"{c}_{i}", type_=_RECORDS.c[c].type) for c in _RECORD_COLUMNS}
-        for i in range(count)
-    ]
-    added = insert(_RECORDS).values(rows).cte("added")
-    return Prepared(
-        update(_HEAD)
-        .where(_HEAD.c.id == 1)
-        .values(seq=bindparam("new_seq"), hash=bindparam("new_hash"))
-        .add_cte(added)
-    )
 
 
 # Listened to on every session (a dict look-up where nothing was appended) rather than

@@ -10,9 +10,6 @@ import base64
 import hashlib
 import hmac
 import re
-import threading
-import time
-from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
@@ -23,12 +20,10 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from sqlalchemy import bindparam, select, text
 from sqlalchemy.exc import OperationalError
-from sqlalchemy.orm.util import identity_key
 from sqlmodel import Session, col
 
 from refund_desk import clock
-from refund_desk.storage import direct_rows
-from refund_desk.storage.db import InsertIfNew, held_get, memo, plain
+from refund_desk.storage.db import InsertIfNew
 from refund_desk.storage.models import Case, CustomerKey
 
 if TYPE_CHECKING:
@@ -62,34 +57,15 @@ def normalize_email(email: str) -> str:
 
 
 CUSTOMER_TOKEN = "c1"  # c1.<email hash>.<key generation>.<Fernet token>
-CIPHERS_KEPT = 1024  # customers whose live key a Vault keeps in memory (`ready_cipher`)
-# How long a customer's key stays in a process's memory after a commit proved it live. An
-# erasure in another process cannot reach this memory: the key leaves it at the latest this
-# long after it was last proved, checked at each use and at every sweep (`forget_expired`).
-KEY_MEMORY_SECONDS = 60.0
 
 
 class CustomerCipher:
     """Encrypts one customer's fields and files under their own data key."""
 
-    def __init__(
-        self,
-        email_hash: str,
-        generation: int,
-        key: bytes,
-        *,
-        wrapped: str = "",
-        fresh: bool = False,
-    ) -> None:
+    def __init__(self, email_hash: str, generation: int, key: bytes, wrapped: str = "") -> None:
         self.email_hash = email_hash
         self.generation = generation
-        # The key as stored (wrapped): what the key row must still hold for this cipher's
-        # tokens to be readable. `fresh`: made by `Vault.ready_cipher`, never stored yet.
-        self.wrapped = wrapped
-        self.fresh = fresh
-        # When a write transaction last proved this key live (`Vault.for_customer`), in
-        # monotonic seconds: its time in memory counts from then, not from after the commit.
-        self.proved_at: float | None = None
+        self.wrapped = wrapped  # the key as its row stores it
         self._prefix = f"{CUSTOMER_TOKEN}.{email_hash}.{generation}."
         self._key = key
         self._fernet = Fernet(key)
@@ -122,10 +98,6 @@ class Vault:
         self._db = db
         self._fernet = Fernet(base64.urlsafe_b64encode(derive_key(secret, "field-encryption")))
         self._wrap = Fernet(base64.urlsafe_b64encode(derive_key(secret, "customer-keys")))
-        # Customers' live keys as last proved by a write transaction (`ready_cipher`), least
-        # recently remembered first, each with when it was proved (monotonic seconds).
-        self._ciphers: OrderedDict[str, tuple[CustomerCipher, float]] = OrderedDict()
-        self._ciphers_lock = threading.Lock()
 
     def encrypt(self, value: str | None) -> str | None:
         return None if value is None else self._fernet.encrypt(value.encode()).decode()
@@ -150,152 +122,43 @@ class Vault:
             return value
         return self.decrypt(value, session=session)
 
-    def for_customer(
-        self, session: Session, email_hash: str, *, ready: CustomerCipher | None = None
-    ) -> CustomerCipher:
+    def for_customer(self, session: Session, email_hash: str) -> CustomerCipher:
         """The customer's live data key, made in the caller's transaction if they have none
-        (or had theirs destroyed by an erasure: a returning customer starts afresh).
+        (or had theirs destroyed by an erasure: a returning customer starts afresh). Fields
+        are encrypted with it inside that transaction, never with a key kept from before.
 
-        `ready` is a cipher prepared before the transaction (`ready_cipher`): it is returned
-        itself only if the key row, read (and on PostgreSQL locked) here, holds exactly its
-        key, or if a key had to be made and `ready` is a fresh one (then it is the key stored).
-        Anything else (the customer was erased meanwhile, or a concurrent first intake stored
-        another key) gives the cipher of the row as it is now, and the caller's tokens made
-        with `ready` must be made again.
-
-        On PostgreSQL a live key is held with a shared lock: an erasure (which locks the row
-        for update first) waits for every transaction using the key, and those do not wait
-        for each other. A new customer's key is inserted; only an erased one is locked for
-        update (and replaced)."""
-        fresh = ready is not None and ready.fresh
-        # A customer this process knows no key of is most often new: on PostgreSQL the
-        # insert comes first then (`_made_live`), one statement instead of a look and the
-        # insert; one it knows is looked at first.
-        row: CustomerKey | NewKey | None = None
-        if not (fresh and _on_postgresql(session)):
-            row = _share_live_key(session, email_hash)
+        A live key is held with a shared lock (PostgreSQL; SQLite's one writer excludes all):
+        an erasure, which locks the row for update first, waits for every transaction using
+        the key, and those do not wait for each other. A new customer's key is inserted; only
+        an erased one is locked for update (and replaced)."""
+        row: CustomerKey | _NewKey | None = session.scalars(
+            _SHARE_LIVE_KEY, {"email_hash": email_hash}
+        ).first()
         if row is None:
-            row = self._made_live(session, email_hash, ready)
-        proved_at = time.monotonic()
-        if (
-            ready is not None
-            and ready.generation == row.generation
-            and ready.wrapped == row.key_enc
-        ):
-            ready.proved_at = proved_at
-            return ready
+            row = self._made_live(session, email_hash)
         assert row.key_enc is not None
-        cipher = CustomerCipher(
-            email_hash,
-            row.generation,
-            self._wrap.decrypt(row.key_enc.encode()),
-            wrapped=row.key_enc,
-        )
-        cipher.proved_at = proved_at
-        return cipher
+        key = self._wrap.decrypt(row.key_enc.encode())
+        return CustomerCipher(email_hash, row.generation, key, row.key_enc)
 
-    def _made_live(
-        self, session: Session, email_hash: str, ready: CustomerCipher | None
-    ) -> CustomerKey | NewKey:
+    def _made_live(self, session: Session, email_hash: str) -> CustomerKey | _NewKey:
         """The customer's key row with a live key, made here if they have none: inserted by
         this transaction (a new customer), else read as it is once whoever holds it for update
         is done (a live key under a shared lock; an erased one locked for update, and a new
-        key in a new generation).
-
-        The insert comes first where the customer is most likely new, and a new customer's
-        key is then one statement: on PostgreSQL (the shared look found no live key, or none
-        was made: this process knew no key of theirs, `ready` is fresh, and a live key the
-        insert finds is then looked at as the shared look would), and on SQLite when `ready`
-        is fresh. Otherwise (SQLite, one writer) the row is read first, as a returning
-        customer's is: once per transaction, as its writer excludes every other change to it
-        (a field decrypted earlier in the transaction read it already)."""
-        fresh = ready if ready is not None and ready.fresh else None
-        postgresql = _on_postgresql(session)
-        insert_first = postgresql or fresh is not None
-        row = None if insert_first else _key_row(session, email_hash)
-        if row is not None and row.key_enc is None and row not in session:
-            row = _lock_key(session, email_hash)  # erased, read as a direct row: the ORM's
-        if row is None:
-            made = fresh.wrapped if fresh is not None and fresh.generation == 1 else None
-            inserted = _insert_key(session, email_hash, made or self._new_wrapped_key())
-            if inserted is not None:
-                return inserted
-            if postgresql:
-                # A live key this process did not know (the insert came first: no look yet),
-                # or the row was held for update when the look skipped it, or is erased.
-                shared = (
-                    _share_live_key(session, email_hash) if fresh is not None else None
-                ) or _share_live_key_waiting(session, email_hash)
-                if shared is not None:
-                    return shared
-            row = _lock_key(session, email_hash)
-            assert row is not None
+        key in a new generation)."""
+        key_enc = self._new_wrapped_key()
+        values = {"email_hash": email_hash, "generation": 1, "key_enc": key_enc,
+                  "created_at": clock.now()}  # fmt: skip
+        if _INSERT_KEY.into(session, values):
+            return _NewKey(1, key_enc)
+        shared = _share_live_key_waiting(session, email_hash)
+        if shared is not None:
+            return shared
+        row = _lock_key(session, email_hash)
+        assert row is not None
         if row.key_enc is None:  # erased before: a new key, a new generation
-            generation = row.generation + 1
-            if fresh is not None and fresh.generation == generation:
-                row.key_enc = fresh.wrapped
-            else:
-                row.key_enc = self._new_wrapped_key()
-            row.generation = generation
-            row.erased_at = None
-            session.add(row)
+            row.key_enc, row.generation, row.erased_at = key_enc, row.generation + 1, None
             session.flush()
-            direct_rows.forget(session, CustomerKey, email_hash)  # read as it is now
         return row
-
-    def ready_cipher(self, email_hash: str) -> CustomerCipher:
-        """The customer's key as this process last used it, for encrypting before the write
-        transaction; a fresh key (not stored) if it has none in memory. Never trust it alone:
-        the write transaction passes it to `for_customer`, which proves the key row still
-        holds it, so a key an erasure destroyed meanwhile (here or in another process) is
-        never used, and a fresh key is stored only if the customer has no live one."""
-        with self._ciphers_lock:
-            known = self._ciphers.get(email_hash)
-            if known is not None:
-                cipher, proved_at = known
-                if time.monotonic() - proved_at < KEY_MEMORY_SECONDS:
-                    return cipher
-                del self._ciphers[email_hash]
-        key = Fernet.generate_key()
-        wrapped = self._wrap.encrypt(key).decode()
-        return CustomerCipher(email_hash, 1, key, wrapped=wrapped, fresh=True)
-
-    def remember(self, cipher: CustomerCipher) -> None:
-        """After a commit that proved `cipher` is the customer's live key: the next intake of
-        theirs encrypts before its transaction (a bounded number of customers is kept)."""
-        stored = CustomerCipher(
-            cipher.email_hash, cipher.generation, cipher._key, wrapped=cipher.wrapped
-        )
-        now = time.monotonic()
-        proved_at = min(now, cipher.proved_at) if cipher.proved_at is not None else now
-        with self._ciphers_lock:
-            self._ciphers[cipher.email_hash] = (stored, proved_at)
-            self._ciphers.move_to_end(cipher.email_hash)
-            while len(self._ciphers) > CIPHERS_KEPT:
-                self._ciphers.popitem(last=False)
-        self.forget_expired(now)
-
-    def forget(self, email_hash: str) -> None:
-        """The customer's key is being destroyed: it leaves this process's memory too."""
-        with self._ciphers_lock:
-            self._ciphers.pop(email_hash, None)
-
-    def forget_expired(self, now: float | None = None) -> int:
-        """Drop the keys proved more than `KEY_MEMORY_SECONDS` ago (an erasure elsewhere may
-        have destroyed them); how many. Called at every sweep, so an idle process forgets too."""
-        now = time.monotonic() if now is None else now
-        dropped = 0
-        with self._ciphers_lock:  # at most CIPHERS_KEPT entries, so each is looked at
-            for email_hash, (_, proved_at) in list(self._ciphers.items()):
-                if now - proved_at >= KEY_MEMORY_SECONDS:
-                    del self._ciphers[email_hash]
-                    dropped += 1
-        return dropped
-
-    def remembers(self, email_hash: str) -> bool:
-        """Whether this process holds the customer's key in memory now."""
-        with self._ciphers_lock:
-            return email_hash in self._ciphers
 
     def _new_wrapped_key(self) -> str:
         return self._wrap.encrypt(Fernet.generate_key()).decode()
@@ -328,11 +191,9 @@ def destroy_customer_key(session: Session, email_hash: str, now: datetime) -> bo
     if row is None or row.key_enc is None:
         return False
     row.key_enc, row.erased_at = None, now
-    session.add(row)
     # Written now, not at the commit: a later read of the row afresh (`populate_existing`,
     # as every locking read here is) inside `no_autoflush` would otherwise take the key back.
     session.flush()
-    direct_rows.forget(session, CustomerKey, email_hash)  # the ORM's row, changed, is read
     return True
 
 
@@ -358,12 +219,7 @@ def purge_destroyed_keys(db: Database) -> None:
     """
     table = CustomerKey.__tablename__
     if db.is_sqlite:
-        raw = db.engine.raw_connection()
-        try:
-            busy = raw.cursor().execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
-        finally:
-            raw.close()
-        if busy is None or busy[0]:
+        if not db.checkpoint():
             raise PurgeBusy("readers kept the write-ahead log from being folded in")
         return
     kept: list[int] = []
@@ -416,32 +272,20 @@ _SHARE_KEY_OF_CASE = (
     .execution_options(populate_existing=True)
     .with_for_update(read=True, skip_locked=True, of=CustomerKey)
 )
-_SHARED = "shared keys"  # memo: email hash -> key row this transaction holds FOR SHARE
 _KEYS = CustomerKey.__table__  # type: ignore[attr-defined]
 _INSERT_KEY = InsertIfNew(_KEYS, _KEYS.c.email_hash)  # on the table: no autoflush, no ORM
 
 
-def _on_postgresql(session: Session) -> bool:
-    return session.get_bind().dialect.name == "postgresql"
+@dataclass(frozen=True)
+class _NewKey:
+    """A key row this transaction inserted, as `for_customer` reads it."""
 
-
-def _share_live_key(session: Session, email_hash: str) -> CustomerKey | None:
-    """PostgreSQL: the customer's key row under a shared lock (FOR SHARE) if it holds a live
-    key, else None, having waited for nothing and locked nothing: one round trip, no
-    savepoint. A missing or erased row is not returned, so not locked; a row another
-    transaction holds for update (an erasure, a discard of evidence, a new generation being
-    made) is skipped (SKIP LOCKED): `_share_live_key_waiting` waits for it. SQLite: None
-    (its writer, taken at BEGIN IMMEDIATE, already excludes all)."""
-    if not _on_postgresql(session):
-        return None
-    held = memo(session, _SHARED).get(email_hash)
-    if held is not None:  # held shared since `hold_key_of_case`: nobody changed it since
-        return held
-    return session.scalars(_SHARE_LIVE_KEY, {"email_hash": email_hash}).first()
+    generation: int
+    key_enc: str
 
 
 def _share_live_key_waiting(session: Session, email_hash: str) -> CustomerKey | None:
-    """PostgreSQL: the key row under a shared lock, waiting for whoever holds it for update,
+    """The key row under a shared lock, waiting for whoever holds it for update,
     if its key is then live; else None with no lock left behind. The look is made in a
     savepoint, rolled back when the key is erased: a shared lock taken while waiting would
     stay on the erased row, and every intake that waited would then wait on the others'
@@ -457,68 +301,26 @@ def _share_live_key_waiting(session: Session, email_hash: str) -> CustomerKey | 
 
 
 def hold_key_of_case(session: Session, case_id: str) -> None:
-    """PostgreSQL: hold the live key of the case's customer under a shared lock, before the
-    case's row is locked. An erasure locks the key row, then the customer's cases; a
-    transaction that locked a case and then needed its customer's key (to seal advice under
-    it) would wait for the erasure while the erasure waited for it. With the key held first,
-    the erasure waits for this transaction, or this one for the erasure's commit (and then
-    finds the case erased). A missing or erased key is not held. SQLite: nothing (its writer,
-    taken at BEGIN IMMEDIATE, already excludes all)."""
-    if not _on_postgresql(session):
-        return
-    row = session.scalars(_SHARE_KEY_OF_CASE, {"case_id": case_id}).first()
-    if row is None:  # held for update (an erasure under way), erased, or no case
-        email_hash = plain(session).scalar(_EMAIL_HASH_OF_CASE, {"case_id": case_id})
-        row = _share_live_key_waiting(session, email_hash) if email_hash else None
-    if row is not None:
-        memo(session, _SHARED)[row.email_hash] = row
+    """Hold the live key of the case's customer under a shared lock, before the case's row is
+    locked. An erasure locks the key row, then the customer's cases; a transaction that locked
+    a case and then needed its customer's key (to seal advice under it) would wait for the
+    erasure while the erasure waited for it. With the key held first, the erasure waits for
+    this transaction, or this one for the erasure's commit (and then finds the case erased).
+    A missing or erased key is not held."""
+    if session.scalars(_SHARE_KEY_OF_CASE, {"case_id": case_id}).first() is None:
+        # held for update (an erasure under way), erased, or no case
+        email_hash = session.connection().scalar(_EMAIL_HASH_OF_CASE, {"case_id": case_id})
+        if email_hash:
+            _share_live_key_waiting(session, email_hash)
 
 
 def _lock_key(session: Session, email_hash: str) -> CustomerKey | None:
     return session.scalars(_LOCK_KEY, {"email_hash": email_hash}).first()
 
 
-@dataclass(frozen=True)
-class NewKey:
-    """A key row this transaction inserted, as `for_customer` reads it (no ORM object)."""
-
-    email_hash: str
-    generation: int
-    key_enc: str
-
-
-def _insert_key(session: Session, email_hash: str, key_enc: str) -> NewKey | None:
-    """The new key's row, unless the customer has a row already (an erased key, or a
-    concurrent transaction's, which it waits for): then None."""
-    values = {"email_hash": email_hash, "generation": 1, "key_enc": key_enc,
-              "created_at": clock.now()}  # fmt: skip
-    return NewKey(email_hash, 1, key_enc) if _INSERT_KEY.into(session, values) else None
-
-
-def _key_row(session: Session, email_hash: str) -> CustomerKey | None:
-    """The customer's key row as this transaction sees it, read once per transaction: the
-    session's own row if it holds one (with this transaction's changes); else, on SQLite in
-    a transaction that uses direct rows, a direct row (one SELECT on the driver's cursor:
-    about 20 µs of CPU against the ORM load's 190); else the ORM's row, kept for the
-    transaction (`held_get`).
-
-    Whoever changes a key row changes the ORM's, and drops the direct row
-    (`direct_rows.forget`), so a field is never opened with a key an erasure destroyed
-    earlier in the same transaction. Not on PostgreSQL: there a returning customer's new key
-    may be looked for in a savepoint rolled back (`_share_live_key_waiting`), which leaves a
-    transaction's direct rows unusable; a refund's transaction holds the key `FOR SHARE` as
-    the ORM's row already (`hold_key_of_case`), and its fields are opened with that."""
-    if direct_rows.uses_direct_rows(session) and not _on_postgresql(session):
-        held = session.identity_map.get(identity_key(CustomerKey, email_hash))
-        if held is not None:
-            return held
-        return direct_rows.load(session, CustomerKey, email_hash)
-    return held_get(session, CustomerKey, email_hash)
-
-
 def _read_key(session: Session | None, db: Database | None, email_hash: str) -> CustomerKey | None:
-    if session is not None:  # read once per transaction, however many fields it opens
-        return _key_row(session, email_hash)
+    if session is not None:
+        return session.get(CustomerKey, email_hash)
     if db is None:
         raise ValueError("a customer's field needs the database to be read")
     with db.read() as own:

@@ -21,10 +21,9 @@ from sqlalchemy.orm import make_transient_to_detached
 from sqlmodel import Session
 
 from refund_desk import clock, logs, tracing
-from refund_desk.storage.db import Database, on_commit, plain
+from refund_desk.storage.db import Database, on_commit
 from refund_desk.storage.leases import LeaseKeeper
 from refund_desk.storage.models import Job
-from refund_desk.storage.prepared import Prepared
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +109,7 @@ def _row(
 
 
 def _insert(session: Session, row: dict[str, Any]) -> int:
-    return int(_QUEUE.run(plain(session), row).scalar_one())
+    return int(session.connection().execute(_QUEUE, row).scalar_one())
 
 
 # ---------------------------------------------------------------- statements
@@ -135,12 +134,12 @@ _FENCE = and_(
     _C.status == "pending",
 )
 
-_QUEUE = Prepared(insert(_JOBS).returning(_C.id))
+_QUEUE = insert(_JOBS).returning(_C.id)
 
 
-def _leasing(which: Any) -> Prepared:
+def _leasing(which: Any) -> Any:
     """Lease the jobs `which` selects to `owner` until `lease_until`, one attempt more."""
-    return Prepared(
+    return (
         update(_JOBS)
         .where(which)
         .values(
@@ -167,7 +166,7 @@ _CLAIM_ONE = _leasing(and_(_C.id == bindparam("job_id"), _C.status == "pending",
 _CLAIM_IDS = _leasing(
     and_(_C.id.in_(bindparam("job_ids", expanding=True)), _C.status == "pending", _FREE)
 )
-_SETTLE_IDLE = Prepared(
+_SETTLE_IDLE = (
     update(_JOBS)
     .where(
         _C.id.in_(
@@ -179,15 +178,15 @@ _SETTLE_IDLE = Prepared(
     )
     .values(status="done", finished_at=_NOW, lease_expires_at=None)
 )
-_RENEW = Prepared(update(_JOBS).where(_FENCE).values(lease_expires_at=bindparam("lease_until")))
+_RENEW = update(_JOBS).where(_FENCE).values(lease_expires_at=bindparam("lease_until"))
 _DONE_STATEMENT = (
     update(_JOBS)
     .where(_FENCE)
     .values(status="done", finished_at=bindparam("finished"), lease_expires_at=None)
 )
-_DONE = Prepared(_DONE_STATEMENT)
-_DONE_FORGETTING = Prepared(_DONE_STATEMENT.values(payload={}))  # `forget_when_done` kinds
-_RETRY = Prepared(
+_DONE = _DONE_STATEMENT
+_DONE_FORGETTING = _DONE_STATEMENT.values(payload={})  # `forget_when_done` kinds
+_RETRY = (
     update(_JOBS)
     .where(_FENCE)
     .values(
@@ -246,7 +245,7 @@ class JobQueue:
         self, *, now: datetime | None = None, limit: int = 20, skip: frozenset[int] = frozenset()
     ) -> list[ClaimedJob]:
         now = now or clock.now()
-        with self.db.background(), self.db.write() as session:
+        with self.db.write() as session:
             self._settle_idle(session, now)
             return self._lease(session, _CLAIM_DUE, now, skip=list(skip), limit=limit)
 
@@ -254,12 +253,12 @@ class JobQueue:
         """Mark due jobs of kinds with `nothing_to_do` done, all at once."""
         idle = [kind for kind, handler in self.handlers.items() if handler is nothing_to_do]
         if idle:
-            _SETTLE_IDLE.run(plain(session), {"now": now, "idle": idle})
+            session.connection().execute(_SETTLE_IDLE, {"now": now, "idle": idle})
 
     def claim_one(self, job_id: int, *, now: datetime | None = None) -> ClaimedJob | None:
         """Claim a specific job now, even before it is due: the request that created it runs
         it inline, and its due time is only the grace after which a sweep takes over."""
-        with self.db.background(), self.db.write() as session:
+        with self.db.write() as session:
             claimed = self._lease(session, _CLAIM_ONE, now or clock.now(), job_id=job_id)
         return claimed[0] if claimed else None
 
@@ -275,15 +274,13 @@ class JobQueue:
         left out."""
         if not job_ids:
             return []
-        with self.db.background(), self.db.write() as session:
+        with self.db.write() as session:
             return self._lease(session, _CLAIM_IDS, now or clock.now(), job_ids=list(job_ids))
 
-    def _lease(
-        self, session: Session, claim: Prepared, now: datetime, **which: Any
-    ) -> list[ClaimedJob]:
+    def _lease(self, session: Session, claim: Any, now: datetime, **which: Any) -> list[ClaimedJob]:
         """Run one of the `_leasing` statements: one UPDATE leases and returns the jobs."""
         lease = {"now": now, "owner": self.owner, "lease_until": now + self.lease, **which}
-        rows = claim.run(plain(session), lease)
+        rows = session.connection().execute(claim, lease)
         return [ClaimedJob(*r) for r in sorted(rows, key=lambda r: r[0])]
 
     # ------------------------------------------------------------ outcomes
@@ -297,9 +294,9 @@ class JobQueue:
         before every writer that can wait (`urgent`): a renewal that queued behind intakes and
         other jobs for a whole lease would let another replica take a job whose processor call
         is still in flight."""
-        with self.db.urgent(), self.db.write() as session:
-            renewed = _RENEW.run(
-                plain(session), {**self._fenced(job), "lease_until": clock.now() + self.lease}
+        with self.db.write(urgent=True) as session:
+            renewed = session.connection().execute(
+                _RENEW, {**self._fenced(job), "lease_until": clock.now() + self.lease}
             )
         return bool(renewed.rowcount)
 
@@ -341,7 +338,7 @@ class JobQueue:
     def _mark_done(self, session: Session, job: ClaimedJob) -> bool:
         """One fenced UPDATE: done, and the payload emptied for `forget_when_done` kinds."""
         done = _DONE_FORGETTING if job.kind in self.forget_when_done else _DONE
-        result = done.run(plain(session), {**self._fenced(job), "finished": clock.now()})
+        result = session.connection().execute(done, {**self._fenced(job), "finished": clock.now()})
         return bool(result.rowcount)
 
     def complete(self, job: ClaimedJob) -> bool:
@@ -356,8 +353,8 @@ class JobQueue:
         failures = job.failures + (1 if failed else 0)
         dead = failures >= job.max_attempts
         with self.db.write() as session:
-            result = _RETRY.run(
-                plain(session),
+            result = session.connection().execute(
+                _RETRY,
                 {
                     **self._fenced(job),
                     "next_status": "dead" if dead else "pending",
@@ -375,17 +372,17 @@ class JobQueue:
 
     # ------------------------------------------------------------ running
 
-    def run(self, job: ClaimedJob) -> None:
+    def run(self, job: ClaimedJob, handler: Handler | None = None) -> None:
+        """Run a claimed job by its kind's handler (or `handler`), then record the outcome."""
         case_id = job.payload.get("case_id")
         try:
             with (
-                self.db.background(),  # requests someone waits on write first
                 logs.about(case_id),  # its lines (and its span) name the case it is about
                 tracing.span(
                     f"job {job.kind}", case_id=case_id, job_id=job.id, attempt=job.attempt
                 ),
             ):
-                self._run(job)
+                self._run(job, handler or self.handlers.get(job.kind))
         finally:
             for listener in self.listeners:
                 try:
@@ -393,8 +390,7 @@ class JobQueue:
                 except Exception:  # a listener never fails the job
                     log.exception("job listener failed for job %s", job.id)
 
-    def _run(self, job: ClaimedJob) -> None:
-        handler = self.handlers.get(job.kind)
+    def _run(self, job: ClaimedJob, handler: Handler | None) -> None:
         if handler is None:
             self.retry(job, delay=3600, error=f"no handler for job kind {job.kind!r}")
             return

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import weakref
 from collections.abc import Awaitable, Callable
-from contextlib import AbstractAsyncContextManager
 from typing import Any, TypeVar
 
 from starlette.concurrency import run_in_threadpool
@@ -21,21 +20,16 @@ from starlette.requests import Request
 T = TypeVar("T")
 
 
-# Captures at once by default where job processes run the jobs (and the processor is this
-# database): SQLite, PostgreSQL.
-DEFAULT_WITH_JOB_PROCESSES = {"sqlite": 1, "postgresql": 2}
-
-
 def intake_limit(
     configured: int | None,
     *,
     jobs_elsewhere: bool,
     processor_is_remote: bool,
-    database: str = "sqlite",
+    one_writer: bool = True,
 ) -> int | None:
     """How many captures a replica runs at once (None: no limit).
 
-    Measured (performance.md, rounds 4, 7 and 13): where the replica's own threads run the
+    Measured (docs/performance.md): where the replica's own threads run the
     jobs, a limit hands the interpreter to the job threads and intake slows down, so there is
     none by default. Where job processes run them: on SQLite one at a time gives the most
     requests a second and the shortest p99 (a capture is all CPU and the one writer, and two
@@ -48,25 +42,18 @@ def intake_limit(
     if configured is None:
         if not jobs_elsewhere or processor_is_remote:
             return None
-        return DEFAULT_WITH_JOB_PROCESSES.get(database, 1)
+        return 1 if one_writer else 2
     return configured or None
 
 
 class IntakeGate:
     """`await gate.run(fn)`: runs `fn` (a coroutine factory) once fewer than `limit` run;
-    without a limit, at once. While a request waits here or runs, `serving()` (the database's)
-    is held: on SQLite the jobs' writes let it go first (`Database.serving`), so a stream of
-    intakes is not cut into turns with a job process's transactions."""
+    without a limit, at once."""
 
-    def __init__(
-        self,
-        limit: int | None,
-        serving: Callable[[], AbstractAsyncContextManager[None]] | None = None,
-    ) -> None:
+    def __init__(self, limit: int | None) -> None:
         if limit is not None and limit < 1:
             raise ValueError("the intake gate admits at least one request at a time")
         self.limit = limit
-        self._serving = serving
         # One semaphore per event loop (a server has one; a test client may make several).
         self._slots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
             weakref.WeakKeyDictionary()
@@ -75,12 +62,6 @@ class IntakeGate:
         self.most_inside = 0  # the most that ever ran at once (tests)
 
     async def run(self, fn: Callable[[], Awaitable[T]]) -> T:
-        if self._serving is None:
-            return await self._admit(fn)
-        async with self._serving():
-            return await self._admit(fn)
-
-    async def _admit(self, fn: Callable[[], Awaitable[T]]) -> T:
         if self.limit is None:
             return await self._enter(fn)
         loop = asyncio.get_running_loop()

@@ -29,6 +29,7 @@ from refund_desk import logs, tracing
 from refund_desk.bot.app import build_surface, pending_router, start_socket_mode
 from refund_desk.bot.doctor import queue_doctor
 from refund_desk.cases.errors import CaseError
+from refund_desk.cases.intake import invalid
 from refund_desk.runtime import Runtime, install_jobs
 from refund_desk.web import customer_channels as channels
 from refund_desk.web import health, metrics, waiting
@@ -57,7 +58,6 @@ class Sweeper:
 
     def __init__(self, runtime: Runtime) -> None:
         self.jobs = runtime.desk.jobs
-        self.vault = runtime.desk.vault
         self.db = runtime.db
         self.period = timedelta(seconds=runtime.settings.sweep_seconds)
         self.scheduler = BackgroundScheduler(timezone="UTC")
@@ -68,7 +68,7 @@ class Sweeper:
         self.started_at = datetime.now(UTC)
         self._beat_at = 0.0
         # SQLite has one writer: one thread. PostgreSQL: several, each a job at a time.
-        threads = runtime.settings.worker_threads or (1 if runtime.db.is_sqlite else 2)
+        threads = runtime.settings.worker_threads or (1 if runtime.db.one_writer else 2)
         self.pool = ThreadPoolExecutor(threads, thread_name_prefix="worker")
         self.busy = 0
         self.idle = threading.Condition()
@@ -97,7 +97,6 @@ class Sweeper:
                 if not self.again.is_set():
                     break
             upcoming = self.jobs.next_due()
-            self.vault.forget_expired()  # keys an erasure elsewhere may have destroyed
             self.state.last_swept, self.state.last_error = time.monotonic(), None
             self._heartbeat(None)
         except Exception as exc:  # the next period tries again; the jobs table keeps the work
@@ -225,13 +224,6 @@ class RequestLog:
                     )
 
 
-async def _forget_keys_every_sweep(runtime: Runtime) -> None:
-    """What a sweep does for the keys (`Vault.forget_expired`), in a process without one."""
-    while True:
-        await asyncio.sleep(runtime.settings.sweep_seconds)
-        runtime.desk.vault.forget_expired()  # in memory only: no I/O, never blocks the loop
-
-
 def create_app(
     runtime: Runtime, *, scheduler: bool = True, slack_emulator: SlackEmulator | None = None
 ) -> FastAPI:
@@ -251,11 +243,6 @@ def create_app(
             sweeper.start()
             runtime.desk.wake = sweeper.wake
             runtime.desk.worker = sweeper.take
-        # Without a sweeper here (the jobs run in processes of their own), this process still
-        # takes every intake, so holds customers' keys: it forgets them on the same period.
-        forgetting = (
-            None if sweeper is not None else asyncio.create_task(_forget_keys_every_sweep(runtime))
-        )
         socket_mode = start_socket_mode(surface, runtime.settings) if surface else None
         app.state.socket_mode = socket_mode
         if surface is not None:  # the workspace checked against the policy, as a job
@@ -263,8 +250,6 @@ def create_app(
         try:
             yield
         finally:
-            if forgetting is not None:
-                forgetting.cancel()
             if socket_mode is not None:
                 await socket_mode.close()
             if sweeper is not None:
@@ -276,15 +261,13 @@ def create_app(
     app = FastAPI(title="Refund Desk", version="0.1.0", lifespan=lifespan)
     app.state.runtime = runtime
     app.state.case_waiters = waiters = waiting.CaseWaiters()  # for `Prefer: wait=N`
-    app.state.recent_keys = api.RecentKeys()  # which intake requests have their key checked first
     app.state.intake_gate = IntakeGate(
         intake_limit(
             runtime.settings.intake_concurrency,
             jobs_elsewhere=runtime.desk.jobs_elsewhere,
             processor_is_remote=runtime.sandbox is None,  # the sandbox is this database
-            database=runtime.db.engine.dialect.name,
+            one_writer=runtime.db.one_writer,
         ),
-        serving=runtime.db.serving,
     )
     runtime.desk.jobs.listeners.append(waiters.job_finished)
 
@@ -315,10 +298,9 @@ def create_app(
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
-        fields = {".".join(str(p) for p in e["loc"][1:]) or "body": e["msg"] for e in exc.errors()}
+        problem = invalid(exc.errors(), within=1)  # without FastAPI's `body`, `header`...
         return JSONResponse(
-            error_body("invalid_request", "The request has invalid fields.", fields),
-            status_code=422,
+            error_body(problem.code, problem.message, problem.fields), status_code=422
         )
 
     @app.exception_handler(StarletteHTTPException)

@@ -1,53 +1,29 @@
-"""Promise 4: a customer's data key destroyed by an erasure in one process leaves every other
-process's memory (`Vault`) within KEY_MEMORY_SECONDS plus one sweep, and is never used to
-encrypt anything after the erasure committed.
+"""Promise 4: a customer's data key destroyed by an erasure in one process is never used by
+another to encrypt anything after the erasure committed.
 
-"Another process" is a second runtime on the same database: its own `Vault`, which the
-erasure cannot reach. Time in the vault is `crypto.time.monotonic`, replaced by a clock the
-test moves (only in the crypto module: the scheduler's own timing stays real).
+"Another process" is a second runtime on the same database.
 """
 
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from fastapi.testclient import TestClient
 
-from refund_desk.api_keys import create_api_key
 from refund_desk.customers import erasure, evidence
 from refund_desk.customers.intake import ChannelRequest, receive
 from refund_desk.payments.sandbox import SandboxProcessor
 from refund_desk.runtime import Runtime, build
-from refund_desk.storage import crypto
 from refund_desk.storage.audit import Actor
 from refund_desk.storage.crypto import CustomerCipher
 from refund_desk.storage.db import Database
 from refund_desk.storage.models import CustomerKey
-from refund_desk.web.app import create_app
 from tests.conftest import make_runtime, make_settings
 from tests.helpers import CUSTOMER, Harness
 
 PHOTO = b"\x89PNG\r\n\x1a\n" + b"a cracked teapot lid " * 8
-
-
-class FakeMonotonic:
-    def __init__(self) -> None:
-        self.offset = 0.0
-
-    def monotonic(self) -> float:
-        return time.monotonic() + self.offset
-
-
-@pytest.fixture()
-def clock_(monkeypatch: pytest.MonkeyPatch) -> FakeMonotonic:
-    fake = FakeMonotonic()
-    monkeypatch.setattr(crypto, "time", SimpleNamespace(monotonic=fake.monotonic))
-    return fake
 
 
 def _erase(url: str, store: evidence.EvidenceStore | None = None) -> None:
@@ -72,84 +48,6 @@ def _server(url: str, **extra: object) -> Runtime:
                  processor=sandbox)  # fmt: skip
 
 
-@pytest.mark.parametrize("job_processes", [0, 1], ids=["jobs-in-server", "job-processes"])
-def test_an_idle_server_forgets_a_key_erased_elsewhere_within_the_bound(
-    any_db_url: str, clock_: FakeMonotonic, job_processes: int
-) -> None:
-    """Catches: a key an erasure in another process destroyed staying in a server's memory
-    beyond KEY_MEMORY_SECONDS plus one sweep when the server takes no more requests.
-    `forget_expired` runs only in `Sweeper.sweep`; with `serve --job-processes N` the HTTP
-    process (which runs every intake, so holds the keys) has no Sweeper at all
-    (`create_app`: `scheduler = False`), and nothing else expires its keys but a later
-    intake of some customer (`remember`)."""
-    rt = _server(any_db_url, REFUND_DESK_JOB_PROCESSES=job_processes)
-    try:
-        Harness(rt).publish()
-        payment = Harness(rt).payment("30.00")
-        key = create_api_key(rt.db, "review")
-        email_hash = rt.desk.vault.email_hash(CUSTOMER)
-        with TestClient(create_app(rt)) as client:  # the lifespan: the server's own sweeps
-            response = client.post(
-                "/api/v1/refund-requests",
-                json={"payment": payment, "email": CUSTOMER, "currency": "USD",
-                      "amount": "20.00", "message": "The vase arrived broken."},
-                headers={"Authorization": f"Bearer {key}"},
-            )  # fmt: skip
-            assert response.status_code in (200, 201, 202), response.text
-            assert rt.desk.vault.remembers(email_hash)
-            _erase(any_db_url)
-            assert not _generation(rt, email_hash)[1]
-            clock_.offset += crypto.KEY_MEMORY_SECONDS + 0.5  # the bound has passed ...
-            deadline = time.monotonic() + 3.0  # ... and many sweep periods (0.2 s) with it
-            while rt.desk.vault.remembers(email_hash) and time.monotonic() < deadline:
-                time.sleep(0.05)
-            assert not rt.desk.vault.remembers(email_hash), (
-                "the destroyed key is still in this server's memory "
-                f"{crypto.KEY_MEMORY_SECONDS + 3:.0f}s after the erasure"
-            )
-    finally:
-        rt.db.dispose()
-
-
-@pytest.mark.postgres
-def test_a_capture_proved_before_the_erasure_is_not_remembered_past_the_bound(
-    pg_url: str, clock_: FakeMonotonic, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Catches: the key's memory counted from when `remember` ran rather than from the proof.
-    The capture's transaction proves the key (holding it FOR SHARE); the erasure waits, and
-    commits right after the capture's commit, before this thread gets to `remember` (here it
-    is descheduled for 5 s). The key is then stamped as proved 5 s after the erasure, and
-    stays in memory KEY_MEMORY_SECONDS after that: past the bound, counted from the erasure."""
-    rt = make_runtime(pg_url)
-    try:
-        desk = Harness(rt)
-        desk.publish()
-        vault = rt.desk.vault
-        email_hash = vault.email_hash(CUSTOMER)
-        original = vault.remember
-        erased_at: dict[str, float] = {}
-
-        def remember(cipher: CustomerCipher) -> None:
-            _erase(pg_url)
-            erased_at["t"] = clock_.monotonic()
-            clock_.offset += 5.0  # the thread ran on 5 s later
-            original(cipher)
-
-        monkeypatch.setattr(vault, "remember", remember)
-        assert desk.post(desk.request(desk.payment())).status_code == 201
-        assert not _generation(rt, email_hash)[1]
-        clock_.offset += crypto.KEY_MEMORY_SECONDS - 5.0 + 0.5
-        assert clock_.monotonic() - erased_at["t"] > crypto.KEY_MEMORY_SECONDS
-        vault.forget_expired()  # the sweep
-        assert not vault.remembers(email_hash), "kept past KEY_MEMORY_SECONDS after the erasure"
-    finally:
-        rt.db.dispose()
-
-
-# Not a parameter: an intake's fields encrypted in memory, before its transaction, under a
-# key remembered from before an erasure elsewhere. The transaction seals them again under the
-# new key and nothing under the old one is stored (`tests/customers/test_cached_key.py`); the
-# key itself leaves memory within KEY_MEMORY_SECONDS (the tests above).
 @pytest.mark.parametrize("path", ["evidence-file"])
 def test_a_destroyed_key_never_encrypts_after_the_erasure_committed(
     any_db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, path: str
@@ -240,8 +138,8 @@ def test_a_destroyed_key_never_encrypts_after_the_erasure_committed(
 def test_an_intake_stores_nothing_under_a_key_erased_meanwhile(
     any_db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Catches: a case stored under the destroyed key when the erasure commits between the
-    intake's encryption (with the remembered key) and its capture transaction."""
+    """Catches: a case stored under the destroyed key when the erasure commits just before
+    the intake's capture transaction."""
     rt = make_runtime(any_db_url)
     try:
         desk = Harness(rt)
@@ -249,15 +147,16 @@ def test_an_intake_stores_nothing_under_a_key_erased_meanwhile(
         vault = rt.desk.vault
         email_hash = vault.email_hash(CUSTOMER)
         assert desk.post(desk.request(desk.payment())).status_code == 201
-        original = vault.ready_cipher
+        from refund_desk.cases import intake
 
-        def ready_then_erased(h: str) -> CustomerCipher:
-            cipher = original(h)
-            assert not cipher.fresh and cipher.generation == 1  # remembered
-            _erase(any_db_url)
-            return cipher
+        original = intake.fetch_payment
 
-        monkeypatch.setattr(vault, "ready_cipher", ready_then_erased)
+        def fetched_then_erased(desk_: Any, payment_id: str) -> Any:
+            facts = original(desk_, payment_id)
+            _erase(any_db_url)  # between the processor's answer and the capture
+            return facts
+
+        monkeypatch.setattr(intake, "fetch_payment", fetched_then_erased)
         second = desk.post(desk.request(desk.payment())).json()
         from refund_desk.storage.models import Case
 
