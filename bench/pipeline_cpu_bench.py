@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from sqlalchemy import Engine, event, select, update
+from sqlalchemy import Engine, event, update
 from sqlmodel import col
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -55,6 +55,7 @@ sys.path.insert(0, str(ROOT / "bench" / "parts"))
 from refund_desk import clock, money  # noqa: E402
 from refund_desk.api_keys import create_api_key  # noqa: E402
 from refund_desk.cases import approvals, tokens  # noqa: E402
+from refund_desk.cases.intake import RefundRequest  # noqa: E402
 from refund_desk.governance.versions import publish  # noqa: E402
 from refund_desk.payments.sandbox import SandboxProcessor  # noqa: E402
 from refund_desk.runtime import Runtime, build  # noqa: E402
@@ -62,8 +63,10 @@ from refund_desk.settings import Settings  # noqa: E402
 from refund_desk.storage.audit import Actor  # noqa: E402
 from refund_desk.storage.db import Database  # noqa: E402
 from refund_desk.storage.migrate import upgrade  # noqa: E402
-from refund_desk.storage.models import ApiKey, Case, SandboxPayment  # noqa: E402
-from refund_desk.web.routes.intake_api import _create  # noqa: E402
+from refund_desk.storage.models import Case, SandboxPayment  # noqa: E402
+from refund_desk.web.routes.intake_api import RecentKeys, _create  # noqa: E402
+
+KEYS = RecentKeys()
 
 POLICY = ROOT / "tests" / "fixtures" / "acme.yaml"
 SECRET = "bench-secret-" + "b" * 40
@@ -76,17 +79,20 @@ def bench_policy() -> str:
     return yaml.safe_dump(raw, sort_keys=False)
 
 
-def setup(url: str) -> tuple[Runtime, ApiKey]:
+def setup(url: str) -> tuple[Runtime, str]:
+    """A runtime on a new database with the bench's policy, and an API key's header."""
     db = Database.from_url(url)
     upgrade(db.engine)
     settings = Settings.model_validate({"DATABASE_URL": url, "REFUND_DESK_SECRET": SECRET})
     runtime = build(settings, db=db, processor=SandboxProcessor(db))
     with db.write() as session:
         publish(session, runtime.desk.audit, source=bench_policy(), actor=Actor("cli", "bench"))
-    create_api_key(db, "bench")
-    with db.read() as session:
-        key = session.scalars(select(ApiKey)).one()
-    return runtime, key
+    return runtime, f"Bearer {create_api_key(db, 'bench')}"
+
+
+def create(runtime: Runtime, body: dict[str, Any], authorization: str) -> Any:
+    """The intake API's capture of `body` (FastAPI's parse of it included): its view."""
+    return _create(runtime, RefundRequest.model_validate(body), authorization, None, KEYS)
 
 
 def requests_for(runtime: Runtime, count: int, tag: str) -> list[dict[str, Any]]:
@@ -117,7 +123,7 @@ def requests_for(runtime: Runtime, count: int, tag: str) -> list[dict[str, Any]]
 APPROVER = "U0FIN1"  # a finance approver in the reference policy (limit 5,000)
 
 
-def clicks_for(runtime: Runtime, key: ApiKey, count: int, tag: str) -> list[dict[str, Any]]:
+def clicks_for(runtime: Runtime, key: str, count: int, tag: str) -> list[dict[str, Any]]:
     """`count` cases waiting for finance, each with its Approve button's token (as the bodies
     the click runner takes)."""
     bodies = requests_for(runtime, count, tag)
@@ -132,7 +138,7 @@ def clicks_for(runtime: Runtime, key: ApiKey, count: int, tag: str) -> list[dict
             .values(amount=money.to_minor("900.00", "USD"))
         )
     runtime.desk.jobs_elsewhere = True
-    ids = [_create(runtime, body, key, None)[0]["id"] for body in bodies]
+    ids = [create(runtime, body, key)[0]["id"] for body in bodies]
     runtime.desk.jobs_elsewhere = False
     while runtime.desk.jobs.sweep():  # advanced to a person's turn, its card's jobs done
         pass
@@ -271,12 +277,12 @@ def main() -> None:
 
     def intake(body: dict[str, Any]) -> None:
         runtime.desk.jobs_elsewhere = True
-        view, _ = _create(runtime, body, key, None)
+        view, _ = create(runtime, body, key)
         assert view["status"] == "received", view
 
     def pipeline(body: dict[str, Any]) -> None:
         runtime.desk.jobs_elsewhere = False
-        view, _ = _create(runtime, body, key, None)
+        view, _ = create(runtime, body, key)
         assert view["status"] == "refunded", view
         runtime.desk.jobs.sweep()  # and what the refund left to do: notifications, the customer
 

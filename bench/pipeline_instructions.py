@@ -35,7 +35,7 @@ def run_requests(count: int) -> None:
     runtime.desk.jobs_elsewhere = False
     bodies = pipeline.requests_for(runtime, WARM_UP + count, "i")
     for body in bodies:
-        view, _ = pipeline._create(runtime, body, key, None)
+        view, _ = pipeline.create(runtime, body, key)
         assert view["status"] == "refunded", view
         runtime.desk.jobs.sweep()
     runtime.db.dispose()

@@ -90,12 +90,13 @@ def _advance(desk: Desk, job: ClaimedJob, case_id: str) -> None:
                 locked = _record_advice(desk, session, case_id, asked)
             else:
                 locked = load_for_update(session, case_id)
-            exec_job = _decide(desk, session, locked, payment)
+            exec_job, money = _decide(desk, session, locked, payment)
             if exec_job is not None and desk.run_inline:
                 # Approved by the policy: reserve now, on the facts just read, and take the
                 # execute job here; it only pays and records. This job ends in this commit.
                 # queued at the case's revision as this transaction left it (`route`, last)
-                reserved = reserve_early(desk, session, case_id, locked.revision, payment)
+                assert money is not None  # decided here
+                reserved = reserve_early(desk, session, locked, payment, money)
                 claimed = desk.jobs.claim_in(session, exec_job)
             correlation_id = locked.correlation_id
             desk.jobs.finish_in(session, job)
@@ -204,12 +205,14 @@ def _record_advice(desk: Desk, session: Session, case_id: str, asked: _Asked) ->
     return locked
 
 
-def _decide(desk: Desk, session: Session, locked: Case, payment: PaymentFacts) -> int | None:
+def _decide(
+    desk: Desk, session: Session, locked: Case, payment: PaymentFacts
+) -> tuple[int | None, case_facts.Refundable | None]:
     """Decide an advised case (locked) and route it, in the caller's transaction (payment
-    locked)."""
+    locked): the execute job it queued, if any, and the remainder it decided on."""
     now = desk.now()
     if locked.status != Status.advised:
-        return None
+        return None, None
     money = case_facts.refundable(session, payment)
     history = case_facts.customer_history(
         session, email_hash=locked.email_hash, now=now, exclude=locked.id
@@ -256,8 +259,8 @@ def _decide(desk: Desk, session: Session, locked: Case, payment: PaymentFacts) -
             action="case.answered",
             payload={"tier": 1, "cited_rules": locked.decision["cited_rules"]},
         )
-        return None
-    return route(desk, session, locked, decision, policy)
+        return None, money
+    return route(desk, session, locked, decision, policy), money
 
 
 def without_advice(decision: Decision, policy: LoadedPolicy | None) -> Decision:

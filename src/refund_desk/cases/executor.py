@@ -212,13 +212,15 @@ def _reserve(
 
 
 def reserve_early(
-    desk: Desk, session: Session, case_id: str, revision: int | None, payment: PaymentFacts
+    desk: Desk, session: Session, case: Case, payment: PaymentFacts, money: case_facts.Refundable
 ) -> Execution | None:
-    """Reserve in the transaction that approved the case (the payment's row locked, `payment`
-    just read from the processor). If the case cannot be reserved as it stands (parked,
-    paused), nothing is written here and the execute job reserves it, or parks it, itself."""
+    """Reserve in the transaction that approved the case (locked, as the payment's row,
+    `payment` just read from the processor, `money` the remainder it was decided on). If the
+    case cannot be reserved as it stands (parked, paused), nothing is written here and the
+    execute job reserves it, or parks it, itself."""
     try:
-        return reserve_in(desk, session, case_id, revision, payment, just_decided=True)
+        return reserve_in(desk, session, case.id, case.revision, payment, decided_on=money,
+                          locked=case)  # fmt: skip
     except (Parked, RetryLater):  # raised before anything is written
         return None
 
@@ -230,11 +232,13 @@ def reserve_in(
     revision: int | None,
     payment: PaymentFacts,
     *,
-    just_decided: bool = False,
+    decided_on: case_facts.Refundable | None = None,
+    locked: Case | None = None,
 ) -> Execution | None:
-    """Phase 1 in the caller's transaction, which holds the payment's lock. `just_decided`:
-    this transaction decided the case on `payment`, so the policy is not evaluated again."""
-    case = load_for_update(session, case_id)
+    """Phase 1 in the caller's transaction, which holds the payment's lock. `decided_on`: this
+    transaction decided the case on `payment` with this remainder (nothing written between),
+    so neither the policy nor the remainder is read again. `locked`: the case, locked here."""
+    case = locked if locked is not None else load_for_update(session, case_id)
     if case.status == Status.executing:
         return _open_execution(session, case_id)  # another worker reserved first
     if case.status != Status.approved:
@@ -247,7 +251,7 @@ def reserve_in(
     if not automatic:
         _check_approvals(session, case)
     try:
-        _recheck(desk, session, case, payment, automatic=automatic, just_decided=just_decided)
+        _recheck(desk, session, case, payment, automatic=automatic, decided_on=decided_on)
         # The switches as committed now, locked until this reservation commits: a pause or a
         # mode change committed while the checks above ran is seen here (`breaker.lock_switches`).
         switches = breaker.lock_switches(session)
@@ -320,16 +324,16 @@ def _recheck(
     payment: PaymentFacts,
     *,
     automatic: bool,
-    just_decided: bool = False,
+    decided_on: case_facts.Refundable | None = None,
 ) -> None:
     """Re-validate against the processor's current facts; anything off parks the case.
 
-    `just_decided`: the policy approved the case in this transaction, on these facts (the
-    payment as just read, the same rows), so its decision stands without a second evaluation;
-    every other check here still runs."""
+    `decided_on`: the policy approved the case in this transaction, on these facts (the
+    payment as just read, the same rows, this remainder), so its decision stands without a
+    second evaluation; every other check here still runs."""
     if payment.currency.upper() != case.currency:
         raise Parked("The payment's currency no longer matches the case.")
-    refundable = case_facts.refundable(session, payment)
+    refundable = decided_on or case_facts.refundable(session, payment)
     money_left = refundable.left
     if case.amount > money_left:
         raise Parked(
@@ -344,7 +348,9 @@ def _recheck(
         raise Parked("Possible duplicate: never executed automatically.")
     policy = load_version(session, case.policy_version) if case.policy_version else None
     decision = (
-        None if just_decided else _evaluate_fresh(desk, session, case, payment, refundable, policy)
+        None
+        if decided_on is not None
+        else _evaluate_fresh(desk, session, case, payment, refundable, policy)
     )
     if decision is not None and not (decision.outcome == "approve" and decision.automatic):
         detail = f"{decision.rule}: {decision.outcome}"

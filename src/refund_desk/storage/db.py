@@ -252,6 +252,19 @@ def on_commit(session: Session, fn: Callable[[], None]) -> None:
     session.info.setdefault(_ON_COMMIT, []).append(fn)
 
 
+_LOADED = "db.loaded"
+
+
+@event.listens_for(Session, "loaded_as_persistent")
+def _hold_what_was_read(session: Session, row: Any) -> None:
+    """A session holds what it read until it closes (as SQLAlchemy's strong identity map did):
+    `Database` opens one session per transaction, so `session.get` reads a row once per
+    transaction, however many steps look at it; a lock still reads it afresh
+    (`populate_existing`). Without this, a row nobody kept a reference to (the control row,
+    a customer's key) was read again by every step: 7 reads of the control row per refund."""
+    session.info.setdefault(_LOADED, []).append(row)
+
+
 @event.listens_for(Session, "after_commit")
 def _run_on_commit(session: Session) -> None:
     if session.in_nested_transaction():

@@ -261,6 +261,7 @@ def create_app(
     app = FastAPI(title="Refund Desk", version="0.1.0", lifespan=lifespan)
     app.state.runtime = runtime
     app.state.case_waiters = waiters = waiting.CaseWaiters()  # for `Prefer: wait=N`
+    app.state.recent_keys = api.RecentKeys()  # which keys `KeyFirst` checks before the body
     app.state.intake_gate = IntakeGate(
         intake_limit(
             runtime.settings.intake_concurrency,
