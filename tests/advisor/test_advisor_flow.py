@@ -288,7 +288,7 @@ def test_the_executor_refuses_an_amount_only_the_model_produced(desk: Harness) -
         case.status, case.amount_source = Status.approved, "model_inference"
         session.add(case)
         job = enqueue_execution(session, case)
-    desk.runtime.desk.kick(job)
+    desk.runtime.desk.start(job)
     after = desk.get(body["id"])
     assert after["status"] == "parked"
     assert "came only from the model" in after["park_reason"]

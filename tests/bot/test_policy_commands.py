@@ -204,7 +204,7 @@ def test_bad_input_gets_a_clear_answer(desk: SlackHarness) -> None:
 
 
 def test_a_case_started_under_v1_is_decided_and_executed_under_v1(desk: SlackHarness) -> None:
-    desk.runtime.desk.run_inline = False  # the case waits in `received` until a sweep
+    desk.runtime.desk.jobs_elsewhere = True  # the case waits in `received` until a sweep
     payment = desk.payment("20.00")
     case_id = desk.post(desk.request(payment, "20.00")).json()["id"]
     assert desk.get(case_id)["status"] == "received"
@@ -218,7 +218,7 @@ def test_a_case_started_under_v1_is_decided_and_executed_under_v1(desk: SlackHar
     assert case["status"] == "refunded"  # v2 would have sent it to a person
     assert case["decision"]["policy_version"] == 1 and case["decision"]["rule"] == "damaged-small"
     assert len(desk.refunds_at_processor(payment)) == 1
-    desk.runtime.desk.run_inline = True
+    desk.runtime.desk.jobs_elsewhere = False
     newer = automatic_case(desk)  # started under v2: a person must look
     assert desk.get(newer)["status"] == "awaiting_approval"
 

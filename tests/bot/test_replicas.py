@@ -106,8 +106,8 @@ def test_two_replicas_send_one_reminder_and_one_escalation_per_case(
 def test_a_killed_replicas_leased_work_is_finished_by_the_other(env: Env, pg_url: str) -> None:
     key = env.api_key()
     payment = env.payment("30.00", "ada@example.com", age_days=2)
-    first, url_a = env.serve()
-    second, _ = env.serve()
+    first, url_a = env.serve("--job-processes", "0")
+    second, _ = env.serve("--job-processes", "0")
     try:
         env.cli("sandbox", "fault", "crash-after-success", "--times", "1")
         body = {

@@ -32,9 +32,9 @@ def desk(any_runtime: Runtime) -> Harness:
 
 def _queued(desk: Harness, payment: str, amount: str = "20.00") -> str:
     """A case whose advance job waits for a sweep (the intake itself asks the processor)."""
-    desk.runtime.desk.run_inline = False
+    desk.runtime.desk.jobs_elsewhere = True
     body = desk.post(desk.request(payment, amount)).json()
-    desk.runtime.desk.run_inline = True
+    desk.runtime.desk.jobs_elsewhere = False
     return str(body["id"])
 
 
@@ -106,9 +106,9 @@ def test_an_erased_customers_case_advised_locally_keeps_no_quote(desk: Harness) 
     from tests.helpers import CUSTOMER
 
     payment = desk.payment("30.00")
-    desk.runtime.desk.run_inline = False
+    desk.runtime.desk.jobs_elsewhere = True
     body = desk.post(desk.request(payment, "20.00", message="My zanzibar vase shattered")).json()
-    desk.runtime.desk.run_inline = True
+    desk.runtime.desk.jobs_elsewhere = False
     erasure.erase_customer(desk.runtime.desk, CUSTOMER, actor=Actor("cli", "t"), evidence=None)
     desk.sweep()
     case = case_row(desk, body["id"])

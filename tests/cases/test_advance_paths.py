@@ -11,7 +11,7 @@ from sqlalchemy import select, text
 from sqlalchemy.exc import OperationalError
 
 from refund_desk.advisor.offline import OfflineAdvisor
-from refund_desk.cases.ports import Advice, AdviceRequest, advises_locally
+from refund_desk.cases.ports import Advice, AdviceRequest
 from refund_desk.runtime import Runtime
 from refund_desk.storage.db import Database
 from refund_desk.storage.models import Job
@@ -50,13 +50,8 @@ def desk(runtime: Runtime) -> Harness:
     return harness
 
 
-def test_the_offline_advisor_answers_locally() -> None:
-    assert advises_locally(OfflineAdvisor())
-
-
 def test_a_model_over_the_network_is_asked_with_no_transaction_open(desk: Harness) -> None:
     probe = _Probe(desk.runtime.db, local=False, patience=10.0)
-    assert not advises_locally(probe)
     desk.runtime.desk.advisor = probe
     body = desk.post(desk.request(desk.payment())).json()
     assert desk.get(body["id"])["status"] == "refunded"
@@ -96,7 +91,7 @@ class _LockProbe:
 def test_a_job_queued_without_the_payments_id_reads_the_case_first(desk: Harness) -> None:
     """An `advance` job queued by an earlier version carries only the case's id."""
     runtime = desk.runtime
-    runtime.desk.run_inline = False  # the job waits for a sweep
+    runtime.desk.jobs_elsewhere = True  # the job waits for a sweep
     body = desk.post(desk.request(desk.payment())).json()
     assert body["status"] == "received"
     with runtime.db.write() as session:
@@ -104,6 +99,6 @@ def test_a_job_queued_without_the_payments_id_reads_the_case_first(desk: Harness
         payload: dict[str, Any] = dict(job.payload)
         assert payload.pop("payment_id")  # the capture puts it there
         job.payload = payload
-    runtime.desk.run_inline = True
+    runtime.desk.jobs_elsewhere = False
     desk.sweep()
     assert desk.get(body["id"])["status"] == "refunded"

@@ -47,11 +47,11 @@ def _advance_on_both(replicas: list[Harness], jobs: list[Any]) -> None:
 def test_one_advance_job_run_by_two_replicas_at_once_pays_once(replicas: list[Harness]) -> None:
     a = replicas[0]
     a.publish()
-    a.runtime.desk.run_inline = False
+    a.runtime.desk.jobs_elsewhere = True
     payment = a.payment("30.00")
     case_id = a.post(a.request(payment, "20.00")).json()["id"]
     job = advance_job(a, case_id)
-    a.runtime.desk.run_inline = True
+    a.runtime.desk.jobs_elsewhere = False
     meet_after_the_processor(replicas)
     errors = together(
         [lambda h=h: decide.advance(h.runtime.desk, as_claimed(job)) for h in replicas]
@@ -67,11 +67,11 @@ def test_two_cases_on_one_payment_advanced_at_once_never_over_refund(
 ) -> None:
     a = replicas[0]
     a.publish()
-    a.runtime.desk.run_inline = False
+    a.runtime.desk.jobs_elsewhere = True
     payment = a.payment("30.00")
     ids = [a.post(a.request(payment, amt)).json()["id"] for amt in ("20.00", "15.00")]
     jobs = [advance_job(a, i) for i in ids]
-    a.runtime.desk.run_inline = True
+    a.runtime.desk.jobs_elsewhere = False
     _advance_on_both(replicas, jobs)
     assert sum(r["amount"] for r in a.refunds_at_processor(payment)) <= 3000
     assert sorted(case_row(a, i).status for i in ids) == ["awaiting_approval", "refunded"]
@@ -82,7 +82,7 @@ def test_the_breakers_hourly_count_holds_across_replicas(replicas: list[Harness]
     raw = yaml.safe_load(ACME.read_text())
     raw["breaker"] = {"max_refunds_per_hour": 1}
     a.publish(yaml.safe_dump(raw, sort_keys=False))
-    a.runtime.desk.run_inline = False
+    a.runtime.desk.jobs_elsewhere = True
     ids, payments = [], []
     for n in range(2):
         email = f"c{n}@example.com"
@@ -90,7 +90,7 @@ def test_the_breakers_hourly_count_holds_across_replicas(replicas: list[Harness]
         payments.append(payment)
         ids.append(a.post({**a.request(payment, "20.00"), "email": email}).json()["id"])
     jobs = [advance_job(a, i) for i in ids]
-    a.runtime.desk.run_inline = True
+    a.runtime.desk.jobs_elsewhere = False
     _advance_on_both(replicas, jobs)
     refunded = sum(len(a.refunds_at_processor(p)) for p in payments)
     assert refunded <= 1

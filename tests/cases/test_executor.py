@@ -84,7 +84,7 @@ def test_intake_refuses_while_the_processor_is_down(desk: Harness) -> None:
 
 
 def test_processor_down_retries_with_backoff_then_succeeds(desk: Harness) -> None:
-    desk.runtime.desk.run_inline = False  # let the sweeps do the work, step by step
+    desk.runtime.desk.jobs_elsewhere = True  # let the sweeps do the work, step by step
     payment = desk.payment("30.00")
     body = desk.post(desk.request(payment, "20.00")).json()
     assert body["status"] == "received"

@@ -27,12 +27,12 @@ from tests.helpers import ACME, Harness
 def _approved_case(desk: Harness, amount: str = "20.00") -> tuple[str, str]:
     """A case the policy approved automatically, its execute job not yet run."""
     runtime = desk.runtime
-    runtime.desk.run_inline = False
+    runtime.desk.jobs_elsewhere = True
     payment = desk.payment("30.00")
     body = desk.post(desk.request(payment, amount)).json()
     job = runtime.desk.jobs.claim_one(advance_job(desk, body["id"]).id or 0)
     assert job is not None
-    runtime.desk.jobs.run(job)  # advise + decide; the execute job waits (run_inline off)
+    runtime.desk.jobs.run(job)  # advise + decide; the execute job waits (left to the sweeps)
     assert case_row(desk, body["id"]).status == "approved"
     return body["id"], payment
 

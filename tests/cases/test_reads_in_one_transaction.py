@@ -61,7 +61,7 @@ def test_control_gives_this_transactions_own_change(desk: Harness) -> None:
 
 def test_advance_writes_the_case_once_and_the_reservation_commits(desk: Harness) -> None:
     runtime = desk.runtime
-    runtime.desk.run_inline = False
+    runtime.desk.jobs_elsewhere = True
     payment = desk.payment("30.00")
     case_id = desk.post(desk.request(payment, "20.00")).json()["id"]
     updates: Counter[str] = Counter()
@@ -84,7 +84,7 @@ def test_advance_writes_the_case_once_and_the_reservation_commits(desk: Harness)
     # the advice's change goes out before the remainder's count; the decision's at the commit
     assert updates[case_id] <= 2, updates
     assert case_row(desk, case_id).status == "approved"
-    runtime.desk.run_inline = True
+    runtime.desk.jobs_elsewhere = False
     desk.sweep()
     assert case_row(desk, case_id).status == "refunded"
     assert [e.status for e in executions(desk, case_id)] == ["succeeded"]
@@ -100,7 +100,7 @@ def test_sqlite_the_held_key_row_reflects_this_transactions_erasure(runtime: Run
         first = vault.for_customer(session, email_hash)  # the row, now in the identity map
         assert first.generation == 1
         assert destroy_customer_key(session, email_hash, clock.now())
-        again = vault.for_customer(session, email_hash)  # `held_get`: the same object
+        again = vault.for_customer(session, email_hash)  # the session's row: the same object
         assert again.generation == 2 and again.wrapped != first.wrapped
         session.rollback()
 

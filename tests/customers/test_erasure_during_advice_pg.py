@@ -73,12 +73,12 @@ class _ErasureArrives:
 
 def _run(replicas: list[Harness], *, local: bool) -> tuple[_ErasureArrives, str]:
     a, b = replicas
-    a.runtime.desk.run_inline = False  # the advance job waits for the sweep below
+    a.runtime.desk.jobs_elsewhere = True  # the advance job waits for the sweep below
     payment = a.payment("30.00")
     body = a.post(a.request(payment, "20.00", message="The blue vase arrived shattered")).json()
     advisor = _ErasureArrives(b.runtime, local=local)
     a.runtime.desk.advisor = advisor
-    a.runtime.desk.run_inline = True
+    a.runtime.desk.jobs_elsewhere = False
     a.sweep()
     assert advisor.thread is not None
     advisor.thread.join(30)

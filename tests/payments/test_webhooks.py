@@ -141,7 +141,7 @@ def test_out_of_order_events_never_move_a_refund_backwards(
 def test_refund_updated_settles_a_pending_refund(
     on_fake: StripeHarness, fake_stripe: FakeStripeServer
 ) -> None:
-    on_fake.runtime.desk.run_inline = True
+    on_fake.runtime.desk.jobs_elsewhere = False
     payment = fake_stripe.fake.pay(3000)
     fake_stripe.fake.knobs.next_refund_status = "pending"
     body = on_fake.post(on_fake.request(payment, "20.00")).json()

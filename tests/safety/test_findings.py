@@ -303,7 +303,7 @@ def test_finding_08_a_slow_processor_call_keeps_its_lease(sqlite_url: str) -> No
             return real(**kw)
 
         desk.sandbox.create_refund = slow  # type: ignore[method-assign]
-        rt.desk.run_inline = False
+        rt.desk.jobs_elsewhere = True
         payment = desk.payment("100.00")  # room for a second refund, were one made
         case_id = desk.post(desk.request(payment, "20.00")).json()["id"]
         with rt.db.read() as session:

@@ -254,10 +254,10 @@ class DeskMachine(RuleBasedStateMachine):
                     )
             else:  # another case's refund, carried through by another worker
                 with self.runtime.db.read() as session:
-                    pending = session.scalars(
-                        select(col(Job.id)).where(
-                            col(Job.kind) == executor.EXECUTE, col(Job.status) == "pending"
-                        )
+                    pending = session.scalars(  # the oldest: not the one running now
+                        select(col(Job.id))
+                        .where(col(Job.kind) == executor.EXECUTE, col(Job.status) == "pending")
+                        .order_by(col(Job.id))
                     ).all()
                 for job in pending[:1]:
                     self._guard(lambda job=job: self.runtime.desk.jobs.run_now(job))

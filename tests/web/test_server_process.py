@@ -65,7 +65,7 @@ def test_power_cut_after_the_processor_refunded_ends_with_one_refund(env: Env) -
     }
     headers = {"Authorization": f"Bearer {key}"}
 
-    proc, url = env.serve()
+    proc, url = env.serve("--job-processes", "0")  # the jobs on its threads: the cut takes it down
     with pytest.raises(httpx.HTTPError):  # the power goes while the answer waits for the refund
         httpx.post(
             f"{url}/api/v1/refund-requests",
@@ -78,7 +78,7 @@ def test_power_cut_after_the_processor_refunded_ends_with_one_refund(env: Env) -
     shown = json.loads(env.cli("sandbox", "payment", "show", payment).stdout)
     assert len(shown["refunds"]) == 1  # the processor refunded before the power went
 
-    proc, url = env.serve()
+    proc, url = env.serve("--job-processes", "0")
     try:
         case_id = shown["refunds"][0]["metadata"]["case_id"]
         deadline = time.monotonic() + 30

@@ -341,7 +341,6 @@ class OfflineAdvisor:
     """Keyword advisor: same input, same advice, no network and no tokens spent."""
 
     name = "offline"
-    local = True  # no network: the case is advised in the transaction that decides it
 
     def advise(self, request: AdviceRequest) -> Advice:
         red = redact(request.message, names=request.known_names, emails=request.known_emails)

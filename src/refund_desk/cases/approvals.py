@@ -468,7 +468,7 @@ def _approve(
         action="case.approved",
         payload={"basis": "approval", "approvers": sorted(approvers | {user}), "amount": amount},
     )
-    job = enqueue_execution(session, case, desk.due_for_hand_off())
+    job = enqueue_execution(session, case, desk.now())
     return Outcome(case.id, "Approved: the refund is on its way.", [job])
 
 

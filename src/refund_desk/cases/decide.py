@@ -91,7 +91,7 @@ def _advance(desk: Desk, job: ClaimedJob, case_id: str) -> None:
             else:
                 locked = load_for_update(session, case_id)
             exec_job, money = _decide(desk, session, locked, payment)
-            if exec_job is not None and desk.run_inline:
+            if exec_job is not None and not desk.jobs_elsewhere:
                 # Approved by the policy: reserve now, on the facts just read, and take the
                 # execute job here; it only pays and records. This job ends in this commit.
                 # queued at the case's revision as this transaction left it (`route`, last)
@@ -112,7 +112,7 @@ def _advance(desk: Desk, job: ClaimedJob, case_id: str) -> None:
     elif claimed is not None:
         desk.run_claimed(claimed)
     else:
-        desk.kick(exec_job)
+        desk.start(exec_job)
 
 
 @dataclass(frozen=True)
@@ -361,7 +361,7 @@ def route(
                 action="case.approved",
                 payload={"rule": decision.rule, "basis": "policy"},
             )
-            return enqueue_execution(session, case, desk.due_for_hand_off())
+            return enqueue_execution(session, case, desk.now())
         note = (
             "Shadow mode: the policy would have refunded this automatically."
             if switches.mode == "shadow"

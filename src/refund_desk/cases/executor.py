@@ -21,7 +21,6 @@ from sqlmodel import col
 from refund_desk import clock, logs, money
 from refund_desk.cases import breaker
 from refund_desk.cases import facts as case_facts
-from refund_desk.cases.desk import INLINE_GRACE
 from refund_desk.cases.errors import Conflict
 from refund_desk.cases.intake import new_id
 from refund_desk.cases.lifecycle import Status, move
@@ -86,15 +85,15 @@ def enqueue_execution(session: Session, case: Case, due_at: datetime | None = No
     """Queue the refund of an approved case, once per approval (the revision it was approved at).
 
     The dedupe key makes a second queueing of the same approval fail instead of running two
-    executors side by side for one case. `due_at` is `Desk.due_for_hand_off()`: whoever
-    queues it runs it at once (`Desk.kick`), or a job process does.
+    executors side by side for one case. It is due at once: whoever queues it starts it
+    (`Desk.start`), or a job process takes it.
     """
     return queue(
         session,
         kind=EXECUTE,
         payload={"case_id": case.id, "revision": case.revision},
         dedupe_key=f"execute:{case.id}:{case.revision}",
-        due_at=due_at or clock.now() + INLINE_GRACE,
+        due_at=due_at or clock.now(),
     )
 
 

@@ -275,7 +275,7 @@ def _capture(
         "created_at": now,
         "updated_at": now,
     }
-    with desk.db.write() as session:
+    with desk.db.write(urgent=True) as session:  # a client waits for the answer
         first_sighting = _upsert_payment(desk, session, payment)
         if idempotency_key and api_key_id is not None:
             replay = _replay(session, api_key_id, idempotency_key, fingerprint)
@@ -354,7 +354,7 @@ def _capture(
                     created_at=now,
                 )
             )
-        # Handed to this process's worker (Desk.hand_off); a sweep takes over after the grace.
+        # Handed to this process's worker (Desk.start); a sweep takes over after the grace.
         # The payment's id lets `advance` ask the processor before it reads the case (and
         # its log lines name the request from the start).
         job_id = queue(
@@ -365,7 +365,7 @@ def _capture(
                 "payment_id": payment.id,
                 "correlation_id": correlation_id,
             },
-            due_at=desk.due_for_hand_off(),
+            due_at=desk.now(),
         )
         logs.bind(case_id, correlation_id)  # the rest of this request is about the case
         log.info(

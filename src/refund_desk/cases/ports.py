@@ -199,9 +199,3 @@ class Advisor(Protocol):
     name: str
 
     def advise(self, request: AdviceRequest) -> Advice: ...
-
-
-def advises_locally(advisor: Advisor) -> bool:
-    """The advisor answers in this process, with no network call (`local = True` on its
-    class): asking it inside a transaction holds no lock across a call that may hang."""
-    return getattr(advisor, "local", False) is True

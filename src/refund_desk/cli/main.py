@@ -121,28 +121,39 @@ def _main(
         _fail(str(exc), 2)
 
 
+def default_job_processes() -> int:
+    """One job process beside the server where there is a core for it: measured on two cores,
+    it doubles the requests a second the server takes in (docs/performance.md)."""
+    import os
+
+    return 1 if (os.cpu_count() or 1) >= 2 else 0
+
+
 @app.command()
 def serve(
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
     workers: Annotated[int, typer.Option(help="Worker processes (PostgreSQL only).")] = 1,
     job_processes: Annotated[
-        int,
+        int | None,
         typer.Option(
             min=0,
             max=64,
-            help="Run the jobs in this many processes of their own, at a lower OS priority, "
-            "instead of the server's threads (REFUND_DESK_JOB_PROCESSES; default 0).",
+            help="Run the jobs in this many processes of their own, at a lower OS priority "
+            "(0: in the server's threads). Default: REFUND_DESK_JOB_PROCESSES, else one "
+            "beside the server on a machine with two cores or more, none on one core.",
         ),
-    ] = 0,
+    ] = None,
 ) -> None:
     """Run the server: HTTP API, Slack endpoint, and the job sweeps."""
     import os
 
     import uvicorn
 
-    if job_processes:  # the server's processes (and the job processes) read it from settings
-        os.environ["REFUND_DESK_JOB_PROCESSES"] = str(job_processes)
+    if job_processes is None:
+        job_processes = int(os.environ.get("REFUND_DESK_JOB_PROCESSES") or default_job_processes())
+    # the server's processes (and the job processes) read it from settings
+    os.environ["REFUND_DESK_JOB_PROCESSES"] = str(job_processes)
     settings = _settings()
     if workers > 1 and settings.is_sqlite:
         _fail("SQLite supports one worker; use PostgreSQL (DATABASE_URL) for more", 2)

@@ -208,7 +208,7 @@ def arrive(desk: Desk, job: ClaimedJob) -> None:
         requested_by=filed_by,
     )
     if submitted.created:
-        desk.kick(submitted.job_id)
+        desk.start(submitted.job_id)
 
 
 def stream_left(runtime: Runtime) -> int:

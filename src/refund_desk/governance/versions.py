@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Literal
 
-from sqlalchemy import Connection, func, select
+from sqlalchemy import func, select
 from sqlmodel import Session, col
 
 from refund_desk import clock
@@ -67,14 +67,6 @@ def load_version(session: Session, version: int) -> LoadedPolicy:
 
 ACTIVE_VERSION = select(col(Control.active_version)).where(col(Control.id) == 1)  # built once
 _PAUSED = select(col(Control.paused)).where(col(Control.id) == 1)
-
-
-def paused_now(session: Session | Connection) -> bool:
-    """The kill switch as committed now: one column, read afresh (never a row kept); in a
-    session, as its transaction left it (its pending change to the control row included)."""
-    if isinstance(session, Connection):
-        return bool(session.execute(_PAUSED).scalar())
-    return bool(session.scalars(_PAUSED).first())
 
 
 def active_version(session: Session) -> int | None:

@@ -163,9 +163,6 @@ _CLAIM_DUE = _leasing(
 )
 # A named job is taken even before it is due: its due time is only the sweeps' grace.
 _CLAIM_ONE = _leasing(and_(_C.id == bindparam("job_id"), _C.status == "pending", _FREE))
-_CLAIM_IDS = _leasing(
-    and_(_C.id.in_(bindparam("job_ids", expanding=True)), _C.status == "pending", _FREE)
-)
 _SETTLE_IDLE = (
     update(_JOBS)
     .where(
@@ -267,15 +264,6 @@ class JobQueue:
         commits with the work that created the job, and costs no transaction of its own."""
         claimed = self._lease(session, _CLAIM_ONE, clock.now(), job_id=job_id)
         return claimed[0] if claimed else None
-
-    def claim_ids(self, job_ids: list[int], *, now: datetime | None = None) -> list[ClaimedJob]:
-        """Claim these jobs now, in one transaction, even before they are due (the worker
-        of the process whose requests created them); those held or finished elsewhere are
-        left out."""
-        if not job_ids:
-            return []
-        with self.db.write() as session:
-            return self._lease(session, _CLAIM_IDS, now or clock.now(), job_ids=list(job_ids))
 
     def _lease(self, session: Session, claim: Any, now: datetime, **which: Any) -> list[ClaimedJob]:
         """Run one of the `_leasing` statements: one UPDATE leases and returns the jobs."""

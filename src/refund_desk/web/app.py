@@ -50,7 +50,7 @@ class Sweeper:
     and at once when new work is committed. One sweep at a time per replica; a wake-up that
     arrives while one runs makes it go round again instead of queueing another.
 
-    It also keeps this replica's workers for work its requests create (`Desk.hand_off`): such
+    It also keeps this replica's workers for work its requests create (`Desk.start`): such
     a job is taken at once by a worker thread, before its due time, so the request answers
     after intake and the case moves on without waiting for the next period. Only the job's id
     is kept in memory; the job is a committed row, and if this process dies a sweep elsewhere

@@ -194,7 +194,7 @@ def _job(
     pair: tuple[Harness, Runtime, str], monkeypatch: pytest.MonkeyPatch, change: str, step: str
 ) -> None:
     desk, b, _ = pair
-    desk.runtime.desk.run_inline = False
+    desk.runtime.desk.jobs_elsewhere = True
     watch = CreateWatch().watch(desk.runtime, b)
     commit = lambda: in_thread(lambda: CHANGES[change](b))  # noqa: E731
     payment = desk.payment("30.00")

@@ -57,7 +57,7 @@ def _approved_case(
     desk: Harness, amount: str = "20.00", paid: str = "30.00", email: str = "ada@example.com"
 ) -> str:
     """An automatic case decided and approved, its execute job queued, nothing reserved."""
-    desk.runtime.desk.run_inline = False
+    desk.runtime.desk.jobs_elsewhere = True
     payment = desk.payment(paid, email=email)
     body = desk.post({**desk.request(payment, amount), "email": email}).json()
     desk.sweep(batches=1)

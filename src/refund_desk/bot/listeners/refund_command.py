@@ -166,7 +166,7 @@ def file_case(desk: Desk, job: ClaimedJob) -> None:
             prepare=within_payment,
         )
         if submitted.created:
-            desk.kick(submitted.job_id)
+            desk.start(submitted.job_id)
         case_id = submitted.case_id
         with desk.db.read() as session:
             case = session.get(Case, case_id)

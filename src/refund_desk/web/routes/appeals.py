@@ -133,7 +133,7 @@ async def appeal_submit(request: Request, token: str) -> Response:
     except CaseError as exc:
         return _refused(request, exc)
     if submitted.job_id is not None:
-        await run_in_threadpool(desk.kick, submitted.job_id)
+        await run_in_threadpool(desk.start, submitted.job_id)
     if pages.wants_json(request):
         return JSONResponse(
             {"id": submitted.case_id, "appeal_of": case.id},

@@ -97,7 +97,7 @@ def _receive(runtime: Runtime, req: channels.ChannelRequest) -> Any:
         store=evidence.EvidenceStore(runtime.settings.evidence_path()),
         base_url=runtime.settings.public_url,
     )
-    runtime.desk.hand_off(submitted.job_id)
+    runtime.desk.start(submitted.job_id)
     return submitted
 
 

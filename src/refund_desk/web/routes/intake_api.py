@@ -188,7 +188,7 @@ def _create(
         api_key_id=api_key.id,
         idempotency_key=idempotency_key or None,
     )
-    if desk.hand_off(submitted.job_id) and submitted.row is not None:
+    if desk.start(submitted.job_id) and submitted.row is not None:
         # The worker advances the case; the answer does not wait, and needs no read: it is
         # the case as the capture inserted it (nothing refers to it yet).
         return new_case_view(Case.model_construct(**submitted.row)), True

@@ -39,7 +39,7 @@ async def stripe_webhook(request: Request) -> JSONResponse:
     except WebhookRejected as exc:
         return _error(exc.code, exc.message, 400)
     if receipt.job_id is not None:
-        await run_in_threadpool(desk.kick, receipt.job_id)  # a failure stays queued, retried
+        await run_in_threadpool(desk.start, receipt.job_id)  # a failure stays queued, retried
     return JSONResponse(
         {"received": True, "event": receipt.event_id, "duplicate": receipt.duplicate}
     )

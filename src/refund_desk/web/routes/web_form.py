@@ -271,7 +271,7 @@ def _receive(runtime: Runtime, req: channels.ChannelRequest) -> dict[str, Any]:
         store=evidence.EvidenceStore(runtime.settings.evidence_path()),
         base_url=runtime.settings.public_url,
     )
-    desk.hand_off(submitted.job_id)
+    desk.start(submitted.job_id)
     with runtime.db.read() as session:
         return case_view(session, submitted.case_id, with_audit=False)
 

@@ -1,4 +1,4 @@
-"""Found in review: the control row held for the whole transaction (`held_get`) was stale
+"""Found in review: the control row kept for the whole transaction was stale
 after the breaker's `FOR UPDATE` on it (PostgreSQL, READ COMMITTED). `_recheck` reads the row
 (mode) before `breaker.over_limit` locks it; a replica that waited for that lock then trips
 the breaker on the row as it read it before the wait: a second `breaker.tripped` over the

@@ -1,15 +1,10 @@
-"""a pause committed before the reservation commits must stop the refund.
+"""A pause committed before the reservation commits must stop the refund.
 
-`reserved_here` lets the execute job pay without reading the case, the open execution and the
-kill switch again, arguing that the reserving transaction "saw the kill switch off" and "a
-pause committed now is a pause after that read". On PostgreSQL (READ COMMITTED) the
-reserving transaction reads the control row early (`reserve_in`: `control(session).paused`,
-held for the transaction) and then works on: the re-check, the policy, the breaker's
-window (whose `FOR UPDATE` even re-reads the control row with the pause in it, and nothing
-looks at it again). A lead's pause that commits in that time committed BEFORE the
-reservation did; before this change the execute job's own read, after that commit, saw it
-and waited (`RetryLater`, "paused"). Now the refund is paid although the lead was told
-"no refund is paid until resume" before the refund was even reserved.
+The execute job run right after the reserving transaction (`pay_reserved`) pays without
+reading the case, the open execution and the kill switch again. On PostgreSQL (READ
+COMMITTED) a lead's pause that commits while the reserving transaction works on (the
+re-check, the policy, the breaker's window) committed BEFORE the reservation did; the lead
+was told "no refund is paid until resume", so the barrier before the create must see it.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Review (second pass) of `SqliteWriters`' urgent turnstile (`<db>.urgent`)."""
+"""The SQLite write lock's urgent turnstile (`<db>.urgent`, `WriteLock`)."""
 
 from __future__ import annotations
 
