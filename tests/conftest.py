@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import itertools
 import os
+import queue
 import shutil
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -86,6 +88,73 @@ def _pg_admin_engine():  # type: ignore[no-untyped-def]
     return create_engine(PG_URL, isolation_level="AUTOCOMMIT")
 
 
+def _pg_test_url(name: str) -> str:
+    return make_url(PG_URL).set(database=name).render_as_string(hide_password=False)
+
+
+class PgDatabases:
+    """This process's test databases, copies of its migrated template. `CREATE DATABASE` and
+    `DROP DATABASE` each wait on the server's disk for a few tenths of a second, so a thread
+    makes the next copy while a test runs and drops the used ones after it, off the tests'
+    path. Names carry this process's pid: parallel workers (pytest-xdist) never share one."""
+
+    AHEAD = 1  # copies made before they are asked for
+
+    def __init__(self, template: str) -> None:
+        self.template = template
+        self._admin = _pg_admin_engine()
+        self._ready: queue.Queue[str | BaseException] = queue.Queue()
+        self._work: queue.PriorityQueue[tuple[int, int, str | None]] = queue.PriorityQueue()
+        self._order = itertools.count()
+        self._thread = threading.Thread(target=self._run, name="pg-databases", daemon=True)
+        self._thread.start()
+        for _ in range(self.AHEAD):
+            self._ask()
+
+    def _ask(self) -> None:  # a copy first (a test may wait for it), drops after
+        self._work.put((0, next(self._order), None))
+
+    def _run(self) -> None:
+        while True:
+            _, _, item = self._work.get()
+            if item == "":  # stop
+                return
+            try:
+                with self._admin.connect() as conn:
+                    if item is None:
+                        name = f"rd_t_{os.getpid()}_{next(_counter)}"
+                        conn.execute(text(f'CREATE DATABASE "{name}" TEMPLATE "{self.template}"'))
+                        self._ready.put(name)
+                    else:
+                        conn.execute(text(f'DROP DATABASE IF EXISTS "{item}" WITH (FORCE)'))
+            except BaseException as exc:  # handed to the test that waits for the copy
+                if item is None:
+                    self._ready.put(exc)
+
+    def take(self) -> str:
+        """A fresh database's name; it is the caller's until `drop`."""
+        self._ask()
+        got = self._ready.get(timeout=120)
+        if isinstance(got, BaseException):
+            raise got
+        return got
+
+    def drop(self, name: str) -> None:
+        """Drop it soon (its connections are ended then) and forget its processes' file."""
+        Path(requests_first_path(make_url(_pg_test_url(name)))).unlink(missing_ok=True)
+        self._work.put((1, next(self._order), name))
+
+    def close(self) -> None:
+        self._work.put((2, next(self._order), ""))
+        self._thread.join(timeout=120)
+        with self._admin.connect() as conn:
+            while not self._ready.empty():
+                name = self._ready.get()
+                if isinstance(name, str):
+                    conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        self._admin.dispose()
+
+
 @pytest.fixture(scope="session")
 def pg_template() -> Iterator[str]:
     try:
@@ -98,8 +167,7 @@ def pg_template() -> Iterator[str]:
     with admin.connect() as conn:
         conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         conn.execute(text(f'CREATE DATABASE "{name}"'))
-    url = make_url(PG_URL).set(database=name)
-    engine = Database.from_url(url.render_as_string(hide_password=False)).engine
+    engine = Database.from_url(_pg_test_url(name)).engine
     upgrade(engine)
     engine.dispose()
     yield name
@@ -108,17 +176,18 @@ def pg_template() -> Iterator[str]:
     admin.dispose()
 
 
+@pytest.fixture(scope="session")
+def pg_databases(pg_template: str) -> Iterator[PgDatabases]:
+    databases = PgDatabases(pg_template)
+    yield databases
+    databases.close()
+
+
 @pytest.fixture()
-def pg_url(pg_template: str) -> Iterator[str]:
-    name = f"rd_t_{os.getpid()}_{next(_counter)}"
-    admin = _pg_admin_engine()
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}" TEMPLATE "{pg_template}"'))
-    url = make_url(PG_URL).set(database=name)
-    yield url.render_as_string(hide_password=False)
-    with admin.connect() as conn:
-        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    admin.dispose()
+def pg_url(pg_databases: PgDatabases) -> Iterator[str]:
+    name = pg_databases.take()
+    yield _pg_test_url(name)
+    pg_databases.drop(name)
 
 
 # ---------------------------------------------------------------- either database
@@ -184,19 +253,14 @@ def fresh_runtimes(
     made: list[Runtime] = []
     dbs: list[str] = []
     kind = request.param
-    template = request.getfixturevalue("pg_template") if kind == "postgres" else None
+    databases = request.getfixturevalue("pg_databases") if kind == "postgres" else None
 
     def make() -> Runtime:
-        if kind == "sqlite":
+        if databases is None:
             url = fresh_sqlite(sqlite_template, tmp_path)
         else:
-            name = f"rd_fresh_{os.getpid()}_{next(_counter)}"
-            admin = _pg_admin_engine()
-            with admin.connect() as conn:
-                conn.execute(text(f'CREATE DATABASE "{name}" TEMPLATE "{template}"'))
-            admin.dispose()
-            dbs.append(name)
-            url = make_url(PG_URL).set(database=name).render_as_string(hide_password=False)
+            dbs.append(databases.take())
+            url = _pg_test_url(dbs[-1])
         rt = make_runtime(url)
         made.append(rt)
         return rt
@@ -205,9 +269,5 @@ def fresh_runtimes(
     yield make
     for rt in made:
         rt.db.dispose()
-    if dbs:
-        admin = _pg_admin_engine()
-        with admin.connect() as conn:
-            for name in dbs:
-                conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
+    for name in dbs:
+        databases.drop(name)  # type: ignore[union-attr]

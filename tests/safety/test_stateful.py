@@ -29,7 +29,6 @@ at the end of this file.
 from __future__ import annotations
 
 import contextlib
-import itertools
 import os
 from collections.abc import Callable, Iterator
 from datetime import timedelta
@@ -48,8 +47,7 @@ from hypothesis.stateful import (
     rule,
     run_state_machine_as_test,
 )
-from sqlalchemy import create_engine, func, select, text
-from sqlalchemy.engine import make_url
+from sqlalchemy import func, select
 from sqlmodel import col
 
 from refund_desk import clock, money
@@ -81,7 +79,14 @@ from refund_desk.storage.models import (
     SandboxPayment,
     SandboxRefund,
 )
-from tests.conftest import PG_URL, TEST_SECRET, SimulatedCrash, _raise_crash, fresh_sqlite
+from tests.conftest import (
+    TEST_SECRET,
+    PgDatabases,
+    SimulatedCrash,
+    _pg_test_url,
+    _raise_crash,
+    fresh_sqlite,
+)
 from tests.conftest import make_settings as _make_settings
 from tests.helpers import ACME, CUSTOMER, Harness
 
@@ -98,7 +103,6 @@ POLICY = ACME.read_text().replace("leads: [U0LEAD1]", "leads: [U0LEAD1, U0LEAD2]
 # A second version: smaller limits, another say; the cases keep the version they started with.
 POLICY_B = POLICY.replace("limit: 500}", "limit: 300}").replace("limit: 5000,", "limit: 700,")
 FAULTS = ("down", "timeout-after-success", "decline", "crash-after-success")
-_names = itertools.count()
 
 
 class FailingAdvisor:
@@ -741,22 +745,16 @@ def sqlite_factory(sqlite_template: Path, tmp_path: Path) -> Callable[[], str]:
 
 
 @pytest.fixture()
-def pg_factory(pg_template: str) -> Iterator[Callable[[], str]]:
-    admin_engine = create_engine(PG_URL, isolation_level="AUTOCOMMIT")
+def pg_factory(pg_databases: PgDatabases) -> Iterator[Callable[[], str]]:
     made: list[str] = []
 
     def make() -> str:
-        name = f"rd_sm_{os.getpid()}_{next(_names)}"
-        with admin_engine.connect() as conn:
-            conn.execute(text(f'CREATE DATABASE "{name}" TEMPLATE "{pg_template}"'))
-        made.append(name)
-        return make_url(PG_URL).set(database=name).render_as_string(hide_password=False)
+        made.append(pg_databases.take())
+        return _pg_test_url(made[-1])
 
     yield make
-    with admin_engine.connect() as conn:
-        for name in made:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    admin_engine.dispose()
+    for name in made:
+        pg_databases.drop(name)
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
