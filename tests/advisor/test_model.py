@@ -2,18 +2,34 @@
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Iterator
+from functools import cache
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from refund_desk.advisor import model as model_module
+from refund_desk.advisor import train
 from refund_desk.advisor.features import BUCKETS, fold, hashed_counts
 from refund_desk.advisor.model import INJECTION_WEIGHTS, WEIGHTS, load_model, read
 from refund_desk.advisor.train import DATA, build, build_injection
 from refund_desk.cases.ports import REASONS
 
 
+@pytest.fixture()
+def counted_once(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The script counts each line's features again for each of its fits (one per writer left
+    out); counting is a pure function of the text, so here each line is counted once and each
+    fit gets its own copy of the same counts: the same weights, in a third of the time."""
+    counts = cache(train.hashed_counts)
+    monkeypatch.setattr(train, "hashed_counts", lambda text: Counter(counts(text)))
+    yield
+    counts.cache_clear()
+
+
+@pytest.mark.usefixtures("counted_once")
 def test_the_shipped_weights_are_what_the_training_script_builds(tmp_path: Path) -> None:
     rebuilt = tmp_path / "rebuilt.npz"
     rebuilt.write_bytes(build(DATA / "train.jsonl"))
@@ -26,6 +42,7 @@ def test_the_shipped_weights_are_what_the_training_script_builds(tmp_path: Path)
         assert float(shipped["temperature"]) == pytest.approx(float(fresh["temperature"]), 0.02)
 
 
+@pytest.mark.usefixtures("counted_once")
 def test_the_shipped_injection_weights_are_what_the_training_script_builds(
     tmp_path: Path,
 ) -> None:
