@@ -140,8 +140,7 @@ class PgDatabases:
         return got
 
     def drop(self, name: str) -> None:
-        """Drop it soon (its connections are ended then) and forget its processes' file."""
-        Path(requests_first_path(make_url(_pg_test_url(name)))).unlink(missing_ok=True)
+        """Drop it soon (its connections are ended then)."""
         self._work.put((1, next(self._order), name))
 
     def close(self) -> None:
