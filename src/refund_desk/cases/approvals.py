@@ -77,10 +77,8 @@ def act(
     raise refusal
 
 
-# A click's statements, built once and run on the driver's cursor (the click's transaction
-# runs before Slack's `ack()`, and on SQLite holds the one writer): who used a token, who
-# approved the case in its current round, the decision recorded (its nonce consumed), and the
-# refund started for the case whose outcome is not known yet.
+# A click's statements: who used a token, who approved the case in its current round, the
+# decision recorded (its nonce consumed), and the refund started whose outcome is not known yet.
 _APPROVALS = Approval.__table__  # type: ignore[attr-defined]
 _BY_NONCE = select(_APPROVALS.c.approver).where(_APPROVALS.c.token_nonce == bindparam("nonce"))
 _ROUND_APPROVERS = select(_APPROVALS.c.approver).where(

@@ -354,7 +354,7 @@ def _capture(
                     created_at=now,
                 )
             )
-        # Handed to this process's worker (Desk.start); a sweep takes over after the grace.
+        # Started by the caller (`Desk.start`); due at once, for a sweep anywhere otherwise.
         # The payment's id lets `advance` ask the processor before it reads the case (and
         # its log lines name the request from the start).
         job_id = queue(

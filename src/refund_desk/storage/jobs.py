@@ -161,7 +161,7 @@ _CLAIM_DUE = _leasing(
         .scalar_subquery()
     )
 )
-# A named job is taken even before it is due: its due time is only the sweeps' grace.
+# A named job is taken even before it is due (a retry's backoff, a reminder's time).
 _CLAIM_ONE = _leasing(and_(_C.id == bindparam("job_id"), _C.status == "pending", _FREE))
 _SETTLE_IDLE = (
     update(_JOBS)

@@ -27,18 +27,10 @@ def intake_limit(
     processor_is_remote: bool,
     one_writer: bool = True,
 ) -> int | None:
-    """How many captures a replica runs at once (None: no limit).
-
-    Measured (docs/performance.md): where the replica's own threads run the
-    jobs, a limit hands the interpreter to the job threads and intake slows down, so there is
-    none by default. Where job processes run them: on SQLite one at a time gives the most
-    requests a second and the shortest p99 (a capture is all CPU and the one writer, and two
-    in threads only take the interpreter from each other); on PostgreSQL two (a capture waits
-    for a dozen round trips to the database, and one's waits are the other's turn to run;
-    one at a time left the HTTP process idle a third of the time). Not with a processor
-    reached over the network (Stripe): a capture asks it about the payment and mostly waits,
-    so a limit would make intake as slow as the processor's answers; none by default there.
-    `REFUND_DESK_INTAKE_CONCURRENCY` sets it (0: no limit)."""
+    """How many captures a replica runs at once (None: no limit; `REFUND_DESK_INTAKE_CONCURRENCY`
+    sets it, 0: no limit). Measured (docs/performance.md): with job processes, one at a time on
+    one writer (SQLite), two where captures wait on round trips (PostgreSQL); none where the
+    replica's own threads run the jobs, or where a capture waits on a processor's answer."""
     if configured is None:
         if not jobs_elsewhere or processor_is_remote:
             return None

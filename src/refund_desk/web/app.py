@@ -50,11 +50,10 @@ class Sweeper:
     and at once when new work is committed. One sweep at a time per replica; a wake-up that
     arrives while one runs makes it go round again instead of queueing another.
 
-    It also keeps this replica's workers for work its requests create (`Desk.start`): such
-    a job is taken at once by a worker thread, before its due time, so the request answers
-    after intake and the case moves on without waiting for the next period. Only the job's id
-    is kept in memory; the job is a committed row, and if this process dies a sweep elsewhere
-    takes it after its grace."""
+    It also keeps this replica's workers for work its requests create (`Desk.start`): a worker
+    thread claims such a job at once, so the request answers after intake and the case moves
+    on without waiting for the next period. Only the job's id is in memory: the job is a
+    committed row, which a sweep anywhere takes if this process dies."""
 
     def __init__(self, runtime: Runtime) -> None:
         self.jobs = runtime.desk.jobs
@@ -132,7 +131,7 @@ class Sweeper:
     def take(self, job_id: int) -> None:
         """A request just committed this job: run it now, on a worker thread."""
         if self.jobs.stopping.is_set():
-            return  # the row stays: a sweep takes it after its grace, here or elsewhere
+            return  # the row stays: a sweep takes it, here or elsewhere
         with self.idle:
             self.busy += 1
         try:
