@@ -32,7 +32,7 @@ def test_an_exception_just_after_the_turnstile_is_passed_does_not_keep_it_closed
         session.execute(text("CREATE TABLE t (who TEXT)"))
 
     real_flock = fcntl.flock
-    cli_urgent_fd = cli._write_lock._urgent_fd  # type: ignore[attr-defined]
+    cli_urgent_fd = cli._write_lock._fds["urgent"]  # type: ignore[union-attr]
     interrupted: list[bool] = []
 
     def flock(fd: int, op: int) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import weakref
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any, TypeVar
 
 from starlette.concurrency import run_in_threadpool
@@ -40,12 +41,16 @@ def intake_limit(
 
 class IntakeGate:
     """`await gate.run(fn)`: runs `fn` (a coroutine factory) once fewer than `limit` run;
-    without a limit, at once."""
+    without a limit, at once. While a request waits here or runs, `serving()` (the database's)
+    is held: the jobs' writes let it go first (`Database.serving`)."""
 
-    def __init__(self, limit: int | None) -> None:
+    def __init__(
+        self, limit: int | None, serving: Callable[[], AbstractContextManager[None]] = nullcontext
+    ) -> None:
         if limit is not None and limit < 1:
             raise ValueError("the intake gate admits at least one request at a time")
         self.limit = limit
+        self._serving = serving
         # One semaphore per event loop (a server has one; a test client may make several).
         self._slots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
             weakref.WeakKeyDictionary()
@@ -54,6 +59,10 @@ class IntakeGate:
         self.most_inside = 0  # the most that ever ran at once (tests)
 
     async def run(self, fn: Callable[[], Awaitable[T]]) -> T:
+        with self._serving():
+            return await self._admit(fn)
+
+    async def _admit(self, fn: Callable[[], Awaitable[T]]) -> T:
         if self.limit is None:
             return await self._enter(fn)
         loop = asyncio.get_running_loop()

@@ -268,6 +268,7 @@ def create_app(
             processor_is_remote=runtime.sandbox is None,  # the sandbox is this database
             one_writer=runtime.db.one_writer,
         ),
+        serving=runtime.db.serving,
     )
     runtime.desk.jobs.listeners.append(waiters.job_finished)
 
