@@ -243,6 +243,13 @@ class Database:
         self._read_engine = (
             engine.execution_options(sqlite_begin="DEFERRED") if self.is_sqlite else engine
         )
+        # PostgreSQL: each statement of a look its own transaction (one round trip, not three:
+        # BEGIN, the statement, ROLLBACK); SQLite: a read transaction beside the writer.
+        self._look_engine = (
+            self._read_engine
+            if self.is_sqlite
+            else engine.execution_options(isolation_level="AUTOCOMMIT")
+        )
         self._write_lock = WriteLock(engine.url.database) if self.is_sqlite else None
 
     @classmethod
@@ -286,8 +293,9 @@ class Database:
 
     @contextmanager
     def look(self) -> Iterator[Connection]:
-        """A read on a plain connection, for a look that wants rows, not ORM objects."""
-        with self._read_engine.connect() as connection:
+        """A read on a plain connection, for a look that wants rows, not ORM objects, whose
+        statements need not see one snapshot (most are one statement)."""
+        with self._look_engine.connect() as connection:
             yield connection
 
     def checkpoint(self) -> bool:
