@@ -40,8 +40,11 @@ def two_processes(tmp_path: Path) -> Iterator[tuple[Database, Database]]:
 
 @pytest.fixture()
 def two_pg_processes(pg_url: str) -> Iterator[tuple[Database, Database]]:
-    """(jobs, server): two handles on one PostgreSQL database, as two processes have."""
+    """(jobs, server): two handles on one PostgreSQL database with a table `t (who)`, as two
+    processes have."""
     jobs, server = Database.from_url(pg_url), Database.from_url(pg_url)
+    with server.write() as session:
+        session.execute(text("CREATE TABLE t (who TEXT)"))
     yield jobs, server
     jobs.dispose()
     server.dispose()

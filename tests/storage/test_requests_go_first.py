@@ -1,37 +1,41 @@
-"""On SQLite the jobs' writes let the requests being served go first (`WriteLock.serving`),
-across the processes on one file, for at most `PATIENCE` each; a write someone waits for
-(urgent) does not wait for them."""
+"""The jobs' writes let the requests being served go first (`ServedRequests`), across the
+processes on one database and host, for at most `PATIENCE` each; a write someone waits for
+(urgent) does not wait for them. On SQLite and on PostgreSQL."""
 
 from __future__ import annotations
 
 import time
 
+import pytest
 from sqlalchemy import text
 
 from refund_desk.storage.db import PATIENCE, Database
 
 
-def _lock(db: Database):  # type: ignore[no-untyped-def]
-    return db._write_lock
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def jobs_and_server(request: pytest.FixtureRequest) -> tuple[Database, Database]:
+    name = "two_processes" if request.param == "sqlite" else "two_pg_processes"
+    pair: tuple[Database, Database] = request.getfixturevalue(name)
+    return pair
 
 
 def test_a_request_served_in_one_process_is_seen_by_another(
-    two_processes: tuple[Database, Database],
+    jobs_and_server: tuple[Database, Database],
 ) -> None:
-    jobs, server = two_processes
-    assert not _lock(jobs)._requests_served()
+    jobs, server = jobs_and_server
+    assert not jobs._requests.served()
     with server.serving():
-        assert _lock(jobs)._requests_served()
+        assert jobs._requests.served()
         with server.serving():  # a second request of the same process
-            assert _lock(jobs)._requests_served()
-        assert _lock(jobs)._requests_served()
-    assert not _lock(jobs)._requests_served()
+            assert jobs._requests.served()
+        assert jobs._requests.served()
+    assert not jobs._requests.served()
 
 
 def test_a_job_write_waits_for_a_request_at_most_its_patience(
-    two_processes: tuple[Database, Database],
+    jobs_and_server: tuple[Database, Database],
 ) -> None:
-    jobs, server = two_processes
+    jobs, server = jobs_and_server
     with server.serving():
         began = time.monotonic()
         with jobs.write() as session:

@@ -8,7 +8,10 @@ readers go on meanwhile. On PostgreSQL, writes that must be serialized lock rows
 
 from __future__ import annotations
 
+import hashlib
 import os
+import select as io_select
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -21,9 +24,10 @@ try:
 except ImportError:  # pragma: no cover - not on Windows: SQLite's busy handler alone
     fcntl = None  # type: ignore[assignment]
 
-from sqlalchemy import Connection, Engine, bindparam, create_engine, event, select
+from sqlalchemy import URL, Connection, Engine, bindparam, create_engine, event, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.exc import DisconnectionError
 from sqlmodel import Session
 
 from refund_desk import logs
@@ -48,9 +52,52 @@ def make_engine(url: str, *, pool_size: int = 10) -> Engine:
         return engine
     if url.startswith("postgresql://"):
         url = "postgresql+psycopg://" + url.removeprefix("postgresql://")
-    # A connection from the pool is pinged first: one that a restarted server closed is
-    # replaced before use.
-    return create_engine(url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True)
+    engine = create_engine(url, pool_size=pool_size, max_overflow=pool_size)
+    _ping_when_in_doubt(engine)
+    return engine
+
+
+# A pooled PostgreSQL connection back in use within this long, with nothing waiting on its
+# socket, is used without a ping first (HikariCP's "alive bypass window").
+PING_AFTER_IDLE_SECONDS = 1.0
+_IDLE_SINCE = "db.idle_since"  # in the pool's record of each connection
+
+
+def _ping_when_in_doubt(engine: Engine) -> None:
+    """Ping a connection taken from the pool only when it may be dead: idle for
+    `PING_AFTER_IDLE_SECONDS` or more, or with something to read on its socket while no query
+    runs (a server that restarted or ended the session sends its reason and closes it). A dead
+    one is replaced before use, as with `pool_pre_ping`, which pings before every transaction:
+    measured on two cores, that round trip cost PostgreSQL intake a third of its requests a
+    second (docs/performance.md). What this misses is a server gone without a word within the
+    last second: the first statement fails, as it would a moment after a ping."""
+
+    @event.listens_for(engine, "connect")
+    @event.listens_for(engine, "checkin")
+    def _idle_from_now(_dbapi_connection: Any, record: Any) -> None:
+        record.info[_IDLE_SINCE] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def _checked_out(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+        idle_since = record.info.pop(_IDLE_SINCE, None)
+        recent = idle_since is not None and time.monotonic() - idle_since < PING_AFTER_IDLE_SECONDS
+        if recent and _socket_quiet(dbapi_connection):
+            return
+        try:
+            alive = engine.dialect.do_ping(dbapi_connection)
+        except Exception as exc:
+            raise DisconnectionError(f"a pooled connection is dead: {exc}") from exc
+        if not alive:
+            raise DisconnectionError("a pooled connection is dead")
+
+
+def _socket_quiet(dbapi_connection: Any) -> bool:
+    """Nothing to read on an idle connection's socket (where that cannot be told: not quiet)."""
+    try:
+        readable, _, _ = io_select.select([dbapi_connection.fileno()], [], [], 0)
+    except (OSError, ValueError, AttributeError):
+        return False
+    return not readable
 
 
 def _configure_sqlite(engine: Engine) -> None:
@@ -80,6 +127,92 @@ PATIENCE = 0.1
 FIRST_LOOK, LOOK_EVERY = 0.0005, 0.008
 
 
+class ServedRequests:
+    """The requests someone waits on go before the writes that can wait (the jobs'), across
+    the processes of one host that use one database (a server, its job processes, a CLI).
+
+    While a process serves one (`serving`, the intake gate's) it holds a file shared; a writer
+    that can wait looks at that file (an exclusive lock taken and dropped at once, on a
+    descriptor of its own, so its own process's requests count) before its transaction, for at
+    most `PATIENCE`. The file lies beside a SQLite database, and in the temporary directory,
+    named for the database, for PostgreSQL. It coordinates the processes that share a host's
+    cores, which is what an intake burst and the jobs compete for: on another host the jobs
+    take other cores. Measured on two cores: without it a job process took half a core during
+    an intake burst (3-5 % with it), and intake took a quarter fewer requests a second
+    (SQLite, PostgreSQL). Without a file (SQLite in memory) requests count in their process."""
+
+    def __init__(self, path: str | None) -> None:
+        self._lock = threading.Lock()
+        self._serving = 0  # requests being served in this process
+        self._held = False  # the shared lock is held
+        self._fds: dict[str, int] = {}  # "serving" (held shared), "look" (a writer's look)
+        if path and fcntl is not None:
+            try:
+                for name in ("serving", "look"):
+                    self._fds[name] = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+            except OSError:  # another user's file: requests count in their process only
+                self.close()
+
+    @contextmanager
+    def serving(self) -> Iterator[None]:
+        """A request someone waits on is queued or being captured in this block. Never blocks
+        (the event loop calls it)."""
+        with self._lock:
+            self._serving += 1
+            if not self._held and "serving" in self._fds:
+                try:
+                    fcntl.flock(self._fds["serving"], fcntl.LOCK_SH | fcntl.LOCK_NB)
+                    self._held = True
+                except BlockingIOError:  # a writer is looking this instant: the next one holds it
+                    pass
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._serving -= 1
+                if self._serving == 0 and self._held:
+                    fcntl.flock(self._fds["serving"], fcntl.LOCK_UN)
+                    self._held = False
+
+    def let_go_first(self) -> None:
+        """Wait while requests are served here or in another process, for `PATIENCE` at most."""
+        deadline = time.monotonic() + PATIENCE
+        pause = FIRST_LOOK
+        while self.served() and time.monotonic() < deadline:
+            time.sleep(pause)
+            pause = min(pause * 2, LOOK_EVERY)
+
+    def served(self) -> bool:
+        with self._lock:
+            fd = self._fds.get("look")
+            if fd is None:
+                return self._serving > 0
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True
+            fcntl.flock(fd, fcntl.LOCK_UN)  # held for no longer than this look
+            return False
+
+    def close(self) -> None:
+        with self._lock:
+            for fd in self._fds.values():
+                os.close(fd)
+            self._fds.clear()
+            self._held = False
+
+
+def served_requests_path(url: URL) -> str | None:
+    """Where the processes using one database share `ServedRequests`' file: beside a SQLite
+    file; for PostgreSQL in the temporary directory, named for the database (user, host, port,
+    name: never the password; the processes of one deployment share its URL)."""
+    if url.get_backend_name() == "sqlite":
+        return f"{url.database}.requests" if url.database not in (None, "", ":memory:") else None
+    where = f"{url.username}@{url.host}:{url.port}/{url.database}"
+    digest = hashlib.sha256(where.encode()).hexdigest()[:16]
+    return os.path.join(tempfile.gettempdir(), f"refund-desk-{digest}.requests")
+
+
 class WriteLock:
     """One writer at a time on a SQLite file; whoever someone waits for first.
 
@@ -92,60 +225,20 @@ class WriteLock:
     intake's capture, a lease renewal) goes before the waiting threads of its process, and
     holds `<file>.urgent` shared from before it waits until it is done; every other writer
     passes that file's exclusive lock (taken and dropped at once) first, so another process's
-    next transaction waits for it too.
-
-    Requests being served (`serving`, the intake gate's) go first too: while a process serves
-    one it holds `<file>.requests` shared, and a writer that can wait looks at that file (an
-    exclusive lock taken and dropped at once, on a descriptor of its own, so its own process's
-    requests count) before it queues, for at most `PATIENCE`. Measured on two cores: without
-    it a job process's transactions fall between an intake burst's captures, and intake takes
-    about half the requests a second. Without a file (SQLite in memory) only the threads take
-    turns, and requests count in their own process only."""
+    next transaction waits for it too. Without a file (SQLite in memory) only the threads take
+    turns."""
 
     def __init__(self, path: str | None) -> None:
         self._turn = threading.Condition()
         self._busy = False
         self._urgent_waiting = 0
-        self._serving = 0  # requests being served in this process
-        self._fds: dict[str, int] = {}  # writer, urgent, requests (looks), serving (held)
+        self._fds: dict[str, int] = {}  # writer, urgent
         if path and path != ":memory:" and fcntl is not None:
-            for name, suffix in (("writer", "writer"), ("urgent", "urgent"),
-                                 ("requests", "requests"), ("serving", "requests")):  # fmt: skip
-                self._fds[name] = os.open(f"{path}.{suffix}", os.O_RDWR | os.O_CREAT, 0o600)
-        self._serving_held = False
-
-    @contextmanager
-    def serving(self) -> Iterator[None]:
-        """A request someone waits on is queued or being captured in this block: the writers
-        that can wait, of every process on the file, let it go first. Never blocks (the event
-        loop calls it)."""
-        with self._turn:
-            self._serving += 1
-            self._hold_serving()
-        try:
-            yield
-        finally:
-            with self._turn:
-                self._serving -= 1
-                if self._serving == 0 and self._serving_held:
-                    fcntl.flock(self._fds["serving"], fcntl.LOCK_UN)
-                    self._serving_held = False
-                self._turn.notify_all()
-
-    def _hold_serving(self) -> None:
-        fd = self._fds.get("serving")
-        if fd is None or self._serving_held:
-            return
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-            self._serving_held = True
-        except BlockingIOError:  # a writer is looking this instant: the next request holds it
-            pass
+            for name in ("writer", "urgent"):
+                self._fds[name] = os.open(f"{path}.{name}", os.O_RDWR | os.O_CREAT, 0o600)
 
     @contextmanager
     def held(self, urgent: bool) -> Iterator[None]:
-        if not urgent:
-            self._let_requests_go_first(time.monotonic() + PATIENCE)
         with self._turn:
             self._urgent_waiting += urgent
             try:
@@ -161,24 +254,6 @@ class WriteLock:
             with self._turn:
                 self._busy = False
                 self._turn.notify_all()
-
-    def _let_requests_go_first(self, deadline: float) -> None:
-        """Wait while requests are served here or in another process, until `deadline`."""
-        pause = FIRST_LOOK
-        while self._requests_served() and time.monotonic() < deadline:
-            time.sleep(pause)
-            pause = min(pause * 2, LOOK_EVERY)
-
-    def _requests_served(self) -> bool:
-        fd = self._fds.get("requests")
-        if fd is None:
-            return self._serving > 0
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        fcntl.flock(fd, fcntl.LOCK_UN)  # held for no longer than this look
-        return False
 
     @contextmanager
     def _file_lock(self, urgent: bool) -> Iterator[None]:
@@ -210,7 +285,6 @@ class WriteLock:
             for fd in self._fds.values():
                 os.close(fd)
             self._fds.clear()
-            self._serving_held = False
 
 
 @dataclass(frozen=True)
@@ -251,6 +325,7 @@ class Database:
             else engine.execution_options(isolation_level="AUTOCOMMIT")
         )
         self._write_lock = WriteLock(engine.url.database) if self.is_sqlite else None
+        self._requests = ServedRequests(served_requests_path(engine.url))
 
     @classmethod
     def from_url(cls, url: str) -> Database:
@@ -264,9 +339,9 @@ class Database:
 
     def serving(self) -> AbstractContextManager[None]:
         """Around a request someone waits on, from when it queues for capture until it is
-        captured (the intake gate's): on SQLite the jobs' writes let it go first
-        (`WriteLock`). Never blocks."""
-        return self._write_lock.serving() if self._write_lock else nullcontext()
+        captured (the intake gate's): the jobs' writes let it go first (`ServedRequests`).
+        Never blocks."""
+        return self._requests.serving()
 
     @contextmanager
     def write(self, *, urgent: bool = False) -> Iterator[Session]:
@@ -274,7 +349,10 @@ class Database:
         someone waits for it (a Slack listener before its `ack()`, an intake's client, a lease
         renewal before the lease runs out): on SQLite it goes before the writers that can wait
         (the jobs). Measured: intake with a job process beside the server takes about half the
-        requests a second when its captures queue with the jobs' transactions."""
+        requests a second when its captures queue with the jobs' transactions. A write that
+        can wait lets the requests being served go first (`ServedRequests`)."""
+        if not urgent:
+            self._requests.let_go_first()
         lock = self._write_lock.held(urgent) if self._write_lock else nullcontext()
         with (
             lock,
@@ -316,6 +394,7 @@ class Database:
 
     def dispose(self) -> None:
         self.engine.dispose()
+        self._requests.close()
         if self._write_lock is not None:
             self._write_lock.close()
 
