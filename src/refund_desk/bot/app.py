@@ -28,7 +28,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 from refund_desk.bot.directory import SlackDirectory
-from refund_desk.bot.outbox import SLACK_CALL, SLACK_TELL, Outbox, enqueue_tell
+from refund_desk.bot.outbox import SLACK_CALL, SLACK_TELL, Outbox
 from refund_desk.cases.desk import Desk
 from refund_desk.cases.notify import NOTIFY
 from refund_desk.settings import Settings
@@ -45,11 +45,11 @@ class Surface:
     desk: Desk
     outbox: Outbox
     settings: Settings
+    directory: SlackDirectory  # the policy's user groups, read from Slack
     # Background work (jobs started after ack(): Slack, Stripe, the advisor, backtests) ...
     pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(8, "slack"))
     # ... never delays an acknowledgement: listeners' short transactions have their own threads.
     ack_pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(4, "slack-ack"))
-    directory: SlackDirectory | None = None  # the policy's user groups, read from Slack
     # Requests arrive over signed HTTP (`/slack/events`), or over Socket Mode, never both: the
     # HTTP route exists only with a signing secret and no app-level token.
     http: bool = False
@@ -96,8 +96,7 @@ class Surface:
         transaction that follows checks membership at most a minute old without calling out."""
 
         def run() -> T:
-            if self.directory is not None:
-                self.directory.refresh()
+            self.directory.refresh()
             return fn(*args, **kwargs)
 
         loop = asyncio.get_running_loop()
@@ -226,13 +225,6 @@ def pending_router(signing_secret: str) -> APIRouter:
     return router
 
 
-def _queue_tell(
-    desk: Desk, user: str, text: str, channel: str | None, response_url: str | None
-) -> int:
-    with desk.db.write() as session:
-        return enqueue_tell(session, user, text, channel=channel, response_url=response_url)
-
-
 def slack_configured(settings: Settings) -> bool:
     return settings.slack_bot_token is not None and (
         settings.slack_signing_secret is not None or settings.slack_app_token is not None
@@ -305,9 +297,6 @@ def build_surface(desk: Desk, settings: Settings) -> Surface | None:
         if not user:
             return
         channel = (body.get("channel") or {}).get("id") or body.get("channel_id")
-        job_id = await surface.blocking(
-            _queue_tell, desk, str(user), text, channel, body.get("response_url")
-        )
-        surface.start_jobs([job_id])
+        await actions.tell(surface, channel, str(user), text, body.get("response_url"))
 
     return surface

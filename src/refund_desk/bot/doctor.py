@@ -17,11 +17,10 @@ from typing import TYPE_CHECKING, Any
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 
-from refund_desk.bot.outbox import enqueue_once
-from refund_desk.governance.versions import control, load_version
+from refund_desk.bot.outbox import active_doc, enqueue_once, run_now
 from refund_desk.policy.schema import PolicyDocument, usergroups
 from refund_desk.settings import Settings
-from refund_desk.storage.jobs import ClaimedJob, enqueue
+from refund_desk.storage.jobs import ClaimedJob, queue
 
 if TYPE_CHECKING:
     from refund_desk.bot.app import Surface
@@ -182,31 +181,24 @@ def _group_check(client: WebClient, group: str) -> Check:
     return Check(name, True, f"exists with {len(users)} members")
 
 
-def active_policy(surface: Surface) -> PolicyDocument | None:
-    with surface.desk.db.read() as session:
-        version = control(session).active_version
-        return load_version(session, version).doc if version else None
-
-
 def queue_doctor(surface: Surface, reason: str) -> int:
     with surface.desk.db.write() as session:
-        job = enqueue(session, kind=DOCTOR_JOB, payload={"reason": reason})
-        assert job.id is not None
-        return job.id
+        return queue(session, kind=DOCTOR_JOB, payload={"reason": reason})
 
 
 def doctor_job(surface: Surface, job: ClaimedJob) -> None:
     """The checks, logged; each failing one is sent to the leads as a DM (once per job)."""
-    doc = active_policy(surface)
+    with surface.desk.db.read() as session:
+        doc = active_doc(session)
     checks = run_checks(surface.settings, doc)
     for check in checks:
         (log.info if check.ok else log.warning)(
             "slack doctor (%s): %s", job.payload.get("reason"), check.line()
         )
     failing = [c for c in checks if not c.ok]
-    if not failing or doc is None or surface.outbox.directory is None:
+    if not failing or doc is None:
         return
-    leads = surface.outbox.directory.people(list(doc.leads))
+    leads = surface.directory.people(list(doc.leads))
     text = ":stethoscope: `refund-desk slack doctor` found a problem:\n" + "\n".join(
         f"• {c.line()}" for c in failing
     )
@@ -221,6 +213,4 @@ def doctor_job(surface: Surface, job: ClaimedJob) -> None:
             )
             for lead in leads
         ]
-    for job_id in ids:
-        if job_id is not None:
-            surface.desk.jobs.run_now(job_id)
+    run_now(surface.desk, ids)

@@ -32,14 +32,14 @@ from refund_desk.bot.blocks.cards import (
     until,
     words,
 )
-from refund_desk.bot.outbox import fix_for
+from refund_desk.bot.outbox import active_doc, fix_for
 from refund_desk.cases.approvals import may_decide
 from refund_desk.cases.desk import Desk
 from refund_desk.cases.facts import left_on_record
 from refund_desk.cases.people import Directory, is_lead, may_read
 from refund_desk.cases.quorum import approval_count, approvals_needed
-from refund_desk.governance.versions import control, load_version
-from refund_desk.storage.jobs import ClaimedJob, enqueue
+from refund_desk.governance.versions import control
+from refund_desk.storage.jobs import ClaimedJob, queue
 from refund_desk.storage.models import Case, SlackMessage
 from refund_desk.web.metrics import DRIFT_ALERT, reason_drift
 
@@ -52,9 +52,7 @@ QUEUE_LIMIT = 20
 
 def queue_home(desk: Desk, user: str) -> int:
     with desk.db.write() as session:
-        job = enqueue(session, kind=HOME, payload={"user": user})
-        assert job.id is not None
-        return job.id
+        return queue(session, kind=HOME, payload={"user": user})
 
 
 def undelivered(session: Session) -> list[tuple[str, str, str]]:
@@ -106,8 +104,7 @@ def home_view(
     ).all()
     mine = [c for c in waiting if may_decide(session, c, user, directory)][:QUEUE_LIMIT]
     blocks: list[Block] = []
-    version = control(session).active_version
-    doc = load_version(session, version).doc if version is not None else None
+    doc = active_doc(session)
     lead = doc is not None and is_lead(doc, user, directory)
     stuck = [
         row
@@ -198,8 +195,7 @@ def _record(session: Session, now: datetime) -> list[Block]:
 
 def publish_home(surface: Surface, job: ClaimedJob) -> None:
     user = str(job.payload["user"])
-    if surface.directory is not None:
-        surface.directory.refresh()
+    surface.directory.refresh()
     with surface.desk.db.read() as session:
         view = home_view(session, user, clock.now(), surface.directory, secret=surface.desk.secret)
     surface.outbox.call("views.publish", user_id=user, view=view.to_dict())

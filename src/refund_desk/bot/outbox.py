@@ -1,27 +1,17 @@
 """The outbox: every Slack Web API call runs as a job, so an outage or a rate limit delays a
 message and loses none. Slack's `Retry-After` is honoured; other failures back off.
 
-The `notify` handler turns the core's notifications into cards and thread replies: a case that
-needs a person gets a card in its approver group's channel; everything after goes into its
-thread, and every message that carries the case's buttons is updated together. Each of those is
-one Slack call in its own `slack.call` job, keyed by the notification and the step, so a rate
-limit on one (a manager's DM) never repeats another (the thread line).
-
-A card Slack will never take (`not_in_channel`, `channel_not_found`, `is_archived`) is a
-permanent failure: no retries; the case records "not delivered to Slack" (an audit record and a
-`slack_messages` row of kind `undelivered`), the leads get a DM naming the channel and the fix,
-and App Home lists the undelivered cases. Once the bot joins the channel
-(`member_joined_channel`), the waiting ones are posted again (`redeliver`).
-
-`slack.tell` answers one person: through the interaction's `response_url` when Slack gave one,
-else an ephemeral where they acted, else a DM.
+`notify` turns the core's notifications into cards and thread replies, each one Slack call in
+its own `slack.call` job keyed by the notification and the step, so a rate limit on one (a
+manager's DM) never repeats another (the thread line). A card Slack will never take is a
+permanent failure: no retries, the case records it and the leads hear the fix (`undelivered`).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,8 +30,9 @@ from refund_desk.cases.approvals import deciders
 from refund_desk.cases.desk import Desk
 from refund_desk.cases.notify import notify
 from refund_desk.governance.versions import LoadedPolicy, control, load_version
+from refund_desk.policy.schema import PolicyDocument
 from refund_desk.storage.audit import SYSTEM
-from refund_desk.storage.jobs import ClaimedJob, RetryLater, enqueue
+from refund_desk.storage.jobs import ClaimedJob, RetryLater, queue
 from refund_desk.storage.models import Approval, Case, Execution, Job, SlackMessage
 from refund_desk.text import Text
 
@@ -98,7 +89,7 @@ class Outbox:
     desk: Desk
     client: WebClient
     default_channel: str | None
-    directory: SlackDirectory | None = None
+    directory: SlackDirectory
 
     # ------------------------------------------------------------ plain calls
 
@@ -231,9 +222,9 @@ class Outbox:
     def undelivered(self, case_id: str, exc: Undeliverable) -> None:
         """A card Slack will never take: on the case, to the leads, in App Home; no retry."""
         with self.desk.db.read() as session:
-            version = control(session).active_version
-            named = list(load_version(session, version).doc.leads) if version else []
-        leads = self._people(named)  # a user group's members: read before the transaction
+            doc = active_doc(session)
+        named = list(doc.leads) if doc else []
+        leads = self.directory.people(named)  # a group's members: read before the transaction
         with self.desk.db.write() as session:
             already = session.scalars(
                 select(SlackMessage).where(
@@ -276,9 +267,7 @@ class Outbox:
                 for lead in leads
             ]
         log.warning("case %s: card %s (%s)", case_id, UNDELIVERED, exc)
-        for job_id in jobs:
-            if job_id is not None:
-                self.desk.jobs.run_now(job_id)
+        run_now(self.desk, jobs)
 
     # ------------------------------------------------------------ notifications
 
@@ -310,30 +299,19 @@ class Outbox:
             self._post_card(case, ctx, policy)
             return
         blocks = cards.blocks_json(cards.case_blocks(ctx, secret=self.desk.secret))
-        steps: list[tuple[str, dict[str, Any]]] = []
-        for message in messages:
-            if message.kind in ("card", "dm"):
-                steps.append(
-                    (
-                        "chat.update",
-                        {
-                            "channel": message.channel,
-                            "ts": message.ts,
-                            "text": cards.fallback_text(case),
-                            "blocks": blocks,
-                        },
-                    )
-                )
+        fallback = cards.fallback_text(case)
+        steps: list[tuple[str, dict[str, Any]]] = [
+            ("chat.update", {"channel": m.channel, "ts": m.ts, "text": fallback, "blocks": blocks})
+            for m in messages
+            if m.kind in ("card", "dm")
+        ]
         if line:
             steps.append(
                 ("chat.postMessage", {"channel": card.channel, "thread_ts": card.ts, "text": line})
             )
         dms: list[str] = []
-        if event == "case.escalated" and policy is not None and policy.doc.managers:
-            managers = policy.doc.managers
-            dms = self._people(
-                [*managers.members, *([managers.usergroup] if managers.usergroup else [])]
-            )
+        if event == "case.escalated" and policy is not None and (managers := policy.doc.managers):
+            dms = self.directory.people([*managers.members, *filter(None, [managers.usergroup])])
         with self.desk.db.write() as session:
             ids = [
                 enqueue_once(session, f"notify:{job.id}:{n}", method, **params)
@@ -346,14 +324,12 @@ class Outbox:
                     "chat.postMessage",
                     remember={"case_id": case.id, "kind": "dm"},
                     channel=manager,
-                    text=cards.fallback_text(case),
+                    text=fallback,
                     blocks=blocks,
                 )
                 for manager in dms
             ]
-        for job_id in ids:  # in order; a step that has to wait is left to the sweeps
-            if job_id is not None:
-                self.desk.jobs.run_now(job_id)
+        run_now(self.desk, ids)
 
     def _tell_filer(
         self, job: ClaimedJob, case: Case, event: str, card: SlackMessage | None, line: str | None
@@ -375,8 +351,7 @@ class Outbox:
                 channel=str(case.requested_by),
                 text=cards._clip(text),
             )
-        if job_id is not None:
-            self.desk.jobs.run_now(job_id)
+        run_now(self.desk, [job_id])
 
     def _context(
         self, session: Session, case: Case
@@ -411,12 +386,6 @@ class Outbox:
             return
         self._remember(case.id, "card", str(response.get("channel", channel)), str(response["ts"]))
 
-    def _people(self, ids: list[str]) -> list[str]:
-        """Person ids for people and user groups (a group's members, from the directory)."""
-        if self.directory is None:
-            return [i for i in ids if not i.startswith("S")]
-        return self.directory.people(ids)
-
     def _remember(self, case_id: str, kind: str, channel: str, ts: str) -> None:
         with self.desk.db.write() as session:
             session.add(
@@ -441,7 +410,6 @@ class Outbox:
             .limit(1)
         ).first()
         who = f"<@{last.approver}>" if last else "the policy"
-        amount = money.format_money(case.amount, case.currency)
         if event == "case.approval_recorded":
             return (
                 f"Approved by <@{data.get('user')}>; another approver is needed (fresh card above)."
@@ -488,9 +456,8 @@ class Outbox:
     def _announce(self, event: str, data: dict[str, Any]) -> None:
         """A message about no single case, to the policy's named channel (finance by default)."""
         with self.desk.db.read() as session:
-            version = control(session).active_version
-            policy = load_version(session, version) if version else None
-        channels = (policy.doc.channels or {}) if policy else {}
+            doc = active_doc(session)
+        channels = (doc.channels or {}) if doc else {}
         if data.get("channel") == "audit" and "audit" not in channels:
             return  # the audit anchor goes to Slack only when the policy names a channel
         channel = channels.get(str(data.get("channel") or "finance")) or self.default_channel
@@ -499,6 +466,12 @@ class Outbox:
             return
         said = Text.from_json(data.get("text")) or Text.of(f"{event}: {data}")
         self.call("chat.postMessage", channel=channel, text=cards._clip(mrkdwn.render(said)))
+
+
+def active_doc(session: Session) -> PolicyDocument | None:
+    """The active policy, or None before the first publish."""
+    version = control(session).active_version
+    return load_version(session, version).doc if version else None
 
 
 def redeliver(desk: Desk, channel: str) -> list[int]:
@@ -541,9 +514,7 @@ def enqueue_call(
     payload: dict[str, Any] = {"method": method, "params": params}
     if otherwise is not _NO_FALLBACK:
         payload["otherwise"] = otherwise
-    job = enqueue(session, kind=SLACK_CALL, payload=payload)
-    assert job.id is not None
-    return job.id
+    return queue(session, kind=SLACK_CALL, payload=payload)
 
 
 def enqueue_once(
@@ -564,9 +535,7 @@ def enqueue_once(
         payload["remember"] = remember
     if link:
         payload["link"] = link
-    job = enqueue(session, kind=SLACK_CALL, payload=payload, dedupe_key=key)
-    assert job.id is not None
-    return job.id
+    return queue(session, kind=SLACK_CALL, payload=payload, dedupe_key=key)
 
 
 def enqueue_tell(
@@ -579,6 +548,12 @@ def enqueue_tell(
 ) -> int:
     """An answer only `user` sees: response_url, else an ephemeral in `channel`, else a DM."""
     payload = {"user": user, "text": text, "channel": channel, "response_url": response_url}
-    job = enqueue(session, kind=SLACK_TELL, payload=payload)
-    assert job.id is not None
-    return job.id
+    return queue(session, kind=SLACK_TELL, payload=payload)
+
+
+def run_now(desk: Desk, job_ids: Iterable[int | None]) -> None:
+    """Run queued jobs at once, in order (None: queued before, by someone else); a step that
+    has to wait is left to the sweeps."""
+    for job_id in job_ids:
+        if job_id is not None:
+            desk.jobs.run_now(job_id)

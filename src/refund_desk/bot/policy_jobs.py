@@ -16,11 +16,9 @@ from __future__ import annotations
 
 import io
 import logging
-import tempfile
 import time
 import urllib.request
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from slack_sdk.errors import SlackApiError
@@ -29,7 +27,7 @@ from sqlmodel import Session, col
 
 from refund_desk.bot import mrkdwn
 from refund_desk.bot.blocks.policy import review_blocks
-from refund_desk.bot.outbox import Outbox, enqueue_call, enqueue_tell
+from refund_desk.bot.outbox import Outbox, active_doc, enqueue_call, enqueue_tell, run_now
 from refund_desk.cases.desk import Desk
 from refund_desk.cases.errors import CaseError
 from refund_desk.governance.backtest import record_backtest, run_backtest
@@ -42,10 +40,10 @@ from refund_desk.governance.drafts import (
     source_of,
 )
 from refund_desk.governance.proof import proof_against_active, proof_summary
-from refund_desk.governance.versions import control, load_version
+from refund_desk.governance.versions import load_version
 from refund_desk.policy import policy_hash
 from refund_desk.storage.audit import Actor
-from refund_desk.storage.jobs import ClaimedJob, RetryLater, enqueue
+from refund_desk.storage.jobs import ClaimedJob, RetryLater, queue
 from refund_desk.storage.models import Case, ReviewSample, SlackMessage
 from refund_desk.text import Text, lines, text
 
@@ -55,7 +53,8 @@ BACKTEST_REPORT_JOB = "policy.backtest_report"
 DRAFT_FILE_JOB = "policy.draft_file"
 PROGRESS_AFTER = 2.0  # seconds before a running backtest shows a progress message
 PROGRESS_EVERY = 3.0
-UPLOAD_METHODS = ("files.getUploadURLExternal", "files.completeUploadExternal")  # v2 upload
+# files_upload_v2 calls these (the manifest test reads the scopes from the method names).
+UPLOAD_METHODS = ("files.getUploadURLExternal", "files.completeUploadExternal")
 MAX_MESSAGE = 3500
 
 
@@ -65,12 +64,8 @@ def clip(text: str, limit: int = MAX_MESSAGE) -> str:
 
 def policy_channel(session: Session, default: str | None) -> str | None:
     """The active policy's ``channels.policy``, else the deployment's channel."""
-    version = control(session).active_version
-    if version is not None:
-        channel = load_version(session, version).doc.channels.get("policy")
-        if channel:
-            return channel
-    return default
+    doc = active_doc(session)
+    return (doc.channels.get("policy") if doc else None) or default
 
 
 def announce(session: Session, default: str | None, said: Text | str) -> int | None:
@@ -144,7 +139,7 @@ class PolicyJobs:
                 actor=actor,
                 draft_id=ref.number if ref.kind == "draft" else None,
             )
-            report = enqueue(
+            report = queue(
                 session,
                 kind=BACKTEST_REPORT_JOB,
                 payload={
@@ -156,8 +151,7 @@ class PolicyJobs:
                     "title": f"Backtest of {ref}: every changed case",
                 },
             )
-        if report.id is not None:
-            self.desk.jobs.run_now(report.id)
+        self.desk.jobs.run_now(report)
 
     def backtest_report(self, job: ClaimedJob) -> None:
         """The summary (posted once: the job remembers its message), then the CSV in its thread;
@@ -169,28 +163,22 @@ class PolicyJobs:
                 select(SlackMessage).where(col(SlackMessage.case_id) == key)
             ).first()
         if posted is None:
-            if p.get("progress_ts"):
-                self.outbox.call(
-                    "chat.update", channel=channel, ts=p["progress_ts"], text=p["text"]
-                )
-                ts = str(p["progress_ts"])
+            ts = p.get("progress_ts")
+            if ts:
+                self.outbox.call("chat.update", channel=channel, ts=ts, text=p["text"])
             else:
-                ts = str(
-                    self.outbox.call("chat.postMessage", channel=channel, text=p["text"])["ts"]
-                )
+                ts = self.outbox.call("chat.postMessage", channel=channel, text=p["text"])["ts"]
             with self.desk.db.write() as session:
-                session.add(SlackMessage(case_id=key, kind="report", channel=channel, ts=ts))
+                session.add(SlackMessage(case_id=key, kind="report", channel=channel, ts=str(ts)))
         else:
             ts = posted.ts
-        with tempfile.TemporaryDirectory() as tmp:
-            path = Path(tmp) / p["filename"]
-            path.write_text(p["csv"])
-            self._upload(channel, path, title=p["title"], ts=ts)
-
-    def _upload(self, channel: str, path: Path, *, title: str, ts: str) -> None:
         try:
             self.outbox.client.files_upload_v2(
-                channel=channel, file=str(path), filename=path.name, title=title, thread_ts=ts
+                channel=channel,
+                content=p["csv"],
+                filename=p["filename"],
+                title=p["title"],
+                thread_ts=str(ts),
             )
         except SlackApiError as exc:
             if exc.response.status_code == 429:
@@ -205,8 +193,7 @@ class PolicyJobs:
         user, channel = p["user"], p.get("channel")
         try:
             source = self._download(p["file"])
-            if self.outbox.directory is not None:
-                self.outbox.directory.refresh()
+            self.outbox.directory.refresh()
             with self.desk.db.write() as session:
                 # still a lead when the file arrives
                 require_lead(session, user, self.outbox.directory)
@@ -224,9 +211,7 @@ class PolicyJobs:
             with self.desk.db.write() as session:
                 said = f":no_entry: Draft not saved: {mrkdwn.render(exc.text)}"
                 jobs = [tell(session, user, channel, said)]
-        for job_id in jobs:
-            if job_id is not None:
-                self.desk.jobs.run_now(job_id)
+        run_now(self.desk, jobs)
 
     def _download(self, file_id: str) -> str:
         try:

@@ -19,15 +19,14 @@ from sqlmodel import Session, col
 from refund_desk import money
 from refund_desk.bot import mrkdwn
 from refund_desk.bot.blocks import cards
-from refund_desk.bot.outbox import enqueue_call, enqueue_tell
+from refund_desk.bot.outbox import active_doc, enqueue_call, enqueue_tell, run_now
 from refund_desk.cases.desk import Desk
 from refund_desk.cases.errors import CaseError, InvalidRequest
 from refund_desk.cases.intake import SLACK_JOB, parse_request, submit
 from refund_desk.cases.people import may_read
 from refund_desk.customers.intake import channel_key
-from refund_desk.governance.versions import control, load_version
 from refund_desk.storage.audit import Actor
-from refund_desk.storage.jobs import ClaimedJob, enqueue
+from refund_desk.storage.jobs import ClaimedJob, queue
 from refund_desk.storage.models import Case, Payment
 
 if TYPE_CHECKING:
@@ -114,10 +113,8 @@ def find_cases(desk: Desk, user: str, text: str) -> str:
     if not needle:
         return "Usage: `/refund find EMAIL|PAYMENT|ORDER|CASE_ID`"
     with desk.db.read() as session:
-        version = control(session).active_version
-        if version is None or not may_read(
-            load_version(session, version).doc, user, desk.directory
-        ):
+        doc = active_doc(session)
+        if doc is None or not may_read(doc, user, desk.directory):
             return (
                 ":no_entry: Only the policy's leads, approvers, managers and operators may "
                 "look up cases."
@@ -196,8 +193,7 @@ def file_case(desk: Desk, job: ClaimedJob) -> None:
             jobs.append(enqueue_call(session, "views.update", view_id=job.payload["view_id"],
                                      view=done.to_dict(), otherwise=None))  # fmt: skip
         jobs.append(enqueue_tell(session, user, text, channel=channel))
-    for job_id in jobs:
-        desk.jobs.run_now(job_id)
+    run_now(desk, jobs)
 
 
 def register(surface: Surface) -> None:
@@ -244,13 +240,11 @@ def register(surface: Surface) -> None:
         user, channel = body["user"]["id"], view.get("private_metadata") or None
         payload = {"request": data, "user": user, "channel": channel, "view_id": view.get("id")}
 
-        def queue(desk: Desk) -> int:
+        def file(desk: Desk) -> int:
             with desk.db.write() as session:
-                job = enqueue(session, kind=FILE_CASE, payload=payload)
-                assert job.id is not None
-                return job.id
+                return queue(session, kind=FILE_CASE, payload=payload)
 
-        job_id = await surface.blocking(queue, surface.desk)
+        job_id = await surface.blocking(file, surface.desk)
         # The modal stays open while the processor is asked: a problem shows there, with what
         # was typed, instead of in the channel; on success it closes.
         checking = cards.file_case_modal(channel or "", data, problem=CHECKING)
