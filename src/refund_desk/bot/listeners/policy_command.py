@@ -9,8 +9,8 @@ channel. Slow work (a backtest, reading an uploaded file) is a job started after
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from sqlmodel import Session
@@ -27,6 +27,7 @@ from refund_desk.bot.blocks.policy import (
     review_blocks,
 )
 from refund_desk.bot.doctor import DOCTOR_JOB
+from refund_desk.bot.outbox import active_doc, enqueue_call
 from refund_desk.bot.policy_jobs import (
     BACKTEST_JOB,
     DRAFT_FILE_JOB,
@@ -36,7 +37,7 @@ from refund_desk.bot.policy_jobs import (
     tell,
 )
 from refund_desk.cases.desk import Desk
-from refund_desk.cases.errors import CaseError, Forbidden, InvalidRequest, NotFound
+from refund_desk.cases.errors import CaseError, Forbidden, InvalidRequest, NotFound, Refused
 from refund_desk.cases.people import Directory, is_lead, is_one_of, may_read
 from refund_desk.governance import admin as policy_admin
 from refund_desk.governance import drafts, review, shadow
@@ -45,7 +46,7 @@ from refund_desk.governance.versions import control, history, load_version
 from refund_desk.policy import policy_hash
 from refund_desk.policy.diff import diff_policies, diff_text
 from refund_desk.storage.audit import Actor
-from refund_desk.storage.jobs import enqueue
+from refund_desk.storage.jobs import queue
 from refund_desk.storage.models import Case, PolicyVersion, ReviewSample, ShadowDecision
 from refund_desk.text import Text, text
 
@@ -55,24 +56,19 @@ if TYPE_CHECKING:
 MAX_DAYS = 365
 
 
-@dataclass(frozen=True, init=False)
 class Reply:
     """The ephemeral answer (a core ``Text`` is rendered to mrkdwn here), jobs to start after
-    ack(), and a draft modal to open."""
-
-    text: str
-    jobs: list[int] = field(default_factory=list)
-    modal_for: tuple[int | None] | None = None  # (draft id or None,) when a modal should open
+    ack() (None: nothing was queued), and a draft modal to open."""
 
     def __init__(
         self,
         said: Text | str,
-        jobs: list[int] | None = None,
-        modal_for: tuple[int | None] | None = None,
+        jobs: Sequence[int | None] = (),
+        modal_for: tuple[int | None] | None = None,  # (draft id or None,): open the modal
     ) -> None:
-        object.__setattr__(self, "text", mrkdwn.render(said))
-        object.__setattr__(self, "jobs", list(jobs or []))
-        object.__setattr__(self, "modal_for", modal_for)
+        self.text = mrkdwn.render(said)
+        self.jobs = [job for job in jobs if job is not None]
+        self.modal_for = modal_for
 
 
 def usage(text: str) -> InvalidRequest:
@@ -108,10 +104,8 @@ class PolicyCommands:
     def _require_reader(self, session: Session, user: str) -> None:
         """Case details, the policy, counterfactuals and history are for the leads, approvers,
         managers and the policy's operators; others get a short refusal."""
-        version = control(session).active_version
-        if version is None:
-            return  # nothing published: nothing to keep from anyone
-        if not may_read(load_version(session, version).doc, user, self.desk.directory):
+        doc = active_doc(session)  # nothing published: nothing to keep from anyone
+        if doc is not None and not may_read(doc, user, self.desk.directory):
             raise Forbidden(
                 "not_a_reader",
                 "Only the policy's leads, approvers, managers and operators may read this.",
@@ -233,13 +227,11 @@ class PolicyCommands:
         with self.desk.db.write() as session:
             drafts.require_lead(session, user, self.desk.directory)
             change = act(session, Actor("human", user))
-            jobs = list(change.jobs)
+            jobs: list[int | None] = list(change.jobs)
             if doctor:
-                job_id = enqueue(session, kind=DOCTOR_JOB, payload={"reason": "publish"}).id
-                jobs += [job_id] if job_id is not None else []
+                jobs.append(queue(session, kind=DOCTOR_JOB, payload={"reason": "publish"}))
             if change.announce:
-                job = announce(session, self.default_channel, change.announce)
-                jobs += [job] if job is not None else []
+                jobs.append(announce(session, self.default_channel, change.announce))
         return Reply(change.reply, jobs)
 
     def draft(self, user: str, channel: str | None, rest: list[str]) -> Reply:
@@ -282,7 +274,7 @@ class PolicyCommands:
             if doc is None:
                 raise InvalidRequest("policy_invalid", text(f"{ref}: ", message))
             target = policy_channel(session, self.default_channel) or channel or user
-            job = enqueue(
+            job = queue(
                 session,
                 kind=BACKTEST_JOB,
                 payload={
@@ -293,11 +285,10 @@ class PolicyCommands:
                     "channel": target,
                 },
             )
-            assert job.id is not None
         return Reply(
             f"Backtest of {ref} over the last {days} days started; the summary and the full "
             f"report (CSV) will be in <#{target}>.",
-            [job.id],
+            [job],
         )
 
     def shadow_start(self, user: str, channel: str | None, rest: list[str]) -> Reply:
@@ -360,21 +351,16 @@ class PolicyCommands:
             user, lambda s, a: policy_admin.set_mode(s, self.desk.audit, mode=rest[0], actor=a)
         )
 
-    def pause(self, user: str, channel: str | None, rest: list[str]) -> Reply:
+    def pause(self, user: str, channel: str | None, rest: list[str], paused: bool = True) -> Reply:
         return self._change(
             user,
             lambda s, a: policy_admin.set_paused(
-                s, self.desk.audit, paused=True, actor=a, now=self.desk.now()
+                s, self.desk.audit, paused=paused, actor=a, now=self.desk.now()
             ),
         )
 
     def resume(self, user: str, channel: str | None, rest: list[str]) -> Reply:
-        return self._change(
-            user,
-            lambda s, a: policy_admin.set_paused(
-                s, self.desk.audit, paused=False, actor=a, now=self.desk.now()
-            ),
-        )
+        return self.pause(user, channel, rest, paused=False)
 
     def review_rate(self, user: str, channel: str | None, rest: list[str]) -> Reply:
         if len(rest) != 1:
@@ -419,7 +405,7 @@ class PolicyCommands:
         with self.desk.db.write() as session:
             drafts.require_lead(session, user, self.desk.directory)
             if file_id is not None:  # read by a job: no network call before ack()
-                job = enqueue(
+                job = queue(
                     session,
                     kind=DRAFT_FILE_JOB,
                     payload={
@@ -429,16 +415,14 @@ class PolicyCommands:
                         "channel": channel or None,
                     },
                 )
-                assert job.id is not None
-                return Reply("Reading the file…", [job.id])
+                return Reply("Reading the file…", [job])
             assert text is not None
             _, change = drafts.save_draft(
                 session, self.desk.audit, source=text, actor=Actor("human", user), draft_id=draft_id
             )
-            jobs = [tell(session, user, channel or None, change.reply)]
+            jobs: list[int | None] = [tell(session, user, channel or None, change.reply)]
             if change.announce:
-                job_id = announce(session, self.default_channel, change.announce)
-                jobs += [job_id] if job_id is not None else []
+                jobs.append(announce(session, self.default_channel, change.announce))
         return Reply(change.reply, jobs)
 
     def tell(
@@ -459,37 +443,32 @@ class PolicyCommands:
                 actor=Actor("human", user),
             )
             said = "looks right" if verdict == "right" else f"was wrong (rule `{sample.rule}`)"
-            jobs = []
+            jobs: list[int | None] = []
             if where.get("channel") and where.get("ts"):
-                jobs.append(_update(session, where, review_blocks(sample, f"<@{user}>: {said}.")))
-            if verdict == "wrong":
-                job_id = announce(
-                    session,
-                    self.default_channel,
-                    f":warning: <@{user}> marked case `{case_id}` as wrongly "
-                    f"refunded by rule `{sample.rule}` (v{sample.policy_version}).",
+                jobs.append(
+                    enqueue_call(
+                        session,
+                        "chat.update",
+                        channel=where["channel"],
+                        ts=where["ts"],
+                        text="After-the-fact review answered",
+                        blocks=review_blocks(sample, f"<@{user}>: {said}."),
+                    )
                 )
-                jobs += [job_id] if job_id is not None else []
+            if verdict == "wrong":
+                jobs.append(
+                    announce(
+                        session,
+                        self.default_channel,
+                        f":warning: <@{user}> marked case `{case_id}` as wrongly "
+                        f"refunded by rule `{sample.rule}` (v{sample.policy_version}).",
+                    )
+                )
         return Reply(f"Recorded: case `{case_id}` {said}.", jobs)
-
-
-def _update(session: Session, where: dict[str, str], blocks: list[dict[str, Any]]) -> int:
-    from refund_desk.bot.outbox import enqueue_call
-
-    return enqueue_call(
-        session,
-        "chat.update",
-        channel=where["channel"],
-        ts=where["ts"],
-        text="After-the-fact review answered",
-        blocks=blocks,
-    )
 
 
 def _check_reviewer(session: Session, user: str, case_id: str, directory: Directory | None) -> None:
     """Approvers, managers and leads of the case's policy may judge its automatic refund."""
-    from refund_desk.cases.approvals import Refused
-
     sample = session.get(ReviewSample, case_id)
     if sample is None or sample.policy_version is None:
         return  # review.answer says what is wrong
