@@ -72,31 +72,20 @@ def _error(exc: SlackApiError) -> str:
 
 def run_checks(settings: Settings, doc: PolicyDocument | None) -> list[Check]:
     """Every check, in order; later checks are skipped (failed) when the token does not work."""
-    checks: list[Check] = []
     if settings.slack_app_token is not None:
-        checks.append(Check("socket mode", True, "SLACK_APP_TOKEN is set"))
+        checks = [Check("socket mode", True, "SLACK_APP_TOKEN is set")]
     elif settings.slack_signing_secret is not None:
-        checks.append(Check("signing secret", True, "SLACK_SIGNING_SECRET is set (HTTP)"))
+        checks = [Check("signing secret", True, "SLACK_SIGNING_SECRET is set (HTTP)")]
     else:
-        checks.append(
-            Check(
-                "signing secret",
-                False,
-                "neither SLACK_SIGNING_SECRET (HTTP) nor SLACK_APP_TOKEN (Socket Mode) is set",
-                "copy the Signing Secret from Basic Information into SLACK_SIGNING_SECRET, or "
-                "an app-level token with connections:write into SLACK_APP_TOKEN",
-            )
+        neither = "neither SLACK_SIGNING_SECRET (HTTP) nor SLACK_APP_TOKEN (Socket Mode) is set"
+        fix = (
+            "copy the Signing Secret from Basic Information into SLACK_SIGNING_SECRET, or "
+            "an app-level token with connections:write into SLACK_APP_TOKEN"
         )
+        checks = [Check("signing secret", False, neither, fix)]
     if settings.slack_bot_token is None:
-        checks.append(
-            Check(
-                "token",
-                False,
-                "SLACK_BOT_TOKEN is not set",
-                "Install App in the app's settings and copy the Bot User OAuth Token (xoxb-…)",
-            )
-        )
-        return checks
+        fix = "Install App in the app's settings and copy the Bot User OAuth Token (xoxb-…)"
+        return [*checks, Check("token", False, "SLACK_BOT_TOKEN is not set", fix)]
     client = WebClient(
         token=settings.slack_bot_token.get_secret_value(),
         base_url=settings.slack_api_url,
@@ -105,44 +94,20 @@ def run_checks(settings: Settings, doc: PolicyDocument | None) -> list[Check]:
     try:
         auth = client.auth_test()
     except SlackApiError as exc:
-        checks.append(
-            Check(
-                "token",
-                False,
-                f"auth.test answered {_error(exc)}",
-                "reinstall the app and copy its current Bot User OAuth Token",
-            )
-        )
-        return checks
+        fix = "reinstall the app and copy its current Bot User OAuth Token"
+        return [*checks, Check("token", False, f"auth.test answered {_error(exc)}", fix)]
     except OSError as exc:
-        checks.append(
-            Check(
-                "token",
-                False,
-                f"Slack could not be reached ({exc})",
-                "check SLACK_API_URL and the network",
-            )
-        )
-        return checks
+        fix = "check SLACK_API_URL and the network"
+        return [*checks, Check("token", False, f"Slack could not be reached ({exc})", fix)]
     checks.append(Check("token", True, f"works for {auth.get('team')} as {auth.get('user')}"))
-    granted = {
-        s.strip() for s in str(auth.headers.get("x-oauth-scopes", "")).split(",") if s.strip()
-    }
+    granted = {s.strip() for s in str(auth.headers.get("x-oauth-scopes", "")).split(",")}
     missing = [s for s in REQUIRED_SCOPES if s not in granted]
-    checks.append(
-        Check(
-            "scopes",
-            not missing,
-            "granted scopes cover what the app calls"
-            if not missing
-            else f"missing {', '.join(missing)}",
-            "update the app from manifest.yml (OAuth & Permissions) and reinstall it",
-        )
-    )
+    said = f"missing {', '.join(missing)}" if missing else "granted scopes cover what the app calls"
+    fix = "update the app from manifest.yml (OAuth & Permissions) and reinstall it"
+    checks.append(Check("scopes", not missing, said, fix))
     for channel, purpose in policy_channels(doc, settings.channel).items():
         checks.append(_channel_check(client, channel, purpose))
-    for group in sorted(usergroups(doc)) if doc is not None else []:
-        checks.append(_group_check(client, group))
+    checks += [_group_check(client, group) for group in sorted(usergroups(doc) if doc else [])]
     return checks
 
 
@@ -151,13 +116,11 @@ def _channel_check(client: WebClient, channel: str, purpose: str) -> Check:
     try:
         info: dict[str, Any] = client.conversations_info(channel=channel)["channel"]
     except SlackApiError as exc:
-        return Check(
-            name,
-            False,
-            f"conversations.info answered {_error(exc)}",
+        fix = (
             "the channel does not exist or is private without the bot: invite the bot, or "
-            "name another channel in the policy",
+            "name another channel in the policy"
         )
+        return Check(name, False, f"conversations.info answered {_error(exc)}", fix)
     if info.get("is_archived"):
         return Check(name, False, "archived", "unarchive it or name another channel")
     if not info.get("is_member"):
@@ -172,12 +135,8 @@ def _group_check(client: WebClient, group: str) -> Check:
     try:
         users = client.usergroups_users_list(usergroup=group).get("users") or []
     except SlackApiError as exc:
-        return Check(
-            name,
-            False,
-            f"usergroups.users.list answered {_error(exc)}",
-            "create the group in Slack (People → User groups) or fix the policy's usergroup",
-        )
+        fix = "create the group in Slack (People → User groups) or fix the policy's usergroup"
+        return Check(name, False, f"usergroups.users.list answered {_error(exc)}", fix)
     return Check(name, True, f"exists with {len(users)} members")
 
 

@@ -11,7 +11,7 @@ decisions.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -86,7 +86,6 @@ class CardContext:
     deciders: tuple[Decider, ...] = ()  # this round's approvals, the deny, escalations
     told: Told | None = None
     paused: bool = False
-    notes: tuple[str, ...] = field(default_factory=tuple)
     summary: str = ""  # the advisor's summary, unsealed (it quotes the customer)
     evidence: tuple[dict[str, Any], ...] = ()  # the case's evidence, its links and names unsealed
 
@@ -349,7 +348,7 @@ def case_blocks(ctx: CardContext, *, secret: str) -> list[Block]:
     blocks.append(
         SectionBlock(fields=[MarkdownTextObject(text=_clip(f, 1900)) for f in _fields(ctx)])
     )
-    notes: list[str] = list(ctx.notes)
+    notes: list[str] = []
     if case.possible_duplicate:
         notes.append(f":warning: Possible duplicate of `{escape(str(case.duplicate_of))}`")
     if case.park_reason:
