@@ -20,19 +20,13 @@ from typing import Any
 
 from fastapi import APIRouter, FastAPI
 
+from refund_desk.bot.doctor import REQUIRED_SCOPES
 from refund_desk.demo.slack.state import Channel, Message, User, Workspace
 from refund_desk.demo.slack.web_api import ResponseUrl
 
-# What an install from manifest.yml grants the bot token (Slack's `x-oauth-scopes` header).
-GRANTED_SCOPES = (
-    "chat:write",
-    "commands",
-    "files:read",
-    "files:write",
-    "usergroups:read",
-    "channels:read",
-    "groups:read",
-)
+# What an install from manifest.yml grants the bot token (Slack's `x-oauth-scopes` header):
+# the scopes the app needs, exactly.
+GRANTED_SCOPES = REQUIRED_SCOPES
 MAX_RESPONSE_URLS = 200
 MAX_CALLS = 5000
 RESPONSE_URL_USES = 5  # Slack accepts five posts to one response_url ...

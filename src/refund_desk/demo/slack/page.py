@@ -47,17 +47,13 @@ class Submit(BaseModel):
     values: dict[str, str | None] = Field(default_factory=dict)
 
 
-class Close(BaseModel):
-    user: str = Field(max_length=20)
-
-
 class Command(BaseModel):
     user: str = Field(max_length=20)
     channel: str = Field(max_length=20)
     text: str = Field(min_length=1, max_length=4000)
 
 
-class Visit(BaseModel):
+class Visit(BaseModel):  # closing a modal, opening App Home
     user: str = Field(max_length=20)
 
 
@@ -192,7 +188,7 @@ def router(sandbox: SlackEmulator) -> APIRouter:
         return _answered(answer)
 
     @page.post("/sandbox/act/close")
-    async def close(body: Close) -> JSONResponse:
+    async def close(body: Visit) -> JSONResponse:
         with ws.lock:
             if ws.modals.pop(body.user, None) is not None:
                 ws.changed()

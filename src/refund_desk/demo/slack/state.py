@@ -47,10 +47,6 @@ class Message:
     user: str = "bot"
     to: str | None = None  # an ephemeral's recipient
 
-    @property
-    def edited(self) -> bool:
-        return self.updates > 0
-
     def to_json(self) -> dict[str, Any]:
         return {
             "channel": self.channel,
@@ -58,7 +54,7 @@ class Message:
             "text": self.text,
             "blocks": self.blocks,
             "thread_ts": self.thread_ts,
-            "edited": self.edited,
+            "edited": self.updates > 0,
             "user": self.user,
         }
 
@@ -69,12 +65,6 @@ class Modal:
     user: str
     view: dict[str, Any]
     errors: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass
-class Trigger:
-    user: str
-    issued: float
 
 
 class SlackError(Exception):
@@ -96,7 +86,7 @@ class Workspace:
     homes: dict[str, dict[str, Any]] = field(default_factory=dict)
     opened: list[dict[str, Any]] = field(default_factory=list)  # views.open, in order
     files: dict[str, dict[str, Any]] = field(default_factory=dict)
-    triggers: dict[str, Trigger] = field(default_factory=dict)
+    triggers: dict[str, tuple[str, float]] = field(default_factory=dict)  # -> user, issued
     version: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
     _seq: itertools.count = field(default_factory=lambda: itertools.count(1))
@@ -165,21 +155,19 @@ class Workspace:
         """A trigger_id for an interaction by `user`; views.open must use it within 3 s."""
         with self.lock:
             now = time.monotonic()
-            self.triggers = {
-                k: t for k, t in self.triggers.items() if now - t.issued < TRIGGER_SECONDS
-            }
+            self.triggers = {k: t for k, t in self.triggers.items() if now - t[1] < TRIGGER_SECONDS}
             trigger = f"{int(time.time())}.{secrets.token_hex(6)}"
-            self.triggers[trigger] = Trigger(user, now)
+            self.triggers[trigger] = (user, now)
             return trigger
 
     def take_trigger(self, trigger_id: object) -> str:
         """The user a trigger belongs to; each trigger opens at most one modal."""
-        trigger = self.triggers.pop(str(trigger_id or ""), None)
-        if trigger is None:
+        user, issued = self.triggers.pop(str(trigger_id or ""), ("", 0.0))
+        if not user:
             raise SlackError("invalid_trigger_id")
-        if time.monotonic() - trigger.issued > TRIGGER_SECONDS:
+        if time.monotonic() - issued > TRIGGER_SECONDS:
             raise SlackError("expired_trigger_id")
-        return trigger.user
+        return user
 
     def snapshot(self, user: str) -> dict[str, Any]:
         """What `user` sees: every channel they are in, their ephemerals, modal and home."""

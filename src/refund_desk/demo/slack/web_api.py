@@ -235,9 +235,7 @@ def files_complete(ws: Workspace, params: dict[str, Any], base: str) -> dict[str
         file["title"] = item.get("title") or file["name"]
         out.append({"id": item["id"], "title": file["title"], "name": file["name"]})
     if channel is not None:
-        names = ", ".join(f"{f['title']}" for f in out)
-        comment = str(params.get("initial_comment") or "")
-        text = f"{comment}\n:page_facing_up: {names}".strip()
+        text = ":page_facing_up: " + ", ".join(f["title"] for f in out)
         thread_ts = params.get("thread_ts") or None
         message = Message(channel.id, ws.new_ts(), text, [], str(thread_ts) if thread_ts else None)
         ws.add_message(message)
@@ -376,7 +374,7 @@ def router(emulator: SlackEmulator) -> APIRouter:
     @api.post("/respond/{key}")
     async def respond(key: str, request: Request) -> JSONResponse:
         """A `response_url`: an ephemeral to the person (the default), a message in the channel
-        (`response_type: in_channel`), or the original message replaced or deleted."""
+        (`response_type: in_channel`), or the original message replaced."""
         try:
             params = await read_params(request)
         except SlackError as exc:
@@ -408,12 +406,6 @@ class ResponseUrl:
 
 def respond_to(ws: Workspace, target: ResponseUrl, params: dict[str, Any]) -> None:
     original = ws.find(target.channel, target.message_ts) if target.message_ts else None
-    if params.get("delete_original") in (True, "true"):
-        if original is None:
-            raise SlackError("message_not_found")
-        ws.messages.remove(original)
-        ws.changed()
-        return
     checks.check_message(params)
     text, blocks = str(params.get("text") or ""), list(params.get("blocks") or [])
     if params.get("replace_original") in (True, "true"):
