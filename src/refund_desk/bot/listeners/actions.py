@@ -6,7 +6,10 @@ need a modal, which is opened first, because its `trigger_id` expires within thr
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
+
+from slack_sdk.models.views import View
 
 from refund_desk import money
 from refund_desk.bot import mrkdwn
@@ -75,7 +78,6 @@ async def tell(
 def register(surface: Surface) -> None:
     app = surface.app
 
-    @app.action("approve")
     async def on_approve(ack: Any, body: dict[str, Any], action: dict[str, Any]) -> None:
         await decide(
             surface,
@@ -86,20 +88,17 @@ def register(surface: Surface) -> None:
             response_url=body.get("response_url"),
         )
 
-    @app.action("escalate")
-    async def on_escalate(
-        ack: Any, body: dict[str, Any], action: dict[str, Any], client: Any
-    ) -> None:
-        """A short modal first: the managers read why it came to them."""
-        view = cards.escalate_modal(action["value"], channel_of(body) or "")
-        await client.views_open(trigger_id=body["trigger_id"], view=view)
-        await ack()
+    def opens(modal: Callable[[str, str], View]) -> Callable[..., Awaitable[None]]:
+        async def on_click(ack: Any, body: dict[str, Any], action: Any, client: Any) -> None:
+            view = modal(action["value"], channel_of(body) or "")
+            await client.views_open(trigger_id=body["trigger_id"], view=view)
+            await ack()
 
-    @app.action("deny")
-    async def on_deny(ack: Any, body: dict[str, Any], action: dict[str, Any], client: Any) -> None:
-        view = cards.deny_modal(action["value"], channel_of(body) or "")
-        await client.views_open(trigger_id=body["trigger_id"], view=view)
-        await ack()
+        return on_click
+
+    app.action("approve")(on_approve)
+    app.action("deny")(opens(cards.deny_modal))
+    app.action("escalate")(opens(cards.escalate_modal))  # the managers read why it came to them
 
     @app.action("approve_partial")
     async def on_partial(
@@ -108,16 +107,8 @@ def register(surface: Surface) -> None:
         try:
             token = tokens.verify(surface.desk.secret, action["value"], now=surface.desk.now())
             ceiling = money.format_money(token.amount, token.currency)
-        except tokens.TokenRefused:
-            # Let the decision path refuse it and record the refusal.
-            await decide(
-                surface,
-                ack,
-                user=body["user"]["id"],
-                channel=channel_of(body),
-                token=action["value"],
-                response_url=body.get("response_url"),
-            )
+        except tokens.TokenRefused:  # the decision path refuses it and records the refusal
+            await on_approve(ack, body, action)
             return
         view = cards.partial_modal(action["value"], channel_of(body) or "", ceiling)
         await client.views_open(trigger_id=body["trigger_id"], view=view)
