@@ -27,6 +27,7 @@ from refund_desk.bot.blocks.policy import (
     review_blocks,
 )
 from refund_desk.bot.doctor import DOCTOR_JOB
+from refund_desk.bot.listeners.actions import tell as tell_person
 from refund_desk.bot.outbox import active_doc, enqueue_call
 from refund_desk.bot.policy_jobs import (
     BACKTEST_JOB,
@@ -141,9 +142,6 @@ class PolicyCommands:
             head = f"*Draft d{draft.id}* by {draft.author}, {_draft_state(draft)}"
         return f"{head}\n```{clip(source, 2800)}```"
 
-    def history(self, session: Session, rest: list[str]) -> Text:
-        return history(session)
-
     def list_drafts(self, session: Session, rest: list[str]) -> str:
         rows = drafts.list_drafts(session)
         if not rows:
@@ -167,9 +165,6 @@ class PolicyCommands:
             docs.append(doc)
         changes = diff_policies(*docs)
         return clip(mrkdwn.render(diff_text(changes, old=str(refs[0]), new=str(refs[1]))))
-
-    def shadow_report(self, session: Session, rest: list[str]) -> Text:
-        return shadow.report(session)
 
     def reviews(self, session: Session, rest: list[str]) -> str:
         rows = review.wrong_by_rule(session)
@@ -204,12 +199,12 @@ class PolicyCommands:
     READS: ClassVar[dict[str, Callable[[PolicyCommands, Session, list[str]], Text | str]]] = {
         "help": help,
         "show": show,
-        "history": history,
+        "history": lambda self, session, rest: history(session),
         "drafts": list_drafts,
         "validate": validate,
         "diff": diff,
         "case": case,
-        "shadow report": shadow_report,
+        "shadow report": lambda self, session, rest: shadow.report(session),
         "reviews": reviews,
     }
 
@@ -425,13 +420,6 @@ class PolicyCommands:
                 jobs.append(announce(session, self.default_channel, change.announce))
         return Reply(change.reply, jobs)
 
-    def tell(
-        self, user: str, channel: str | None, said: Text | str, response_url: str | None = None
-    ) -> int:
-        """An answer only `user` sees, as a job (response_url, ephemeral or DM)."""
-        with self.desk.db.write() as session:
-            return tell(session, user, channel, said, response_url)
-
     def answer_review(self, user: str, case_id: str, verdict: str, where: dict[str, str]) -> Reply:
         with self.desk.db.write() as session:
             _check_reviewer(session, user, case_id, self.desk.directory)
@@ -541,7 +529,7 @@ def register(surface: Surface) -> None:
         surface.start_jobs(reply.jobs)
 
     async def on_review(ack: Any, body: dict[str, Any], verdict: str) -> None:
-        action = body["actions"][0]
+        action, user = body["actions"][0], body["user"]["id"]
         where = {
             "channel": (body.get("channel") or {}).get("id", ""),
             "ts": (body.get("message") or body.get("container") or {}).get("ts", "")
@@ -549,18 +537,12 @@ def register(surface: Surface) -> None:
         }
         try:
             reply = await surface.blocking(
-                commands.answer_review, body["user"]["id"], action["value"], verdict, where
+                commands.answer_review, user, action["value"], verdict, where
             )
         except CaseError as exc:
             await ack()
-            job = await surface.blocking(
-                commands.tell,
-                body["user"]["id"],
-                where["channel"],
-                f":no_entry: {mrkdwn.render(exc.text)}",
-                body.get("response_url"),
-            )
-            surface.start_jobs([job])
+            said = f":no_entry: {mrkdwn.render(exc.text)}"
+            await tell_person(surface, where["channel"], user, said, body.get("response_url"))
             return
         await ack()
         surface.start_jobs(reply.jobs)
