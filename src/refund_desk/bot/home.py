@@ -67,13 +67,6 @@ def undelivered(session: Session) -> list[tuple[str, str, str]]:
     return [(str(c), str(ch), str(e)) for c, ch, e in rows]
 
 
-def _left(due: datetime | None, now: datetime) -> str:
-    """ "due 14:00 (in 3 h 58 min)" in the viewer's own time zone."""
-    if due is None:
-        return "no deadline"
-    return f"due {local_time(due)} ({until(due, now)})"
-
-
 def _button_context(session: Session, case: Case, now: datetime) -> CardContext:
     """What the card's buttons need to say what a click does, for the same case in App Home."""
     return CardContext(
@@ -123,10 +116,12 @@ def home_view(
     if not mine:
         blocks.append(SectionBlock(text=MarkdownTextObject(text="Nothing waits for you.")))
     for case in mine:
+        due = case.sla_due_at  # in the viewer's own time zone
         line = (
             f"*{money.format_money(case.amount, case.currency)}* · {words(case.reason)} · "
             f"`{case.id}` · rule `{(case.decision or {}).get('rule')}` · "
-            f"{case.status.replace('_', ' ')} · {_left(case.sla_due_at, now)}"
+            f"{case.status.replace('_', ' ')} · "
+            + (f"due {local_time(due)} ({until(due, now)})" if due else "no deadline")
         )
         blocks.append(SectionBlock(text=MarkdownTextObject(text=_clip(line))))
         if secret is not None:  # the card's buttons: the same tokens, the same checks
