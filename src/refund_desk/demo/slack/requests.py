@@ -64,11 +64,17 @@ async def deliver(app: ASGIApp, secret: str, body: str, content_type: str) -> An
     return Answer(response.status_code, data if isinstance(data, dict) else {}, seconds)
 
 
-def _user(sandbox: SlackEmulator, user: str) -> dict[str, str]:
-    return {"id": user, "username": user.lower(), "name": user.lower(), "team_id": TEAM["id"]}
-
-
-def _form(payload: dict[str, Any]) -> tuple[str, str]:
+def _form(sandbox: SlackEmulator, kind: str, user: str, **payload: Any) -> tuple[str, str]:
+    """An interaction's payload, with what every interaction carries."""
+    payload = {
+        "type": kind,
+        "team": TEAM,
+        "user": {"id": user, "username": user.lower(), "name": user.lower(), "team_id": TEAM["id"]},
+        "api_app_id": APP_ID,
+        "token": "sandbox-verification-token",
+        "trigger_id": sandbox.workspace.issue_trigger(user),
+        **payload,
+    }
     return urlencode({"payload": json.dumps(payload)}), "application/x-www-form-urlencoded"
 
 
@@ -76,45 +82,38 @@ def block_actions(
     sandbox: SlackEmulator, base: str, user: str, message: Message, action: dict[str, Any]
 ) -> tuple[str, str]:
     channel = sandbox.workspace.channels[message.channel]
-    payload = {
-        "type": "block_actions",
-        "team": TEAM,
-        "user": _user(sandbox, user),
-        "api_app_id": APP_ID,
-        "token": "sandbox-verification-token",
-        "container": {
+    return _form(
+        sandbox,
+        "block_actions",
+        user,
+        container={
             "type": "message",
             "message_ts": message.ts,
             "channel_id": message.channel,
             "is_ephemeral": False,
         },
-        "trigger_id": sandbox.workspace.issue_trigger(user),
-        "channel": {"id": channel.id, "name": channel.name},
-        "message": {
+        channel={"id": channel.id, "name": channel.name},
+        message={
             "type": "message",
             "ts": message.ts,
             "text": message.text,
             "blocks": message.blocks,
             **({"thread_ts": message.thread_ts} if message.thread_ts else {}),
         },
-        "response_url": sandbox.response_url(base, user, message.channel, message.ts),
-        "actions": [{**action, "action_ts": f"{time.time():.6f}"}],
-    }
-    return _form(payload)
+        response_url=sandbox.response_url(base, user, message.channel, message.ts),
+        actions=[{**action, "action_ts": f"{time.time():.6f}"}],
+    )
 
 
 def view_submission(
     sandbox: SlackEmulator, user: str, modal: Modal, values: dict[str, dict[str, Any]]
 ) -> tuple[str, str]:
     view = modal.view
-    payload = {
-        "type": "view_submission",
-        "team": TEAM,
-        "user": _user(sandbox, user),
-        "api_app_id": APP_ID,
-        "token": "sandbox-verification-token",
-        "trigger_id": sandbox.workspace.issue_trigger(user),
-        "view": {
+    return _form(
+        sandbox,
+        "view_submission",
+        user,
+        view={
             "id": modal.id,
             "team_id": TEAM["id"],
             "type": "modal",
@@ -127,9 +126,8 @@ def view_submission(
             "app_id": APP_ID,
             "bot_id": "B0BOT",
         },
-        "response_urls": [],
-    }
-    return _form(payload)
+        response_urls=[],
+    )
 
 
 def slash_command(
