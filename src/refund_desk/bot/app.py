@@ -134,22 +134,18 @@ class Surface:
         return router
 
 
+@dataclass
 class SocketMode:
     """Socket Mode, started in the background: a Slack that cannot be reached at start-up
     never keeps the intake API and webhooks from serving; it retries, and `/healthz` says so."""
 
+    surface: Surface
+    app_token: str
+    status: str = "connecting"
+    handler: Any | None = None
+    task: asyncio.Task[None] | None = None
     ATTEMPT_SECONDS = 30.0
     MAX_DELAY_SECONDS = 60.0
-
-    def __init__(self, surface: Surface, app_token: str) -> None:
-        self.surface = surface
-        self.app_token = app_token
-        self.status = "connecting"
-        self.handler: Any | None = None
-        self.task: asyncio.Task[None] | None = None
-
-    def start(self) -> None:
-        self.task = asyncio.get_running_loop().create_task(self._run())
 
     async def _run(self) -> None:
         from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
@@ -193,7 +189,7 @@ def start_socket_mode(surface: Surface, settings: Settings) -> SocketMode | None
     if settings.slack_app_token is None:
         return None
     socket_mode = SocketMode(surface, settings.slack_app_token.get_secret_value())
-    socket_mode.start()
+    socket_mode.task = asyncio.get_running_loop().create_task(socket_mode._run())
     return socket_mode
 
 
