@@ -1,15 +1,7 @@
-"""The slow parts of `/refund-policy`, run as jobs after the listener has acknowledged.
-
-* a backtest: progress message while it runs for long; the run is recorded with a report job
-  in one transaction, so a rate limit afterwards never runs it again. The report job posts the
-  summary (once: remembered by the job) and then the full report as a CSV file
-  (``files_upload_v2``: ``files.getUploadURLExternal``, an HTTP upload, then
-  ``files.completeUploadExternal``), each step resuming where a 429 stopped it;
-* a draft uploaded in the modal: ``files.info`` for its ``url_private``, read with the token;
-* an after-the-fact review: the message with "looks right" / "this was wrong".
-
-Every Slack call goes through the outbox (a rate limit becomes a wait); no transaction is open
-while Slack is called.
+"""The slow parts of `/refund-policy`, run as jobs after the listener has acknowledged: a
+backtest (recorded with its report job in one transaction, so a rate limit afterwards never runs
+it again), a draft uploaded in the modal, an after-the-fact review. Every Slack call goes
+through the outbox (a rate limit becomes a wait); no transaction is open while Slack is called.
 """
 
 from __future__ import annotations
@@ -19,7 +11,6 @@ import logging
 import time
 import urllib.request
 from dataclasses import dataclass
-from typing import Any
 
 from slack_sdk.errors import SlackApiError
 from sqlalchemy import select
@@ -282,26 +273,20 @@ class Progress:
 
     def __call__(self, cases: int) -> None:
         now = time.monotonic()
-        if now - self.started < self.after:
+        if now - self.started < self.after or (self.ts and now - self.last < self.every):
             return
         text = f":hourglass_flowing_sand: {self.label}: {cases:,} cases so far…"
         try:
-            if self.ts is None:
-                self.ts = str(self._post(text)["ts"])
-            elif now - self.last >= self.every:
-                self.outbox.call("chat.update", channel=self.channel, ts=self.ts, text=text)
-            else:
-                return
+            self.finish(text)
         except (RetryLater, SlackApiError) as exc:  # progress is a courtesy: the run goes on
             log.info("backtest progress not shown: %s", exc)
         self.last = now
 
-    def _post(self, text: str) -> dict[str, Any]:
-        return self.outbox.call("chat.postMessage", channel=self.channel, text=text)
-
     def finish(self, text: str) -> str:
-        """The summary replaces the progress message (or is posted); returns its ts."""
+        """`text` replaces the progress message (or is posted as it); returns its ts."""
         if self.ts is None:
-            return str(self._post(text)["ts"])
-        self.outbox.call("chat.update", channel=self.channel, ts=self.ts, text=text)
+            posted = self.outbox.call("chat.postMessage", channel=self.channel, text=text)
+            self.ts = str(posted["ts"])
+        else:
+            self.outbox.call("chat.update", channel=self.channel, ts=self.ts, text=text)
         return self.ts
