@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from refund_desk.bot.home import HOME, queue_home
+from refund_desk.bot.home import queue_home
 from refund_desk.bot.outbox import redeliver
 
 if TYPE_CHECKING:
@@ -26,6 +26,3 @@ def register(surface: Surface) -> None:
         channel = str(event.get("channel") or "")
         if channel:
             surface.start_jobs(await surface.blocking(redeliver, surface.desk, channel))
-
-
-__all__ = ["HOME", "register"]
