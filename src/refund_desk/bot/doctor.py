@@ -1,11 +1,6 @@
 """`refund-desk slack doctor`: the workspace checked against the policy, one line per check with
 its fix. The server runs the same checks at start-up and after each publish (the `slack.doctor`
 job), logs them and DMs the leads about a failing one.
-
-The checks: the token works (`auth.test`), the granted scopes cover what the app calls (Slack's
-`x-oauth-scopes` header), the bot is a member of every channel the policy names
-(`conversations.info`), every user group the policy names exists (`usergroups.users.list`),
-and the signing secret is set (HTTP) or the app-level token is (Socket Mode).
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """The Slack emulator: one workspace, its Web API, `response_url`s and signed requests to the app.
 
 The demo mounts its routers into the app (`router()`); tests serve its Web API alone on loopback
-(`start()`), point the app's `SLACK_API_URL` at it, and read what the app did with the query
-helpers (`messages`, `in_channel`, `thread`, `buttons`, `ephemeral`, `views`, `home`,
-`uploads`, `methods`). A test may ask for rate limits (`rate_limits["chat.postMessage"] = 2`:
-the next two calls answer 429 with `Retry-After`; `rate_limits["chat.postMessage U0MGR1"]`
-limits only the calls to that channel).
+(`start()`) and read what the app did with the query helpers. `rate_limits["chat.postMessage"]
+= 2`: the next two such calls answer 429 with `Retry-After`; `"chat.postMessage U0MGR1"` limits
+only the calls to that channel.
 """
 
 from __future__ import annotations

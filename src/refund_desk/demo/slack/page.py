@@ -8,6 +8,7 @@ reads the app's own record (`case_view`, `verify_chain`), the same data the API 
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
@@ -133,13 +134,7 @@ def router(sandbox: SlackEmulator) -> APIRouter:
         with runtime.db.read() as session:
             view = case_view(session, case_id, with_audit=True, vault=runtime.desk.vault)
             result = verify_chain(runtime.settings.secret_value(), session)
-        view["audit_verify"] = {
-            "ok": result.ok,
-            "count": result.count,
-            "head_hash": result.head_hash,
-            "first_bad_seq": result.first_bad_seq,
-            "problem": result.problem,
-        }
+        view["audit_verify"] = asdict(result)
         return JSONResponse(view)
 
     @page.post("/sandbox/act/click")

@@ -1,16 +1,8 @@
 """The Web API look-alike at `<base>/sandbox/slack/api/{method}`: the methods the app calls, with
-Slack's answers, errors and limits.
-
-Each method says what Slack's own description says of it (the table `METHODS`, checked against
-Slack's OpenAPI and `slack_sdk` by the tests): its required arguments, and whether it takes a
-JSON body. Read methods (`files.info`, `users.info`, `conversations.info`,
-`usergroups.users.list`, `chat.getPermalink`) take their arguments from the query string or a
-form body only; Slack ignores a JSON body to them, so the arguments are missing
-(`invalid_arguments`).
-
-Handlers are `async` and only touch the in-memory workspace under its lock, so they never block
-the event loop; the app calls them both from job threads (sync client) and from listeners
-(async client) in the same process.
+Slack's answers, errors and limits. `METHODS` says what Slack's own description says of each
+(checked by the tests): read methods take query or form arguments only, and get none from a JSON
+body, as with Slack. Handlers only touch the in-memory workspace under its lock, so they never
+block the event loop (the app calls them from job threads and from listeners, in one process).
 """
 
 from __future__ import annotations
