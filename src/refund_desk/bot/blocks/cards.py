@@ -439,6 +439,14 @@ def fallback_text(case: Case) -> str:
 # ---------------------------------------------------------------- modals
 
 
+def text_input(
+    block_id: str, label: str, *, optional: bool | None = None, **element: Any
+) -> InputBlock:
+    """An input block of one plain text input, its action id `value`."""
+    field = PlainTextInputElement(action_id="value", **element)
+    return InputBlock(block_id=block_id, label=label, optional=optional, element=field)
+
+
 def _reason_modal(
     callback_id: str, token: str, channel: str, *, title: str, submit: str, label: str, limit: int
 ) -> View:
@@ -450,13 +458,7 @@ def _reason_modal(
         title=title,
         submit=submit,
         close="Cancel",
-        blocks=[
-            InputBlock(
-                block_id="reason",
-                label=label,
-                element=PlainTextInputElement(action_id="value", multiline=True, max_length=limit),
-            )
-        ],
+        blocks=[text_input("reason", label, multiline=True, max_length=limit)],
     )
 
 
@@ -490,11 +492,8 @@ def partial_modal(token: str, channel: str, ceiling: str) -> View:
                     action_id="value", is_decimal_allowed=True, placeholder="12.50"
                 ),
             ),
-            InputBlock(
-                block_id="reason",
-                label="Note for the customer",
-                optional=True,
-                element=PlainTextInputElement(action_id="value", multiline=True, max_length=2000),
+            text_input(
+                "reason", "Note for the customer", optional=True, multiline=True, max_length=2000
             ),
         ],
     )
@@ -527,51 +526,36 @@ def file_case_modal(
         close="Cancel",
         blocks=[
             *notice,
-            InputBlock(
-                block_id="payment",
-                label="Payment id",
-                element=PlainTextInputElement(
-                    action_id="value", placeholder="pi_… or py_…", **initial("payment")
-                ),
-            ),
+            text_input("payment", "Payment id", placeholder="pi_… or py_…", **initial("payment")),
             InputBlock(
                 block_id="email",
                 label="Customer email",
                 element=EmailInputElement(action_id="value", **initial("email")),
             ),
-            InputBlock(
-                block_id="currency",
-                label="Currency",
-                element=PlainTextInputElement(
-                    action_id="value", placeholder="USD", **initial("currency")
-                ),
-            ),
-            InputBlock(
-                block_id="amount",
-                label="Amount (empty: what is left to refund)",
+            text_input("currency", "Currency", placeholder="USD", **initial("currency")),
+            # Text, not a number input: a client may hand a number input over empty when
+            # letters were typed, and empty means "what is left". The app checks the text.
+            text_input(
+                "amount",
+                "Amount (empty: what is left to refund)",
                 optional=True,
-                # Text, not a number input: a client may hand a number input over empty when
-                # letters were typed, and empty means "what is left". The app checks the text.
-                element=PlainTextInputElement(
-                    action_id="value", placeholder="12.50", max_length=32, **initial("amount")
-                ),
+                placeholder="12.50",
+                max_length=32,
+                **initial("amount"),
             ),
             InputBlock(
                 block_id="reason",
                 label="Reason",
                 element=StaticSelectElement(
-                    action_id="value",
-                    options=reason,
-                    initial_option=chosen,
+                    action_id="value", options=reason, initial_option=chosen
                 ),
             ),
-            InputBlock(
-                block_id="message",
-                label="What the customer said",
+            text_input(
+                "message",
+                "What the customer said",
                 optional=True,
-                element=PlainTextInputElement(
-                    action_id="value", multiline=True, **initial("message")
-                ),
+                multiline=True,
+                **initial("message"),
             ),
         ],
     )

@@ -13,13 +13,13 @@ from slack_sdk.models.blocks import (
     ButtonElement,
     InputBlock,
     MarkdownTextObject,
-    PlainTextInputElement,
     SectionBlock,
 )
 from slack_sdk.models.blocks.block_elements import FileInputElement
 from slack_sdk.models.views import View
 
 from refund_desk import money
+from refund_desk.bot.blocks.cards import text_input
 from refund_desk.storage.models import ReviewSample
 
 DRAFT_MODAL = "policy_draft_modal"
@@ -63,13 +63,12 @@ def draft_modal(draft_id: int | None, channel: str) -> View:
                     action_id="value", filetypes=["yaml", "yml", "txt"], max_files=1
                 ),
             ),
-            InputBlock(
-                block_id="source",
-                label="…or paste a short policy (up to 3,000 characters)",
+            text_input(
+                "source",
+                "…or paste a short policy (up to 3,000 characters)",
                 optional=True,
-                element=PlainTextInputElement(
-                    action_id="value", multiline=True, max_length=MAX_TEXT_INPUT
-                ),
+                multiline=True,
+                max_length=MAX_TEXT_INPUT,
             ),
         ],
     )
