@@ -110,11 +110,10 @@ def home_view(
             f"`{case_id}` · <#{channel}>: `{error}` — {fix_for(channel, error)}"
             for case_id, channel, error in stuck[:QUEUE_LIMIT]
         ]
-        blocks.append(SectionBlock(text=MarkdownTextObject(text=_clip("\n".join(lines)))))
-        blocks.append(DividerBlock())
+        blocks += [_section("\n".join(lines)), DividerBlock()]
     blocks.append(HeaderBlock(text="Waiting for you"))
     if not mine:
-        blocks.append(SectionBlock(text=MarkdownTextObject(text="Nothing waits for you.")))
+        blocks.append(_section("Nothing waits for you."))
     for case in mine:
         due = case.sla_due_at  # in the viewer's own time zone
         line = (
@@ -123,7 +122,7 @@ def home_view(
             f"{case.status.replace('_', ' ')} · "
             + (f"due {local_time(due)} ({until(due, now)})" if due else "no deadline")
         )
-        blocks.append(SectionBlock(text=MarkdownTextObject(text=_clip(line))))
+        blocks.append(_section(line))
         if secret is not None:  # the card's buttons: the same tokens, the same checks
             blocks.append(
                 ActionsBlock(
@@ -134,10 +133,7 @@ def home_view(
     if doc is not None and may_read(doc, user, directory):
         blocks += _record(session, now)
     else:  # case details answer the same people on every surface
-        blocks += [
-            DividerBlock(),
-            SectionBlock(text=MarkdownTextObject(text=NOT_A_READER)),
-        ]
+        blocks += [DividerBlock(), _section(NOT_A_READER)]
     blocks.append(ContextBlock(elements=[MarkdownTextObject(text=f"Updated {local_time(now)}")]))
     return View(type="home", blocks=blocks[:100])
 
@@ -166,26 +162,22 @@ def _record(session: Session, now: datetime) -> list[Block]:
         f"`{c.id}` {c.status}"
         for c in recent
     ]
-    blocks.append(
-        SectionBlock(text=MarkdownTextObject(text=_clip("\n".join(lines) or "None yet.")))
-    )
+    blocks.append(_section("\n".join(lines) or "None yet."))
     moved = [
         f"`{reason}`: {now_share:.0%} this week, {before:.0%} the four weeks before"
         for reason, (now_share, before) in sorted(reason_drift(session, now).items())
         if abs(now_share - before) >= DRIFT_ALERT and before > 0
     ]
     if moved:
-        blocks.append(
-            SectionBlock(
-                text=MarkdownTextObject(
-                    text=_clip(":chart_with_upwards_trend: *Input drift*\n" + "\n".join(moved))
-                )
-            )
-        )
+        blocks.append(_section(":chart_with_upwards_trend: *Input drift*\n" + "\n".join(moved)))
     blocks += [DividerBlock(), HeaderBlock(text="Rules fired this week")]
     rules = "\n".join(f"`{rule}`: {n}" for rule, n in fired.most_common(15))
-    blocks.append(SectionBlock(text=MarkdownTextObject(text=_clip(rules or "No decisions yet."))))
+    blocks.append(_section(rules or "No decisions yet."))
     return blocks
+
+
+def _section(text: str) -> SectionBlock:
+    return SectionBlock(text=MarkdownTextObject(text=_clip(text)))
 
 
 def publish_home(surface: Surface, job: ClaimedJob) -> None:

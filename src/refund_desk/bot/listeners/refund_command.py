@@ -119,11 +119,7 @@ def find_cases(desk: Desk, user: str, text: str) -> str:
                 ":no_entry: Only the policy's leads, approvers, managers and operators may "
                 "look up cases."
             )
-        conditions = [
-            col(Case.id) == needle,
-            col(Case.payment_id) == needle,
-            col(Case.external_id) == needle,
-        ]
+        conditions = [col(c) == needle for c in (Case.id, Case.payment_id, Case.external_id)]
         if "@" in needle:
             conditions.append(col(Case.email_hash) == desk.vault.email_hash(needle))
         found = session.scalars(
