@@ -528,8 +528,9 @@ def register(surface: Surface) -> None:
         await ack()
         surface.start_jobs(reply.jobs)
 
-    async def on_review(ack: Any, body: dict[str, Any], verdict: str) -> None:
-        action, user = body["actions"][0], body["user"]["id"]
+    async def on_review(ack: Any, body: dict[str, Any], action: dict[str, Any]) -> None:
+        user = body["user"]["id"]
+        verdict = "right" if action["action_id"] == REVIEW_RIGHT else "wrong"
         where = {
             "channel": (body.get("channel") or {}).get("id", ""),
             "ts": (body.get("message") or body.get("container") or {}).get("ts", "")
@@ -547,10 +548,5 @@ def register(surface: Surface) -> None:
         await ack()
         surface.start_jobs(reply.jobs)
 
-    @app.action(REVIEW_RIGHT)
-    async def on_right(ack: Any, body: dict[str, Any]) -> None:
-        await on_review(ack, body, "right")
-
-    @app.action(REVIEW_WRONG)
-    async def on_wrong(ack: Any, body: dict[str, Any]) -> None:
-        await on_review(ack, body, "wrong")
+    app.action(REVIEW_RIGHT)(on_review)
+    app.action(REVIEW_WRONG)(on_review)
