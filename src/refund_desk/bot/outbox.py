@@ -156,10 +156,9 @@ class Outbox:
             self._remember(remember["case_id"], remember["kind"], channel, str(response["ts"]))
 
     def forget_cases(self, session: Session, case_ids: Sequence[str]) -> None:
-        """In an erasure's transaction: waiting calls that carry a rendered card of these
-        cases (a card's update, a manager's DM) keep only where they go, and draw the card
-        when they are sent; a thread line or an answer to a person names the case, not the
-        customer, and is left as it is."""
+        """In an erasure's transaction: waiting calls that carry a rendered card of these cases
+        keep only where they go, and draw the card when sent (a thread line names the case, not
+        the customer)."""
         if not case_ids:
             return
         mentions = or_(*(cast(col(Job.payload), String).like(f"%{c}%") for c in case_ids))

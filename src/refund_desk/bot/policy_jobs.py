@@ -70,17 +70,9 @@ def announce(session: Session, default: str | None, said: Text | str) -> int | N
     return enqueue_call(session, "chat.postMessage", channel=channel, text=body)
 
 
-def tell(
-    session: Session,
-    user: str,
-    channel: str | None,
-    said: Text | str,
-    response_url: str | None = None,
-) -> int:
-    """Queue a reply only ``user`` sees (``response_url``, else ephemeral in ``channel``, else
-    a DM)."""
-    body = clip(mrkdwn.render(said))
-    return enqueue_tell(session, user, body, channel=channel, response_url=response_url)
+def tell(session: Session, user: str, channel: str | None, said: Text | str) -> int:
+    """Queue a reply only ``user`` sees (an ephemeral in ``channel``, else a DM)."""
+    return enqueue_tell(session, user, clip(mrkdwn.render(said)), channel=channel)
 
 
 @dataclass

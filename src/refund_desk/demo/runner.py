@@ -274,10 +274,8 @@ def run(*, host: str, port: int, directory: Path | None, stream_seconds: float) 
                 access_log=False,
             )
         )
-        local = "127.0.0.1" if host in ("0.0.0.0", "", "::") else host
-        threading.Thread(
-            target=_announce, args=(server, f"http://{local}:{port}/sandbox/", folder), daemon=True
-        ).start()
+        url = f"{runtime.settings.public_url}/sandbox/"
+        threading.Thread(target=_announce, args=(server, url, folder), daemon=True).start()
         server.run()
         runtime.db.dispose()
         if not server.started:

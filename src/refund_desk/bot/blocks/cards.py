@@ -1,12 +1,9 @@
 """Block Kit for a case, built with slack_sdk's models so Slack's limits are checked here.
 
-A card is read in three seconds: a header with what is asked and why a person is needed, who
-may decide (mentioned), who filed it and who decided it; facts in words with their provenance
-as a small mark ("AI guess"); the advisor's one line of what is new; buttons whose confirm says
-what that click does. Every number is true when the card is drawn: what is still refundable is
-recomputed on every update, a partial refund reads "of" what was asked, and "Customer told"
-appears only for a message that was delivered. Buttons carry signed single-use tokens, never
-decisions.
+A card is read in three seconds, and every number on it is true when it is drawn: what is still
+refundable is recomputed on every update, a partial refund reads "of" what was asked, and
+"Customer told" appears only for a message that was delivered. Buttons carry signed single-use
+tokens, never decisions.
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
-"""Slash commands: `/refund` files a case for a customer (`/refund-policy` lives in
-`policy_commands.py`); `/refund find TEXT` lists the cases matching an email, payment, order or
-case id (for the people who may read cases); the message shortcut "File a refund"
-(`file_refund`) opens the `/refund` modal filled in from the message.
+"""`/refund` files a case for a customer; `/refund find TEXT` lists the cases matching an email,
+payment, order or case id; the message shortcut "File a refund" (`file_refund`) opens the
+`/refund` modal filled in from the message.
 
-`/refund` opens its modal first; the submission is checked at once (so mistakes show in the
-modal) and then filed by a job, which asks the processor and runs the same workflow as the API
-with the operator recorded as the requester. Whoever filed it gets a DM when it ends.
+The submission is checked at once (so mistakes show in the modal), then filed by a job through
+the same workflow as the API, the operator recorded as the requester.
 """
 
 from __future__ import annotations
