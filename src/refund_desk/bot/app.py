@@ -28,6 +28,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 from refund_desk.bot.directory import SlackDirectory
+from refund_desk.bot.listeners.refund_command import FILE_CASE
 from refund_desk.bot.outbox import SLACK_CALL, SLACK_TELL, Outbox
 from refund_desk.cases.desk import Desk
 from refund_desk.cases.notify import NOTIFY
@@ -58,15 +59,13 @@ class Surface:
     def private_job_kinds(self) -> set[str]:
         """Jobs whose payload holds a rendered message or what someone typed: emptied once
         delivered (a card quotes the customer; an erasure must not find it in the jobs)."""
-        from refund_desk.bot.listeners.refund_command import FILE_CASE
-
         return {SLACK_CALL, SLACK_TELL, FILE_CASE}
 
     def job_handlers(self) -> dict[str, Handler]:
         """The job kinds only Slack runs; `runtime.job_table` puts them in the one table."""
         from refund_desk.bot.doctor import DOCTOR_JOB, doctor_job
         from refund_desk.bot.home import HOME, publish_home
-        from refund_desk.bot.listeners.refund_command import FILE_CASE, file_case
+        from refund_desk.bot.listeners.refund_command import file_case
         from refund_desk.bot.policy_jobs import (
             BACKTEST_JOB,
             BACKTEST_REPORT_JOB,

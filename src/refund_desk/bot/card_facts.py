@@ -54,8 +54,7 @@ def _why(case: Case, policy: LoadedPolicy | None) -> str | None:
     decision = case.decision or {}
     if decision.get("error"):
         return f"the policy could not decide: {decision['error']}"
-    say = decision.get("say")
-    if say:
+    if say := decision.get("say"):
         return str(say)
     rule = decision.get("rule")
     return why(str(rule), policy) if rule else None

@@ -82,12 +82,7 @@ def _button_context(session: Session, case: Case, now: datetime) -> CardContext:
 
 
 def home_view(
-    session: Session,
-    user: str,
-    now: datetime,
-    directory: Directory | None = None,
-    *,
-    secret: str | None = None,
+    session: Session, user: str, now: datetime, directory: Directory, secret: str
 ) -> View:
     waiting = session.scalars(
         select(Case)
@@ -123,13 +118,8 @@ def home_view(
             + (f"due {local_time(due)} ({until(due, now)})" if due else "no deadline")
         )
         blocks.append(_section(line))
-        if secret is not None:  # the card's buttons: the same tokens, the same checks
-            blocks.append(
-                ActionsBlock(
-                    block_id=f"decide-{case.id}",
-                    elements=_buttons(_button_context(session, case, now), secret),
-                )
-            )
+        buttons = _buttons(_button_context(session, case, now), secret)  # the card's, its checks
+        blocks.append(ActionsBlock(block_id=f"decide-{case.id}", elements=buttons))
     if doc is not None and may_read(doc, user, directory):
         blocks += _record(session, now)
     else:  # case details answer the same people on every surface
@@ -184,5 +174,5 @@ def publish_home(surface: Surface, job: ClaimedJob) -> None:
     user = str(job.payload["user"])
     surface.directory.refresh()
     with surface.desk.db.read() as session:
-        view = home_view(session, user, clock.now(), surface.directory, secret=surface.desk.secret)
+        view = home_view(session, user, clock.now(), surface.directory, surface.desk.secret)
     surface.outbox.call("views.publish", user_id=user, view=view.to_dict())
