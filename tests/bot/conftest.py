@@ -21,17 +21,18 @@ def slack() -> Iterator[SlackEmulator]:
 
 
 @pytest.fixture()
-def slack_desk(slack: SlackEmulator) -> Iterator[Callable[[str, str], SlackHarness]]:
-    """Make a desk on `url` with Slack configured and `policy` published."""
+def slack_desk(slack: SlackEmulator) -> Iterator[Callable[..., SlackHarness]]:
+    """Make a desk on `url` with Slack configured and `policy` published (`settings`: more)."""
     made: list[tuple[SlackHarness, Database]] = []
 
-    def make(url: str, policy: str) -> SlackHarness:
+    def make(url: str, policy: str, **settings_kw: str) -> SlackHarness:
         settings = make_settings(
             url,
             SLACK_BOT_TOKEN=TOKEN,
             SLACK_SIGNING_SECRET=SIGNING_SECRET,
             SLACK_API_URL=slack.api_url,
             REFUND_DESK_CHANNEL="C0REFUNDS",
+            **settings_kw,
         )
         db = Database.from_url(url)
         runtime = build(settings, db=db, processor=SandboxProcessor(db, crash=_raise_crash))

@@ -4,20 +4,21 @@ paid of what was asked, and whether the customer was really told."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 from sqlalchemy import select
 
-from refund_desk.demo.slack import SlackEmulator
-from refund_desk.payments.sandbox import SandboxProcessor
-from refund_desk.runtime import build
-from refund_desk.storage.db import Database
-from tests.conftest import _raise_crash, make_settings
+from refund_desk.bot.blocks import cards
+from refund_desk.bot.outbox import enqueue_once
+from refund_desk.customers import erasure
+from refund_desk.storage.audit import Actor
+from refund_desk.storage.models import Case, CustomerMessage, Job
+from tests.bot.helpers import approve, review_case
 from tests.fakes.receiver import Receiver
-from tests.helpers import ACME
-from tests.slack_helpers import SIGNING_SECRET, TOKEN, SlackHarness, fixture
+from tests.helpers import ACME, CUSTOMER
+from tests.slack_helpers import SlackHarness, fixture
 
 
 @pytest.fixture()
@@ -29,31 +30,13 @@ def receiver() -> Iterator[tuple[Receiver, str]]:
 
 
 @pytest.fixture()
-def desk(any_db_url: str, slack: SlackEmulator) -> Iterator[SlackHarness]:
-    settings = make_settings(
+def desk(any_db_url: str, slack_desk: Callable[..., SlackHarness]) -> SlackHarness:
+    return slack_desk(
         any_db_url,
-        SLACK_BOT_TOKEN=TOKEN,
-        SLACK_SIGNING_SECRET=SIGNING_SECRET,
-        SLACK_API_URL=slack.api_url,
-        REFUND_DESK_CHANNEL="C0REFUNDS",
+        ACME.read_text(),
         REFUND_DESK_WEBHOOK_SECRET="whsec-test",
         REFUND_DESK_ALLOW_PRIVATE_CALLBACKS="true",  # the receiver listens on loopback
     )
-    db = Database.from_url(any_db_url)
-    runtime = build(settings, db=db, processor=SandboxProcessor(db, crash=_raise_crash))
-    harness = SlackHarness(runtime, slack)
-    harness.publish(ACME.read_text())
-    yield harness
-    harness.surface.pool.shutdown(wait=True)
-    db.dispose()
-
-
-def review_case(desk: SlackHarness, amount: str, paid: str, **extra: Any) -> str:
-    payment = desk.payment(paid, chargebacks=extra.pop("chargebacks", 0))
-    body = desk.post(desk.request(payment, amount, **extra)).json()
-    assert body["status"] == "awaiting_approval", body
-    desk.settle()
-    return str(body["id"])
 
 
 def _text(card: Any) -> str:
@@ -73,8 +56,7 @@ def test_a_tier_four_cards_first_approve_says_nothing_is_paid_yet(desk: SlackHar
     assert desk.get(case_id)["decision"]["tier"] == 4
     card = desk.card()
     assert _confirm(card, "approve").startswith("Approval 1 of 2: nothing is paid yet")
-    desk.click("U0FIN1", "approve", desk.buttons()["approve"])
-    desk.settle()
+    approve(desk, "U0FIN1")
     fresh = desk.card()
     assert "Approval 1 of 2 by <@U0FIN1>" in _text(fresh)
     assert _confirm(fresh, "approve") == "Refunds 40.00 USD now to the customer's payment."
@@ -84,8 +66,7 @@ def test_the_card_names_who_may_decide_and_after_a_decision_who_did(desk: SlackH
     case_id = review_case(desk, "600.00", "900.00")
     before = _text(desk.card())
     assert "<@U0FIN1> <@U0FIN2>" in before and "Why a person" in before
-    desk.click("U0FIN2", "approve", desk.buttons()["approve"])
-    desk.settle()
+    approve(desk, "U0FIN2")
     assert desk.get(case_id)["status"] == "refunded"
     after = desk.card()
     assert desk.slack.buttons(after) == {}
@@ -160,16 +141,14 @@ def test_customer_told_only_when_a_message_was_delivered(
 ) -> None:
     fake, url = receiver
     silent = review_case(desk, "600.00", "900.00")
-    desk.click("U0FIN1", "approve", desk.buttons()["approve"])
-    desk.settle()
+    approve(desk, "U0FIN1")
     assert desk.get(silent)["status"] == "refunded"
     text = _text(desk.card())
     assert "Customer told" not in text
     assert "Not sent to the customer:* no customer channel is configured" in text
 
     told = review_case(desk, "700.00", "900.00", callback_url=f"{url}/outcome")
-    desk.click("U0FIN1", "approve", desk.buttons()["approve"])
-    desk.settle()
+    approve(desk, "U0FIN1")
     assert desk.get(told)["status"] == "refunded"
     assert fake.requests, "the integrator's webhook received the outcome"
     text = _text(desk.card())
@@ -205,8 +184,7 @@ def _home(desk: SlackHarness, user: str) -> str:
 def test_app_home_lists_only_what_the_viewer_may_decide(desk: SlackHarness) -> None:
     case_id = review_case(desk, "40.00", "50.00", chargebacks=1)  # tier 4: two of finance
     assert case_id in _home(desk, "U0FIN1") and case_id in _home(desk, "U0FIN2")
-    desk.click("U0FIN1", "approve", desk.buttons()["approve"])
-    desk.settle()
+    approve(desk, "U0FIN1")
     assert case_id not in _home(desk, "U0FIN1"), "approved already: the other one decides"
     assert case_id in _home(desk, "U0FIN2")
     assert case_id not in _home(desk, "U0LEAD1"), "another group's case"
@@ -215,8 +193,7 @@ def test_app_home_lists_only_what_the_viewer_may_decide(desk: SlackHarness) -> N
 def test_app_home_shows_the_record_only_to_those_who_may_read_cases(desk: SlackHarness) -> None:
     """Recent decisions and the rules fired answer the same people as case details do."""
     case_id = review_case(desk, "600.00", "900.00")
-    desk.click("U0FIN1", "approve", desk.buttons()["approve"])
-    desk.settle()
+    approve(desk, "U0FIN1")
     assert desk.get(case_id)["status"] == "refunded"
     for reader in ("U0FIN2", "U0LEAD1", "U0MGR1"):
         _home(desk, reader)
@@ -255,8 +232,6 @@ def test_refund_modal_keeps_what_was_typed_and_says_what_is_wrong_there(
 def test_the_card_carries_the_ids_an_operator_searches_with(desk: SlackHarness) -> None:
     case_id = review_case(desk, "600.00", "900.00")
     with desk.runtime.db.read() as session:
-        from refund_desk.storage.models import Case
-
         case = session.get(Case, case_id)
         assert case is not None
         correlation = case.correlation_id
@@ -267,17 +242,9 @@ def test_the_card_carries_the_ids_an_operator_searches_with(desk: SlackHarness) 
 def test_delivered_slack_jobs_keep_none_of_the_customers_words(desk: SlackHarness) -> None:
     """A card quotes the customer; once Slack has it, the job that carried it keeps nothing,
     so an erasure leaves no copy in the jobs table (or in a backup of it)."""
-    from sqlalchemy import select
-
-    from refund_desk.customers import erasure
-    from refund_desk.storage.audit import Actor
-    from refund_desk.storage.models import Job
-    from tests.helpers import CUSTOMER
-
     words = "marmalade jar from Zanzibar arrived shattered"
     review_case(desk, "600.00", "900.00", message=f"The {words}, please refund")
-    desk.click("U0FIN2", "approve", desk.buttons()["approve"])
-    desk.settle()
+    approve(desk, "U0FIN2")
     erasure.erase_customer(desk.runtime.desk, CUSTOMER, actor=Actor("cli", "t"), evidence=None)
     desk.settle()
     with desk.runtime.db.read() as session:
@@ -286,10 +253,6 @@ def test_delivered_slack_jobs_keep_none_of_the_customers_words(desk: SlackHarnes
 
 
 def test_a_card_is_redrawn_as_erased_when_its_customer_is_erased(desk: SlackHarness) -> None:
-    from refund_desk.customers import erasure
-    from refund_desk.storage.audit import Actor
-    from tests.helpers import CUSTOMER
-
     review_case(desk, "600.00", "900.00", message="The blue vase arrived shattered")
     before = _text(desk.card())
     assert "a**@example.com" in before and "shattered" in before
@@ -305,13 +268,6 @@ def test_an_erasure_rewrites_what_still_waits_to_be_sent(
     """Slack is slow and the integrator's webhook is down when the customer is erased: the
     waiting card update and manager DM keep no rendered words and draw the erased card when
     they go; the waiting outcome message is withdrawn and never goes out."""
-    from refund_desk.bot.blocks import cards
-    from refund_desk.bot.outbox import enqueue_once
-    from refund_desk.customers import erasure
-    from refund_desk.storage.audit import Actor
-    from refund_desk.storage.models import Case, CustomerMessage, Job
-    from tests.helpers import CUSTOMER
-
     fake, url = receiver
     fake.statuses = [503]
     words = "marmalade jar from Zanzibar"
@@ -319,8 +275,7 @@ def test_an_erasure_rewrites_what_still_waits_to_be_sent(
         desk, "700.00", "900.00", message=f"The {words} arrived shattered",
         callback_url=f"{url}/outcome",
     )  # fmt: skip
-    desk.click("U0FIN1", "approve", desk.buttons()["approve"])
-    desk.settle()
+    approve(desk, "U0FIN1")
     assert desk.get(case_id)["status"] == "refunded" and len(fake.requests) == 1  # the 503
     card = desk.card()
     runtime = desk.runtime

@@ -13,23 +13,16 @@ import re
 from collections.abc import Callable
 
 import pytest
-import yaml
 
 from refund_desk.cases.approvals import may_decide
 from refund_desk.demo.slack import SlackEmulator
 from refund_desk.storage.models import Case
+from tests.bot.helpers import approve, review_case, wall_clock
 from tests.helpers import ACME
 from tests.slack_helpers import PEOPLE, SlackHarness, fixture
 
 HOUR = 3600
 WHY = "want a manager to check carrier claim first"
-
-
-def wall_clock(source: str) -> str:
-    """The policy with SLAs on the wall clock (4 h for tier 3), so a sweep passes a deadline."""
-    raw = yaml.safe_load(source)
-    del raw["business_hours"]
-    return yaml.safe_dump(raw, sort_keys=False)
 
 
 GROUPS = (
@@ -56,14 +49,6 @@ def group_desk(
 ) -> SlackHarness:
     slack.workspace.usergroups.update(S0FINANCE=["U0FIN1", "U0FIN2"], S0MANAGERS=["U0MGR1"])
     return slack_desk(any_db_url, wall_clock(GROUPS))
-
-
-def finance_case(desk: SlackHarness) -> str:
-    """600.00 of a 900.00 payment: the `large` rule sends it to finance (C0FINANCE)."""
-    body = desk.post(desk.request(desk.payment("900.00"), "600.00")).json()
-    assert body["status"] == "awaiting_approval", body
-    desk.settle()
-    return str(body["id"])
 
 
 def header(desk: SlackHarness) -> str:
@@ -122,7 +107,7 @@ def deny(desk: SlackHarness, user: str, value: str) -> None:
 def test_a_person_escalating_hands_the_case_to_the_managers_and_finance_may_no_longer_pay(
     desk: SlackHarness,
 ) -> None:
-    case_id = finance_case(desk)
+    case_id = review_case(desk)
     desk.escalate("U0FIN1", desk.buttons()["escalate"], reason=WHY)
     desk.settle()
     assert "needs 1 approver from the managers" in header(desk)
@@ -143,8 +128,7 @@ def test_a_person_escalating_hands_the_case_to_the_managers_and_finance_may_no_l
     told = [m.text for m in desk.slack.ephemeral if m.to == "U0FIN2"]
     assert any("escalated to the managers: only they may decide it now" in t for t in told)
 
-    desk.click("U0MGR1", "approve", desk.buttons()["approve"])
-    desk.settle()
+    approve(desk, "U0MGR1")
     assert desk.get(case_id)["status"] == "refunded"
     assert desk.get(case_id)["deciders"] is None, "a decided case waits for nobody"
 
@@ -152,7 +136,7 @@ def test_a_person_escalating_hands_the_case_to_the_managers_and_finance_may_no_l
 def test_after_a_person_escalates_app_home_queues_the_case_for_the_managers_only(
     desk: SlackHarness,
 ) -> None:
-    case_id = finance_case(desk)
+    case_id = review_case(desk)
     assert case_id in home_queue(desk, "U0FIN2")
     desk.escalate("U0FIN1", desk.buttons()["escalate"], reason=WHY)
     desk.settle()
@@ -166,7 +150,7 @@ def test_after_a_person_escalates_app_home_queues_the_case_for_the_managers_only
 def test_a_passed_deadline_calls_the_managers_in_beside_finance_and_finance_still_decides(
     desk: SlackHarness,
 ) -> None:
-    case_id = finance_case(desk)
+    case_id = review_case(desk)
     desk.sweep(seconds_ahead=4 * HOUR + 5)
     assert desk.get(case_id)["escalation_level"] == 1
     assert "needs 1 approver from finance or the managers" in header(desk)
@@ -177,15 +161,14 @@ def test_a_passed_deadline_calls_the_managers_in_beside_finance_and_finance_stil
         "people": ["U0FIN1", "U0FIN2", "U0MGR1"],
         "escalated_by": None,
     }
-    desk.click("U0FIN2", "approve", desk.buttons()["approve"])
-    desk.settle()
+    approve(desk, "U0FIN2")
     assert desk.get(case_id)["status"] == "refunded"
     assert refused_codes(desk, case_id) == []
 
 
 @pytest.mark.parametrize("escalation", ["none", "deadline", "person"])
 def test_the_card_names_exactly_whom_a_click_accepts(desk: SlackHarness, escalation: str) -> None:
-    case_id = finance_case(desk)
+    case_id = review_case(desk)
     if escalation == "deadline":
         desk.sweep(seconds_ahead=4 * HOUR + 5)
     elif escalation == "person":
@@ -204,18 +187,16 @@ def test_a_user_group_of_deciders_is_named_on_the_card_and_its_members_decide(
     group_desk: SlackHarness,
 ) -> None:
     desk = group_desk
-    case_id = finance_case(desk)
+    case_id = review_case(desk)
     line = decides(desk)
     assert "<!subteam^S0FINANCE>" in line and "nobody" not in line, line
     assert "needs 1 approver from finance" in header(desk)
     groups = desk.slack.workspace.usergroups
     assert named(line, groups) == clickable(desk, case_id) == {"U0FIN1", "U0FIN2"}
     assert desk.get(case_id)["deciders"]["people"] == ["S0FINANCE"]
-    desk.click("U0STRANGER", "approve", desk.buttons()["approve"])
-    desk.settle()
+    approve(desk, "U0STRANGER")
     assert refused_codes(desk, case_id) == ["not_an_approver"]
-    desk.click("U0FIN2", "approve", desk.buttons()["approve"])
-    desk.settle()
+    approve(desk, "U0FIN2")
     assert desk.get(case_id)["status"] == "refunded"
 
 
@@ -223,16 +204,14 @@ def test_escalated_to_managers_named_as_a_user_group_the_card_names_that_group(
     group_desk: SlackHarness,
 ) -> None:
     desk = group_desk
-    case_id = finance_case(desk)
+    case_id = review_case(desk)
     desk.escalate("U0FIN1", desk.buttons()["escalate"], reason=WHY)
     desk.settle()
     line = decides(desk)
     assert "<!subteam^S0MANAGERS>" in line and "S0FINANCE" not in line, line
     groups = desk.slack.workspace.usergroups
     assert named(line, groups) == clickable(desk, case_id) == {"U0MGR1"}
-    desk.click("U0FIN2", "approve", desk.buttons()["approve"])
-    desk.settle()
+    approve(desk, "U0FIN2")
     assert refused_codes(desk, case_id) == ["not_an_approver"]
-    desk.click("U0MGR1", "approve", desk.buttons()["approve"])
-    desk.settle()
+    approve(desk, "U0MGR1")
     assert desk.get(case_id)["status"] == "refunded"

@@ -17,6 +17,7 @@ from sqlmodel import col
 from refund_desk.runtime import Runtime
 from refund_desk.storage.audit import verify_chain
 from refund_desk.storage.models import CustomerMessage, Execution, Job
+from tests.bot.helpers import review_case
 from tests.conftest import TEST_SECRET
 from tests.helpers import ACME, Harness
 from tests.slack_helpers import SlackHarness
@@ -122,16 +123,8 @@ def slack_h(any_db_url: str, slack_desk: Callable[[str, str], SlackHarness]) -> 
     return slack_desk(any_db_url, ACME.read_text().replace("limit: 500", "limit: 100"))
 
 
-def _review_case(desk: SlackHarness) -> str:
-    payment = desk.payment("900.00")
-    body = desk.post(desk.request(payment, "600.00")).json()
-    assert body["status"] == "awaiting_approval", body
-    desk.settle()
-    return str(body["id"])
-
-
 def test_slack_approve_refunds_once_and_tells_the_customer(slack_h: SlackHarness) -> None:
-    case_id = _review_case(slack_h)
+    case_id = review_case(slack_h)
     value = slack_h.buttons()["approve"]
     with ThreadPoolExecutor(4) as pool:
         codes = list(
@@ -154,7 +147,7 @@ def test_slack_approve_refunds_once_and_tells_the_customer(slack_h: SlackHarness
 
 
 def test_slack_deny_then_nothing_is_paid(slack_h: SlackHarness) -> None:
-    case_id = _review_case(slack_h)
+    case_id = review_case(slack_h)
     response = slack_h.click("U0FIN1", "deny", slack_h.buttons()["deny"])
     assert response.status_code == 200
     slack_h.settle()

@@ -10,6 +10,9 @@ import jsonschema
 import pytest
 import yaml
 
+from refund_desk.bot.doctor import REQUIRED_SCOPES
+from refund_desk.bot.listeners.policy_command import PolicyCommands
+from refund_desk.demo.slack.emulator import GRANTED_SCOPES
 from tests.slack_helpers import slack_specs
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -90,8 +93,6 @@ def test_the_messages_tab_is_on_for_the_dms_the_app_sends(manifest: dict[str, ob
 
 
 def test_the_usage_hint_lists_every_policy_subcommand(manifest: dict[str, object]) -> None:
-    from refund_desk.bot.listeners.policy_command import PolicyCommands
-
     [command] = [
         c
         for c in manifest["features"]["slash_commands"]  # type: ignore[index]
@@ -110,8 +111,5 @@ def test_the_message_shortcut_is_declared(manifest: dict[str, object]) -> None:
 def test_the_doctor_and_the_emulator_know_the_manifests_scopes(
     manifest: dict[str, object],
 ) -> None:
-    from refund_desk.bot.doctor import REQUIRED_SCOPES
-    from refund_desk.demo.slack.emulator import GRANTED_SCOPES
-
     scopes = set(manifest["oauth_config"]["scopes"]["bot"])  # type: ignore[index]
     assert set(REQUIRED_SCOPES) == scopes == set(GRANTED_SCOPES)

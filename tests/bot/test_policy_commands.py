@@ -19,6 +19,7 @@ from refund_desk.governance.drafts import save_draft
 from refund_desk.governance.versions import control
 from refund_desk.storage.audit import Actor, verify_chain
 from refund_desk.storage.models import AuditRecord, Case
+from tests.bot.helpers import approve
 from tests.conftest import TEST_SECRET
 from tests.helpers import ACME
 from tests.slack_helpers import SlackHarness, fixture
@@ -230,8 +231,7 @@ def test_pause_stops_every_execution_and_resume_carries_on(desk: SlackHarness) -
     big = desk.payment("900.00")
     manual = desk.post(desk.request(big, "600.00")).json()["id"]
     desk.settle()
-    desk.click("U0FIN1", "approve", desk.buttons()["approve"])
-    desk.settle()
+    approve(desk, "U0FIN1")
     for case_id in (automatic, manual):
         assert desk.get(case_id)["status"] == "approved"  # recorded, not paid
     assert desk.refunds_at_processor(big) == []

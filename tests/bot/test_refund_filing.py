@@ -22,9 +22,10 @@ from sqlmodel import col
 from refund_desk.bot.listeners.refund_command import FILE_CASE, file_case
 from refund_desk.cases.intake import parse_request, submit
 from refund_desk.storage.audit import Actor
-from refund_desk.storage.jobs import ClaimedJob, enqueue
+from refund_desk.storage.jobs import ClaimedJob, queue
 from refund_desk.storage.models import Case, Job
-from tests.helpers import ACME, CUSTOMER
+from tests.bot.helpers import typed
+from tests.helpers import ACME
 from tests.slack_helpers import SlackHarness
 
 OPERATOR = "U0OPS1"
@@ -36,17 +37,6 @@ POLICY = ACME.read_text().replace(
 @pytest.fixture()
 def desk(any_db_url: str, slack_desk: Callable[[str, str], SlackHarness]) -> SlackHarness:
     return slack_desk(any_db_url, POLICY)
-
-
-def typed(payment: str, amount: str | None) -> dict[str, str | None]:
-    return {
-        "payment": payment,
-        "email": CUSTOMER,
-        "currency": "USD",
-        "amount": amount,
-        "reason": "damaged",
-        "message": "Box crushed.",
-    }
 
 
 def file(desk: SlackHarness, values: dict[str, str | None]) -> dict[str, Any]:
@@ -141,9 +131,8 @@ def queued_filing(desk: SlackHarness, payment: str) -> ClaimedJob:
         "view_id": None,
     }
     with desk.runtime.db.write() as session:
-        job = enqueue(session, kind=FILE_CASE, payload=payload)
-        assert job.id is not None
-    return ClaimedJob(job.id, FILE_CASE, payload, attempt=1, failures=0, max_attempts=5)
+        job_id = queue(session, kind=FILE_CASE, payload=payload)
+    return ClaimedJob(job_id, FILE_CASE, payload, attempt=1, failures=0, max_attempts=5)
 
 
 def test_a_case_planted_with_the_jobs_external_id_is_never_reported_as_the_operators(

@@ -6,26 +6,22 @@ Time is moved, not waited for: the sweeps are run as if it were later.
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
-import yaml
 
+from refund_desk.policy import parse_policy
+from refund_desk.policy.durations import sla_deadline
+from tests.bot.helpers import approve, wall_clock
 from tests.helpers import ACME
 from tests.slack_helpers import SlackHarness
 
 HOUR = 3600
 
 
-def wall_clock_policy() -> str:
-    raw = yaml.safe_load(ACME.read_text())
-    del raw["business_hours"]  # wall-clock SLAs: 4h for tier 3, reminder at half
-    return yaml.safe_dump(raw, sort_keys=False)
-
-
 @pytest.fixture()
 def desk(any_db_url: str, slack_desk: Callable[[str, str], SlackHarness]) -> SlackHarness:
-    return slack_desk(any_db_url, wall_clock_policy())
+    return slack_desk(any_db_url, wall_clock(ACME.read_text()))
 
 
 def thread_lines(desk: SlackHarness) -> list[str]:
@@ -91,8 +87,7 @@ def test_processor_down_parks_and_tells_the_thread_then_pays_once(desk: SlackHar
     case_id = desk.post(desk.request(payment, "600.00")).json()["id"]
     desk.settle()
     desk.sandbox.set_fault("down")
-    desk.click("U0FIN1", "approve", desk.buttons()["approve"])
-    desk.settle()
+    approve(desk, "U0FIN1")
     for step in range(1, 12):
         desk.sweep(seconds_ahead=step * 600, batches=1)
     case = desk.get(case_id)
@@ -112,11 +107,6 @@ def test_sla_deadline_counts_business_hours(
     payment = desk.payment("900.00")
     case_id = desk.post(desk.request(payment, "600.00")).json()["id"]
     case = desk.get(case_id)
-    from datetime import datetime
-
-    from refund_desk.policy import parse_policy
-    from refund_desk.policy.durations import sla_deadline
-
     created = datetime.fromisoformat(case["created_at"])
     expected = sla_deadline(parse_policy(ACME.read_text()), 3, created)
     assert expected is not None

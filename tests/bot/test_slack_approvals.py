@@ -10,9 +10,13 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 import pytest
+from sqlalchemy import select
+from sqlmodel import col
 
 from refund_desk import clock
 from refund_desk.cases import tokens
+from refund_desk.storage.models import AuditRecord
+from tests.bot.helpers import approve, review_case
 from tests.helpers import ACME
 from tests.slack_helpers import SlackHarness
 
@@ -20,16 +24,6 @@ from tests.slack_helpers import SlackHarness
 @pytest.fixture()
 def desk(any_db_url: str, slack_desk: Callable[[str, str], SlackHarness]) -> SlackHarness:
     return slack_desk(any_db_url, ACME.read_text().replace("limit: 500", "limit: 100"))
-
-
-def review_case(
-    desk: SlackHarness, amount: str = "600.00", paid: str = "900.00", **payment_kw: object
-) -> str:
-    payment = desk.payment(paid, **payment_kw)  # type: ignore[arg-type]
-    body = desk.post(desk.request(payment, amount)).json()
-    assert body["status"] == "awaiting_approval", body
-    desk.settle()
-    return str(body["id"])
 
 
 def test_a_case_for_review_becomes_a_card_with_buttons(desk: SlackHarness) -> None:
@@ -62,18 +56,9 @@ def test_an_authorized_click_refunds_once_and_updates_the_card(desk: SlackHarnes
 def test_bad_signature_is_401_and_old_requests_are_refused(desk: SlackHarness) -> None:
     case_id = review_case(desk)
     value = desk.buttons()["approve"]
-    body = "payload=%7B%7D"
-    assert (
-        desk.post_slack(
-            body,
-            {
-                "X-Slack-Request-Timestamp": "1",
-                "X-Slack-Signature": "v0=00",
-                "Content-Type": "application/x-www-form-urlencoded",
-            },
-        ).status_code
-        == 401
-    )
+    forged = {"X-Slack-Request-Timestamp": "1", "X-Slack-Signature": "v0=00"}
+    headers = {**forged, "Content-Type": "application/x-www-form-urlencoded"}
+    assert desk.post_slack("payload=%7B%7D", headers).status_code == 401
     old = int((clock.now() - timedelta(minutes=6)).timestamp())
     assert desk.click("U0FIN1", "approve", value, timestamp=old).status_code == 401
     desk.settle()
@@ -109,11 +94,6 @@ def test_twenty_concurrent_clicks_are_one_refund(desk: SlackHarness) -> None:
 
 def _global_refusals(desk: SlackHarness) -> list[dict[str, object]]:
     """Refusals of tokens that could not be verified carry no case id, only the claimed one."""
-    from sqlalchemy import select
-    from sqlmodel import col
-
-    from refund_desk.storage.models import AuditRecord
-
     with desk.runtime.db.read() as session:
         rows = session.scalars(
             select(AuditRecord)
@@ -201,8 +181,7 @@ def test_tier_four_needs_two_approvers_the_second_on_the_fresh_card(desk: SlackH
         "already_decided",
         "stale",
     ]
-    desk.click("U0FIN2", "approve", desk.buttons()["approve"])
-    desk.settle()
+    approve(desk, "U0FIN2")
     case = desk.get(case_id)
     assert case["status"] == "refunded"
     assert len(desk.refunds_at_processor(case["payment"])) == 1

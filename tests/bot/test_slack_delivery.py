@@ -13,7 +13,9 @@ from sqlalchemy import select
 from sqlmodel import col
 
 from refund_desk.bot.outbox import SLACK_CALL
+from refund_desk.cases import approvals
 from refund_desk.storage.models import Job
+from tests.bot.helpers import approve, finance_case
 from tests.helpers import ACME
 from tests.slack_helpers import SlackHarness, fixture
 
@@ -48,9 +50,7 @@ def test_a_card_slack_will_not_take_is_not_retried_and_reaches_the_leads(
     else:
         for key, value in change.items():
             setattr(ws.channels["C0FINANCE"], key, value)
-    payment = desk.payment("900.00")
-    case_id = desk.post(desk.request(payment, "600.00")).json()["id"]
-    desk.settle()
+    case_id = finance_case(desk)
     for seconds in (60, 600, 3600):
         desk.sweep(seconds_ahead=seconds)
     posts = [p for m, p in desk.slack.calls if m == "chat.postMessage"]
@@ -76,9 +76,7 @@ def test_a_card_slack_will_not_take_is_not_retried_and_reaches_the_leads(
 
 
 def test_a_delivered_card_is_on_the_case(desk: SlackHarness) -> None:
-    payment = desk.payment("900.00")
-    case_id = desk.post(desk.request(payment, "600.00")).json()["id"]
-    desk.settle()
+    case_id = finance_case(desk)
     slack = desk.get(case_id)["slack"]
     assert slack["status"] == "delivered" and slack["channel"] == "C0FINANCE"
 
@@ -86,9 +84,7 @@ def test_a_delivered_card_is_on_the_case(desk: SlackHarness) -> None:
 def test_a_rate_limit_on_the_managers_dm_never_posts_the_thread_line_twice(
     desk: SlackHarness,
 ) -> None:
-    payment = desk.payment("900.00")
-    desk.post(desk.request(payment, "600.00")).json()
-    desk.settle()
+    finance_case(desk)
     desk.slack.rate_limits["chat.postMessage U0MGR1"] = 1
     desk.escalate("U0FIN1", desk.buttons()["escalate"])
     desk.settle()
@@ -103,11 +99,8 @@ def test_a_rate_limit_on_the_managers_dm_never_posts_the_thread_line_twice(
 
 
 def test_a_refusal_answers_through_the_response_url(desk: SlackHarness) -> None:
-    payment = desk.payment("900.00")
-    desk.post(desk.request(payment, "600.00"))
-    desk.settle()
-    desk.click("U0STRANGER", "approve", desk.buttons()["approve"])
-    desk.settle()
+    finance_case(desk)
+    approve(desk, "U0STRANGER")
     [told] = [m for m in desk.slack.ephemeral if m.to == "U0STRANGER"]
     assert told.text.startswith(":no_entry:")
     assert "chat.postEphemeral" not in desk.slack.methods()  # respond(), not the Web API
@@ -116,9 +109,7 @@ def test_a_refusal_answers_through_the_response_url(desk: SlackHarness) -> None:
 def test_a_refusal_in_a_channel_without_the_bot_reaches_the_person_as_a_dm(
     desk: SlackHarness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    payment = desk.payment("900.00")
-    desk.post(desk.request(payment, "600.00"))
-    desk.settle()
+    finance_case(desk)
     token = desk.buttons()["approve"]
     desk.slack.workspace.channels["C0FINANCE"].member = False
     expired = f"{desk.slack.base_url}sandbox/slack/respond/expired"
@@ -132,17 +123,12 @@ def test_a_refusal_in_a_channel_without_the_bot_reaches_the_person_as_a_dm(
 def test_an_unexpected_error_shows_an_incident_id_never_the_exception(
     desk: SlackHarness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from refund_desk.cases import approvals
-
     def boom(*args: object, **kwargs: object) -> None:
         raise RuntimeError("database password is hunter2")
 
     monkeypatch.setattr(approvals, "act", boom)
-    payment = desk.payment("900.00")
-    desk.post(desk.request(payment, "600.00"))
-    desk.settle()
-    desk.click("U0FIN1", "approve", desk.buttons()["approve"])
-    desk.settle()
+    finance_case(desk)
+    approve(desk, "U0FIN1")
     [told] = [m for m in desk.slack.ephemeral if m.to == "U0FIN1"]
     assert "incident `" in told.text and "hunter2" not in told.text
 
@@ -150,16 +136,14 @@ def test_an_unexpected_error_shows_an_incident_id_never_the_exception(
 def test_a_click_is_acknowledged_while_background_work_fills_its_pool(
     desk: SlackHarness,
 ) -> None:
-    payment = desk.payment("900.00")
-    case_id = desk.post(desk.request(payment, "600.00")).json()["id"]
-    desk.settle()
-    approve = desk.buttons()["approve"]
+    case_id = finance_case(desk)
+    token = desk.buttons()["approve"]
     release = threading.Event()
     busy = [desk.surface.pool.submit(release.wait) for _ in range(8)]  # Stripe, backtests...
     answered: list[int] = []
     try:
         clicker = threading.Thread(
-            target=lambda: answered.append(desk.click("U0FIN1", "approve", approve).status_code)
+            target=lambda: answered.append(desk.click("U0FIN1", "approve", token).status_code)
         )
         clicker.start()
         clicker.join(timeout=20)  # a liveness bound, far above Slack's 3 s: not a timing test
@@ -176,8 +160,7 @@ def test_a_click_is_acknowledged_while_background_work_fills_its_pool(
 
 def test_inviting_the_bot_posts_the_cards_it_could_not_take(desk: SlackHarness) -> None:
     desk.slack.workspace.channels["C0FINANCE"].member = False
-    case_id = desk.post(desk.request(desk.payment("900.00"), "600.00")).json()["id"]
-    desk.settle()
+    case_id = finance_case(desk)
     assert desk.get(case_id)["slack"]["status"] == "not delivered to Slack"
     desk.slack.workspace.channels["C0FINANCE"].member = True  # /invite @Refund Desk
     joined = fixture("app_home_opened.json")

@@ -8,6 +8,7 @@ from collections.abc import Callable
 import pytest
 
 from refund_desk.bot.listeners.refund_command import prefill
+from tests.bot.helpers import approve, finance_case, typed
 from tests.helpers import ACME, CUSTOMER
 from tests.slack_helpers import SlackHarness, fixture
 
@@ -24,19 +25,7 @@ def desk(sqlite_url: str, slack_desk: Callable[[str, str], SlackHarness]) -> Sla
 def _file(desk: SlackHarness, user: str, payment: str, amount: str) -> str:
     desk.slash(user, "/refund")
     view = desk.slack.views[-1]
-    desk.submit(
-        user,
-        "file_case_modal",
-        view["private_metadata"],
-        {
-            "payment": payment,
-            "email": CUSTOMER,
-            "currency": "USD",
-            "amount": amount,
-            "reason": "damaged",
-            "message": "Box crushed.",
-        },
-    )
+    desk.submit(user, "file_case_modal", view["private_metadata"], typed(payment, amount))
     desk.settle()
     told = [m for m in desk.slack.ephemeral if m.to == user and "Filed case" in m.text]
     return told[-1].text.split("`")[1]
@@ -51,8 +40,7 @@ def test_the_filer_hears_how_the_case_ended_with_a_link_to_its_thread(
 ) -> None:
     case_id = _file(desk, "U0OPS1", desk.payment("900.00"), "600.00")
     assert _dms(desk, "U0OPS1") == []  # waiting is not an end
-    desk.click("U0FIN1", "approve", desk.buttons()["approve"])
-    desk.settle()
+    approve(desk, "U0FIN1")
     assert desk.get(case_id)["status"] == "refunded"
     [dm] = _dms(desk, "U0OPS1")
     assert case_id in dm and "was refunded" in dm
@@ -119,8 +107,7 @@ def test_modals_use_number_and_email_inputs_and_refund_takes_the_amount_as_typed
     # /refund's amount is text the app checks: empty there means what is left to refund, so
     # letters must reach the app, not arrive as an empty number (test_refund_filing.py)
     assert types["amount"] == "plain_text_input" and types["email"] == "email_text_input"
-    desk.post(desk.request(desk.payment("900.00"), "600.00"))
-    desk.settle()
+    finance_case(desk)
     desk.click("U0FIN1", "approve_partial", desk.buttons()["approve_partial"])
     partial = desk.slack.views[-1]
     assert partial["callback_id"] == "partial_modal"
@@ -131,8 +118,7 @@ def test_modals_use_number_and_email_inputs_and_refund_takes_the_amount_as_typed
 def test_app_home_shows_the_queue_with_the_cards_buttons_and_they_decide(
     desk: SlackHarness,
 ) -> None:
-    case_id = desk.post(desk.request(desk.payment("900.00"), "600.00")).json()["id"]
-    desk.settle()
+    case_id = finance_case(desk)
     opened = fixture("app_home_opened.json")  # U0FIN1's home
     desk.event(opened)
     desk.settle()

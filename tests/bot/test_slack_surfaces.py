@@ -9,6 +9,7 @@ from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 
 from refund_desk.demo.slack import SlackEmulator
+from tests.bot.helpers import approve, finance_case
 from tests.helpers import ACME
 from tests.slack_helpers import TOKEN, SlackHarness, fixture
 
@@ -57,11 +58,9 @@ def test_refund_command_files_a_case_with_the_operator_as_requester(desk: SlackH
     case = desk.get(case_id)
     assert case["status"] == "awaiting_approval" and case["source"] == "slack"
     # Segregation of duties: the operator who filed it may not approve it.
-    desk.click("U0FIN1", "approve", desk.buttons()["approve"])
-    desk.settle()
+    approve(desk, "U0FIN1")
     assert [r["payload"]["code"] for r in desk.refusals(case_id)] == ["own_request"]
-    desk.click("U0FIN2", "approve", desk.buttons()["approve"])
-    desk.settle()
+    approve(desk, "U0FIN2")
     assert desk.get(case_id)["status"] == "refunded"
 
 
@@ -95,9 +94,7 @@ def test_refund_policy_command_reads_the_policy(desk: SlackHarness) -> None:
 
 
 def test_app_home_shows_the_viewers_queue(desk: SlackHarness) -> None:
-    payment = desk.payment("900.00")
-    case_id = desk.post(desk.request(payment, "600.00")).json()["id"]
-    desk.settle()
+    case_id = finance_case(desk)
     assert desk.event(fixture("app_home_opened.json")).status_code == 200
     desk.settle()
     home = desk.slack.home["U0FIN1"]
@@ -111,9 +108,7 @@ def test_app_home_shows_the_viewers_queue(desk: SlackHarness) -> None:
 
 
 def test_escalation_sends_the_card_to_managers_who_may_approve(desk: SlackHarness) -> None:
-    payment = desk.payment("900.00")
-    case_id = desk.post(desk.request(payment, "600.00")).json()["id"]
-    desk.settle()
+    case_id = finance_case(desk)
     desk.click("U0MGR1", "approve", desk.buttons()["approve"])  # not yet escalated
     desk.escalate("U0FIN1", desk.buttons()["escalate"])
     desk.settle()
@@ -128,9 +123,7 @@ def test_escalation_sends_the_card_to_managers_who_may_approve(desk: SlackHarnes
 
 def test_outbox_waits_out_a_rate_limit_and_loses_nothing(desk: SlackHarness) -> None:
     desk.slack.rate_limits["chat.postMessage"] = 2
-    payment = desk.payment("900.00")
-    desk.post(desk.request(payment, "600.00"))
-    desk.settle()
+    finance_case(desk)
     assert desk.slack.in_channel("C0FINANCE") == []  # rate limited: waiting, not failed
     desk.sweep(seconds_ahead=5)
     desk.sweep(seconds_ahead=10)

@@ -19,6 +19,7 @@ from refund_desk.policy.errors import PolicyInvalid
 from refund_desk.policy.schema import parse_policy
 from refund_desk.runtime import Runtime
 from refund_desk.storage.models import Case
+from tests.bot.helpers import approve, finance_case
 from tests.helpers import ACME, Harness
 from tests.slack_helpers import SlackHarness
 
@@ -45,18 +46,16 @@ def desk(
 def test_someone_removed_from_the_group_can_no_longer_approve_an_open_case(
     desk: SlackHarness,
 ) -> None:
-    payment = desk.payment("900.00")
-    case_id = desk.post(desk.request(payment, "600.00")).json()["id"]
-    desk.settle()
+    case_id = finance_case(desk)
     card = desk.card("C0FINANCE")
-    approve = desk.slack.buttons(card)["approve"]
+    token = desk.slack.buttons(card)["approve"]
     desk.slack.workspace.usergroups["S0FINANCE"] = ["U0FIN1"]  # an admin removes U0FIN2
     with clock.travel(timedelta(seconds=61)):  # what was read is relied on for a minute at most
-        desk.click("U0FIN2", "approve", approve)
+        desk.click("U0FIN2", "approve", token)
         desk.settle()
         assert [r["payload"]["code"] for r in desk.refusals(case_id)] == ["not_an_approver"]
         assert desk.get(case_id)["status"] == "awaiting_approval"
-        desk.click("U0FIN1", "approve", approve)
+        desk.click("U0FIN1", "approve", token)
         desk.settle()
     assert desk.get(case_id)["status"] == "refunded"
     reads = [p for m, p in desk.slack.calls if m == "usergroups.users.list"]
@@ -64,14 +63,10 @@ def test_someone_removed_from_the_group_can_no_longer_approve_an_open_case(
 
 
 def test_a_group_member_approves_and_a_stranger_is_refused(desk: SlackHarness) -> None:
-    payment = desk.payment("900.00")
-    case_id = desk.post(desk.request(payment, "600.00")).json()["id"]
-    desk.settle()
-    desk.click("U0STRANGER", "approve", desk.buttons()["approve"])
-    desk.settle()
+    case_id = finance_case(desk)
+    approve(desk, "U0STRANGER")
     assert [r["payload"]["code"] for r in desk.refusals(case_id)] == ["not_an_approver"]
-    desk.click("U0FIN2", "approve", desk.buttons()["approve"])
-    desk.settle()
+    approve(desk, "U0FIN2")
     assert desk.get(case_id)["status"] == "refunded"
 
 
