@@ -66,7 +66,6 @@ def load_version(session: Session, version: int) -> LoadedPolicy:
 
 
 ACTIVE_VERSION = select(col(Control.active_version)).where(col(Control.id) == 1)  # built once
-_PAUSED = select(col(Control.paused)).where(col(Control.id) == 1)
 
 
 def active_version(session: Session) -> int | None:

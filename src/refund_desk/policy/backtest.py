@@ -104,12 +104,6 @@ class Bucket:
         if len(self.examples) < EXAMPLES:
             self.examples.append(case.id)
 
-    def merge(self, other: Bucket) -> None:
-        self.cases += other.cases
-        for currency, amount in other.amounts.items():
-            self.amounts[currency] = self.amounts.get(currency, 0) + amount
-        self.examples = (self.examples + other.examples)[:EXAMPLES]
-
     def to_dict(self) -> dict[str, Any]:
         return {"cases": self.cases, "amounts": dict(self.amounts), "examples": self.examples}
 
@@ -150,22 +144,6 @@ class Tally:
         key = (str(case.outcome), replayed.outcome)
         self.flips.setdefault(key, Bucket()).add(case)
         rule["flips"].setdefault(f"{key[0]}->{key[1]}", Bucket()).add(case)
-
-    def merge(self, other: Tally) -> None:
-        """Add another part's totals (a backtest split over worker processes)."""
-        self.cases += other.cases
-        self.unchanged += other.unchanged
-        self.skipped += other.skipped
-        self.errors.merge(other.errors)
-        for key, bucket in other.flips.items():
-            self.flips.setdefault(key, Bucket()).merge(bucket)
-        for route, bucket in other.routes.items():
-            self.routes.setdefault(route, Bucket()).merge(bucket)
-        for rule, data in other.rules.items():
-            mine = self.rules.setdefault(rule, {"decided": 0, "flips": {}})
-            mine["decided"] += data["decided"]
-            for key, bucket in data["flips"].items():
-                mine["flips"].setdefault(key, Bucket()).merge(bucket)
 
     def summary(self) -> dict[str, Any]:
         """JSON-ready: what the gate stores and the Slack message shows."""
@@ -231,10 +209,9 @@ def replay(
     sink: Callable[[Replayed], None] | None = None,
     progress: Callable[[int], None] | None = None,
     every: int = 5000,
-    tally: Tally | None = None,
 ) -> Tally:
     """Decide every case again; ``sink`` sees each changed case, ``progress`` the count."""
-    tally = tally if tally is not None else Tally()
+    tally = Tally()
     for case in cases:
         if case.facts is None or case.outcome not in COMPARED:
             tally.skipped += 1

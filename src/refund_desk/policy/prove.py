@@ -51,6 +51,7 @@ from refund_desk.policy.smt import (
     GUARDRAIL_FACTS,
     GUARDRAIL_READS,
     KNOWN_SOURCES,
+    OUTCOME_CODE,
     Encoded,
     Universe,
     Unsupported,
@@ -216,7 +217,7 @@ def _verdict_terms(
             z3.Implies(
                 k == i,
                 z3.And(
-                    terms["outcome"] == {"deny": 0, "review": 1, "approve": 2}[v.outcome],
+                    terms["outcome"] == OUTCOME_CODE[v.outcome],
                     terms["tier"] == v.tier,
                     terms["limit"] == (v.limit if v.limit is not None else -1),
                     terms["group"] == gid,
@@ -654,28 +655,6 @@ class _Run:
 
 def _rv(value: Fraction) -> z3.ArithRef:
     return z3.RealVal(f"{value.numerator}/{value.denominator}")
-
-
-def _optimum(opt: z3.Optimize, term: Any, *, minimize: bool) -> tuple[Fraction, bool] | None:
-    """(bound, strict) of ``term`` over the region, ``None`` when unbounded."""
-    opt.push()
-    handle = opt.minimize(term) if minimize else opt.maximize(term)
-    result = opt.check()
-    value = handle.value() if result == z3.sat else None
-    opt.pop()
-    if value is None:
-        return None
-    text = str(value)
-    if "oo" in text:
-        return None
-    strict = "epsilon" in text
-    if strict:
-        value = value.children()[0]
-    if z3.is_int_value(value):
-        return Fraction(value.as_long()), strict
-    if z3.is_rational_value(value):
-        return Fraction(value.numerator_as_long(), value.denominator_as_long()), strict
-    return None
 
 
 # --- engine side -----------------------------------------------------------------------------

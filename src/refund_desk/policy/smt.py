@@ -64,7 +64,6 @@ FRESH_STRINGS: tuple[str, ...] = ("unlisted-1", "unlisted-2", "unlisted-3")
 """Strings no policy names: a free string fact equal to none of the literals."""
 
 OUTCOME_CODE = {"deny": 0, "review": 1, "approve": 2}
-CODE_OUTCOME = {v: k for k, v in OUTCOME_CODE.items()}
 
 
 class Unsupported(Exception):
@@ -620,10 +619,6 @@ class Verdict:
     limit: int | None = None
     currency: str = ""
 
-    @property
-    def automatic(self) -> bool:
-        return self.outcome == "approve" and self.tier <= 2
-
 
 @dataclass(frozen=True)
 class Path:
@@ -631,7 +626,6 @@ class Path:
 
     label: str
     rule: str
-    error: bool
     guardrail: str | None
     verdict: Verdict
     cond: Any
@@ -652,7 +646,6 @@ class Encoded:
     doc: PolicyDocument
     paths: list[Path]
     opaque: list[Opaque]
-    facts: set[str]
     rule_facts: dict[str, set[str]]
 
 
@@ -685,7 +678,6 @@ def encode_policy(
     """Every path through the rules and the guardrails, each with its condition."""
     tr = Translator(uni, doc.currency)
     opaque: list[Opaque] = []
-    facts: set[str] = set()
     rule_facts: dict[str, set[str]] = {}
     # (rule id, error?, decides, condition) before guardrails
     pre: list[tuple[str, bool, Decides, Any]] = []
@@ -697,7 +689,6 @@ def encode_policy(
             try:
                 sym = tr.sym(tree)
                 rule_facts[rule.id] = facts_of(tree)
-                facts |= rule_facts[rule.id]
             except Unsupported as exc:
                 tree = exc
         if sym is None:
@@ -720,7 +711,7 @@ def encode_policy(
     shared = _guardrail_terms(doc, uni)
     for rule_id, error, decides, cond in pre:
         paths += _guardrail_paths(doc, shared, rule_id, error, decides, cond)
-    return Encoded(doc, paths, opaque, facts, rule_facts)
+    return Encoded(doc, paths, opaque, rule_facts)
 
 
 GUARDRAIL_FACTS = (
@@ -803,7 +794,7 @@ def _guardrail_paths(
 
     def add(suffix: str | None, verdict: Verdict, c: Any) -> None:
         name = label if suffix is None else f"{label} -> {suffix}"
-        out.append(Path(name, rule_id, error, suffix, verdict, z3.And(cond, c)))
+        out.append(Path(name, rule_id, suffix, verdict, z3.And(cond, c)))
 
     rest: Any = _true()
     if outcome == "deny":
