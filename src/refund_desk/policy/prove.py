@@ -27,7 +27,7 @@ import json
 import math
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from decimal import Decimal
 from fractions import Fraction
 from pathlib import Path as FilePath
@@ -286,9 +286,15 @@ def _prove(old: PolicyDocument | str, new: PolicyDocument | str, *, describe: bo
     old_doc, new_doc = load_policy(old), load_policy(new)
     old_trees, new_trees = rule_trees(old_doc), rule_trees(new_doc)
     literals: set[str] = set()
+    numbers = {Decimal(0), Decimal(1)}  # where a bound can lie: the literals rules compare with
+    for doc in (old_doc, new_doc):
+        if doc.advisor.min_confidence is not None:
+            numbers.add(Decimal(repr(doc.advisor.min_confidence)))
     for tree in (*old_trees.values(), *new_trees.values()):
         if isinstance(tree, tuple):
-            literals |= set(string_literals(tree))
+            literals |= string_literals(tree)
+            numbers |= {abs(n) for n in number_literals(tree)}
+            numbers |= {-abs(n) for n in number_literals(tree)}
     uni = Universe.build([old_doc, new_doc], literals)
     enc_old = encode_policy(old_doc, uni, old_trees)
     enc_new = encode_policy(new_doc, uni, new_trees)
@@ -299,9 +305,7 @@ def _prove(old: PolicyDocument | str, new: PolicyDocument | str, *, describe: bo
     solver = z3.Solver()
     solver.set("timeout", CHECK_TIMEOUT_MS)
     solver.add(*uni.constraints, *def_old, *def_new, _differ(t_old, t_new))
-    engines = (CompiledPolicy.compile(old_doc), CompiledPolicy.compile(new_doc))
-    ctx = _Run(solver, uni, enc_old, enc_new, engines, literals)
-    ctx.describe = describe
+    ctx = _Run(solver, uni, enc_old, enc_new, literals, numbers, describe)
     regions: list[Region] = []
     finished = True
     while True:
@@ -352,33 +356,24 @@ class _Run:
         uni: Universe,
         old: Encoded,
         new: Encoded,
-        engines: tuple[CompiledPolicy, CompiledPolicy],
         literals: set[str],
+        numbers: set[Decimal],
+        describe: bool,
     ) -> None:
         self.literals = literals
-        self.describe = True
-        self.numbers: set[Decimal] = set()
-        for enc in (old, new):
-            if enc.doc.advisor.min_confidence is not None:
-                self.numbers.add(Decimal(repr(enc.doc.advisor.min_confidence)))
-            for tree in rule_trees(enc.doc).values():
-                if isinstance(tree, tuple):
-                    self.numbers |= {abs(n) for n in number_literals(tree)}
-                    self.numbers |= {-abs(n) for n in number_literals(tree)}
-        self.numbers |= {Decimal(0), Decimal(1)}
-        before = {r.id: r.when for r in old.doc.rules}
-        after = {r.id: r.when for r in new.doc.rules}
+        self.numbers = numbers
+        self.describe = describe
+        before = {(r.id, r.when) for r in old.doc.rules}
+        after = {(r.id, r.when) for r in new.doc.rules}
         self.changed_facts: set[str] = set()
-        for rule_id in set(before) ^ set(after) | {
-            i for i in set(before) & set(after) if before[i] != after[i]
-        }:
+        for rule_id, _ in before ^ after:  # rules added, removed or rewritten
             for enc in (old, new):
                 self.changed_facts |= enc.rule_facts.get(rule_id, set())
         self.solver = solver
         self.uni = uni
         self.old = old
         self.new = new
-        self.engines = engines
+        self.engines = (CompiledPolicy.compile(old.doc), CompiledPolicy.compile(new.doc))
         self.checks = 0
         self.nice = self._nice_groups()
 
@@ -547,17 +542,16 @@ class _Run:
         hi_open = hi is None or (hi[0] == ceiling and not hi[1])
         if lo_open and hi_open:
             return None
-        show = self._show(name)
         if lo_open and hi is not None:
-            return f"{'<' if hi[1] else '≤'} {show(hi[0])}"
+            return f"{'<' if hi[1] else '≤'} {self._show(name, hi[0])}"
         if hi_open and lo is not None:
-            return f"{'>' if lo[1] else '≥'} {show(lo[0])}"
+            return f"{'>' if lo[1] else '≥'} {self._show(name, lo[0])}"
         assert lo is not None and hi is not None
         if lo == hi:
-            return f"= {show(lo[0])}"
+            return f"= {self._show(name, lo[0])}"
         left = "above" if lo[1] else "from"
         right = "below" if hi[1] else "to"
-        return f"{left} {show(lo[0])} {right} {show(hi[0])}"
+        return f"{left} {self._show(name, lo[0])} {right} {self._show(name, hi[0])}"
 
     def _candidates(self, name: str) -> list[Fraction]:
         """Where a bound of ``name`` can lie: the literals the policies compare with."""
@@ -618,17 +612,10 @@ class _Run:
         # not pinned down: claim no bound on this side (the description stays a superset)
         return None
 
-    def _show(self, name: str) -> Any:
-        if name in MONEY_FACTS:
-            currency = self.old.doc.currency
-
-            def money_text(value: Fraction) -> str:
-                if value.denominator == 1:
-                    return money.format_money(int(value), currency)
-                return describe_number(value)
-
-            return money_text
-        return describe_number
+    def _show(self, name: str, value: Fraction) -> str:
+        if name in MONEY_FACTS and value.denominator == 1:
+            return money.format_money(int(value), self.old.doc.currency)
+        return describe_number(value)
 
     def _strings(self, name: str) -> str | None:
         v, null = self.uni.value[name], self.uni.null[name]
@@ -717,19 +704,14 @@ def _body(report: ProofReport) -> dict[str, Any]:
         "more_permissive": report.more_permissive,
         "complete": report.complete,
         "finished": report.finished,
-        "partial": [
-            {"version": p.version, "rule": p.rule, "construct": p.construct} for p in report.partial
-        ],
-        "settings": [
-            {"name": s.name, "old": s.old, "new": s.new, "permissive": s.permissive}
-            for s in report.settings
-        ],
+        "partial": [asdict(p) for p in report.partial],
+        "settings": [asdict(s) for s in report.settings],
         "regions": [
             {
                 "kind": r.kind,
                 "permissive": r.permissive,
-                "old": _side_json(r.old),
-                "new": _side_json(r.new),
+                "old": asdict(r.old),
+                "new": asdict(r.new),
                 "bounds": {b.fact: b.text for b in r.bounds},
                 "witness": r.witness,
                 "given": r.given,
@@ -737,16 +719,6 @@ def _body(report: ProofReport) -> dict[str, Any]:
             }
             for r in report.regions
         ],
-    }
-
-
-def _side_json(side: Side) -> dict[str, Any]:
-    return {
-        "path": side.path,
-        "outcome": side.outcome,
-        "tier": side.tier,
-        "approvers": side.approvers,
-        "limit": side.limit,
     }
 
 

@@ -26,8 +26,9 @@ few fresh strings that equal none of them). Each fact has a separate ``null`` fl
 from __future__ import annotations
 
 import hashlib
+import operator
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from fractions import Fraction
@@ -242,51 +243,35 @@ def parse_expression(text: str) -> Node:
     return node
 
 
-def string_literals(node: Node) -> Iterable[str]:
+def _nodes(node: Node) -> Iterator[Node]:
+    """A tree and every tree inside it (the items of an ``in`` list included)."""
+    yield node
+    for child in node[1:]:
+        if isinstance(child, tuple):
+            for item in [child] if child and isinstance(child[0], str) else child:
+                if isinstance(item, tuple):
+                    yield from _nodes(item)
+
+
+def string_literals(node: Node) -> set[str]:
     """Every string literal in a tree."""
-    if node[0] == "str":
-        yield node[1]
-    for child in node[1:]:
-        if isinstance(child, tuple):
-            if child and isinstance(child[0], str):
-                yield from string_literals(child)
-            else:
-                for item in child:
-                    if isinstance(item, tuple):
-                        yield from string_literals(item)
+    return {n[1] for n in _nodes(node) if n[0] == "str"}
 
 
-def number_literals(node: Node) -> Iterable[Decimal]:
+def number_literals(node: Node) -> set[Decimal]:
     """Every number literal in a tree (interval bounds included)."""
-    if node[0] == "num":
-        yield Decimal(node[1])
-    if node[0] == "interval":
-        yield node[2]
-        yield node[3]
-    for child in node[1:]:
-        if isinstance(child, tuple):
-            if child and isinstance(child[0], str):
-                yield from number_literals(child)
-            else:
-                for item in child:
-                    if isinstance(item, tuple):
-                        yield from number_literals(item)
+    out: set[Decimal] = set()
+    for n in _nodes(node):
+        if n[0] == "num":
+            out.add(Decimal(n[1]))
+        elif n[0] == "interval":
+            out |= {n[2], n[3]}
+    return out
 
 
 def facts_of(node: Node) -> set[str]:
     """Facts a tree reads."""
-    if node[0] == "fact":
-        return {node[1]}
-    out: set[str] = set()
-    for child in node[1:]:
-        if isinstance(child, tuple):
-            if child and isinstance(child[0], str):
-                out |= facts_of(child)
-            else:
-                for item in child:
-                    if isinstance(item, tuple):
-                        out |= facts_of(item)
-    return out
+    return {n[1] for n in _nodes(node) if n[0] == "fact"}
 
 
 # --- facts as solver variables ---------------------------------------------------------------
@@ -344,12 +329,11 @@ class Universe:
         codes = {d.currency for d in docs}
         codes |= {t.upper() for t in lits if t.upper() in money.CURRENCIES}
         for exp in sorted(set(money.CURRENCIES.values())):
-            if not any(money.CURRENCIES[c] == exp for c in codes):
-                codes.add(next(c for c in sorted(money.CURRENCIES) if money.CURRENCIES[c] == exp))
-        for exp in sorted(set(money.CURRENCIES.values())):
+            alike = [c for c in sorted(money.CURRENCIES) if money.CURRENCIES[c] == exp]
+            if not codes.intersection(alike):
+                codes.add(alike[0])
             # a second currency of each exponent that no policy names (a foreign payment)
-            spare = [c for c in sorted(money.CURRENCIES) if money.CURRENCIES[c] == exp]
-            spare = [c for c in spare if c not in codes]
+            spare = [c for c in alike if c not in codes]
             if spare:
                 codes.add(spare[0])
         spellings: set[str] = set()
@@ -478,6 +462,9 @@ def _exact_divisor(value: Decimal) -> bool:
     return num == 1
 
 
+_ARITHMETIC = {"+": operator.add, "-": operator.sub, "*": operator.mul}
+
+
 class Translator:
     """Expression trees -> ``Sym`` over one universe, reading money in ``currency``'s units."""
 
@@ -582,12 +569,8 @@ class Translator:
             return _boolean(numeric, cmp)
         if op == "+" and self._may_be_string(left) and self._may_be_string(right):
             raise Unsupported("string concatenation")
-        if op == "+":
-            return Sym(err=numeric, isn=_true(), n=x.n + y.n)
-        if op == "-":
-            return Sym(err=numeric, isn=_true(), n=x.n - y.n)
-        if op == "*":
-            return Sym(err=numeric, isn=_true(), n=x.n * y.n)
+        if op in _ARITHMETIC:
+            return Sym(err=numeric, isn=_true(), n=_ARITHMETIC[op](x.n, y.n))
         divisor = _literal_number(right)
         assert divisor is not None
         if divisor == 0:  # zen gives null for a division by zero
