@@ -7,7 +7,6 @@ for the whole run. The recorded run (`PolicyBacktest`) is what the publishing ga
 
 from __future__ import annotations
 
-import csv
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, nullcontext
@@ -23,26 +22,17 @@ from sqlmodel import Session, col
 from refund_desk import clock
 from refund_desk.cases.errors import InvalidRequest
 from refund_desk.policy import CompiledPolicy, PolicyInvalid, parse_policy, policy_hash
-from refund_desk.policy.backtest import (
-    CSV_COLUMNS,
-    CsvSink,
-    StoredCase,
-    replay,
-    summary_text,
-)
+from refund_desk.policy.backtest import CsvSink, StoredCase, replay, summary_text
 from refund_desk.storage.audit import Actor, AuditLog
 from refund_desk.storage.db import Database
 from refund_desk.storage.models import Case, PolicyBacktest, PolicyDraft
 from refund_desk.text import Code, Text, text
 
 BATCH = 2000
-DEFAULT_DAYS = 30
 PROGRESS_EVERY = 2000
+BACKTEST_DAYS = 30  # the publishing gate wants a backtest over at least this many days
 
 SessionFactory = Callable[[], AbstractContextManager[Session]]
-
-
-BACKTEST_DAYS = 30  # the publishing gate wants a backtest over at least this many days
 
 
 def require_backtest(session: Session, content_hash: str) -> PolicyBacktest:
@@ -86,28 +76,19 @@ class BacktestRun:
 
 
 def stream_cases(
-    open_session: SessionFactory,
-    *,
-    since: datetime,
-    batch: int = BATCH,
-    lo: str | None = None,
-    hi: str | None = None,
+    open_session: SessionFactory, *, since: datetime, batch: int = BATCH
 ) -> Iterator[StoredCase]:
-    """Cases created since ``since`` with ids in [lo, hi), in id order, a batch at a time.
+    """Cases created since ``since``, in id order, a batch at a time.
 
     Only the decision's outcome, rule, tier and approver group are read (extracted in SQL), not
-    its whole trace;
-    the facts come as text and are decoded with orjson, which is most of the cost per row.
+    its whole trace; the facts come as text, decoded with orjson.
     """
     decision = col(Case.decision)
-    last, first = lo or "", True
+    last: str | None = None
     while True:
-        where = [
-            col(Case.created_at) >= since,
-            col(Case.id) >= last if first else col(Case.id) > last,
-        ]
-        if hi is not None:
-            where.append(col(Case.id) < hi)
+        where = [col(Case.created_at) >= since]
+        if last is not None:
+            where.append(col(Case.id) > last)
         with open_session() as session:
             rows = session.execute(
                 select(
@@ -132,7 +113,7 @@ def stream_cases(
             )
         if len(rows) < batch:
             return
-        last, first = rows[-1][0], False
+        last = rows[-1][0]
 
 
 def run_backtest(
@@ -140,7 +121,7 @@ def run_backtest(
     policy: CompiledPolicy,
     *,
     label: str,
-    days: int = DEFAULT_DAYS,
+    days: int = BACKTEST_DAYS,
     now: datetime | None = None,
     csv_out: IO[str] | None = None,
     progress: Callable[[int], None] | None = None,
@@ -156,8 +137,6 @@ def run_backtest(
     now = now or clock.now()
     since = now - timedelta(days=days)
     started = time.perf_counter()
-    if csv_out is not None:
-        csv.writer(csv_out).writerow(CSV_COLUMNS)
     if isinstance(source, Session):
         open_session: SessionFactory = lambda: nullcontext(source)  # noqa: E731
     else:
@@ -165,7 +144,7 @@ def run_backtest(
     tally = replay(
         policy,
         stream_cases(open_session, since=since),
-        sink=CsvSink(csv_out, header=False) if csv_out is not None else None,
+        sink=CsvSink(csv_out) if csv_out is not None else None,
         progress=progress,
         every=PROGRESS_EVERY,
     )

@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import IO, Any
 
 from refund_desk import money
-from refund_desk.policy.context import FACTS
+from refund_desk.policy.context import null_context
 from refund_desk.policy.engine import CompiledPolicy
 from refund_desk.policy.errors import ContextInvalid
 from refund_desk.text import Code, Mark, Text, join, lines, text
@@ -169,10 +169,7 @@ class Tally:
         }
 
 
-_SHAPE: dict[str, frozenset[str]] = {}
-for _name in FACTS:
-    _section, _field = _name.split(".", 1)
-    _SHAPE[_section] = _SHAPE.get(_section, frozenset()) | {_field}
+_SHAPE = {section: frozenset(facts) for section, facts in null_context().items()}
 
 
 def _complete(facts: Mapping[str, Any]) -> bool:
@@ -185,9 +182,9 @@ def _complete(facts: Mapping[str, Any]) -> bool:
 def decide_again(policy: CompiledPolicy, case: StoredCase) -> Replayed:
     """Decide a stored case's frozen facts with ``policy`` (no counterfactual: speed).
 
-    Facts were validated when the case was decided; a complete set goes straight to the
-    engine's decision (the same one ``evaluate`` makes after completing a context), which
-    halves the cost per case. Anything else takes the checked path.
+    Facts were validated when the case was decided: a complete set goes straight to the
+    engine's decision (the one ``evaluate`` makes after completing a context), anything else
+    takes the checked path.
     """
     assert case.facts is not None
     try:
@@ -228,10 +225,9 @@ def replay(
 class CsvSink:
     """Writes each changed case as a CSV row to a file as it comes: nothing is kept."""
 
-    def __init__(self, out: IO[str], *, header: bool = True) -> None:
+    def __init__(self, out: IO[str]) -> None:
         self._writer = csv.writer(out)
-        if header:
-            self._writer.writerow(CSV_COLUMNS)
+        self._writer.writerow(CSV_COLUMNS)
 
     def __call__(self, replayed: Replayed) -> None:
         case = replayed.case
@@ -262,6 +258,13 @@ def _amounts(amounts: Mapping[str, int]) -> str:
     return " + ".join(money.format_money(v, cur) for cur, v in sorted(amounts.items())) or "0"
 
 
+def _bucket(change: str, bucket: Mapping[str, Any]) -> Text:
+    """One kind of change: how many cases, how much money, a few examples."""
+    examples = join(", ", [Code(str(e)) for e in bucket["examples"]])
+    cases, amounts = _n(bucket["cases"], "case"), _amounts(bucket["amounts"])
+    return text(f"• {change}: {cases}, {amounts} (e.g. ", examples, ")")
+
+
 def summary_text(summary: Mapping[str, Any], *, label: str, days: int) -> Text:
     """A few lines for people: totals, the biggest changes with examples, errors."""
     cases = int(summary.get("cases", 0))
@@ -275,16 +278,7 @@ def summary_text(summary: Mapping[str, Any], *, label: str, days: int) -> Text:
         head + f"{_n(cases, 'case')}, {summary['unchanged']:,} unchanged, "
         f"{summary['changed']:,} would be decided differently."
     ]
-    for flip in summary.get("flips", [])[:6]:
-        examples = join(", ", [Code(str(e)) for e in flip["examples"]])
-        out.append(
-            text(
-                f"• {flip['from']} → {flip['to']}: {_n(flip['cases'], 'case')}, "
-                f"{_amounts(flip['amounts'])} (e.g. ",
-                examples,
-                ")",
-            )
-        )
+    out += [_bucket(f"{f['from']} → {f['to']}", f) for f in summary.get("flips", [])[:6]]
     rules = summary.get("rules", {})
     moved = sorted(
         ((r, sum(b["cases"] for b in d["flips"].values())) for r, d in rules.items()),
@@ -292,15 +286,8 @@ def summary_text(summary: Mapping[str, Any], *, label: str, days: int) -> Text:
     )
     routes = {"tier": "tier", "approvers": "approver group", "approvals": "approvals needed"}
     for route in summary.get("routes", [])[:6]:
-        examples = join(", ", [Code(str(e)) for e in route["examples"]])
-        out.append(
-            text(
-                f"• {routes.get(route['kind'], route['kind'])} {route['from']} → {route['to']}: "
-                f"{_n(route['cases'], 'case')}, {_amounts(route['amounts'])} (e.g. ",
-                examples,
-                ")",
-            )
-        )
+        kind = routes.get(route["kind"], route["kind"])
+        out.append(_bucket(f"{kind} {route['from']} → {route['to']}", route))
     by_rule = join(", ", [text(Code(r), f" {n:,}") for r, n in moved if n])
     if by_rule:
         out.append(text("Changes by the rule that now decides: ", by_rule, "."))
