@@ -37,7 +37,7 @@ from refund_desk.governance.versions import (
     load_version,
     publish,
 )
-from refund_desk.policy import PolicyDocument, parse_policy
+from refund_desk.policy import PolicyDocument
 from refund_desk.policy.backtest import summary_text
 from refund_desk.policy.prove import ProofReport
 from refund_desk.storage.audit import Actor, AuditLog
@@ -222,8 +222,8 @@ def rollback(session: Session, audit: AuditLog, *, version: int, actor: Actor) -
             raise InvalidRequest(
                 "already_active", f"v{previous}, the active version, already has v{version}'s text."
             )
-    parse_policy(target.source)  # still readable by this release, or refuse before changing
     proved = proof_against_active(session, target.source)
+    why = proof_summary(*proved, new=f"v{version}") if proved is not None else None
     digest = digest_of(
         change="rollback",
         version=version,
@@ -239,7 +239,7 @@ def rollback(session: Session, audit: AuditLog, *, version: int, actor: Actor) -
             command=f"rollback v{version}",
             digest=digest,
             looser=proved is None or proved[1].more_permissive,
-            why=proof_summary(*proved, new=f"v{version}") if proved is not None else None,
+            why=why,
         ),
         actor=actor,
     )
@@ -280,7 +280,7 @@ def rollback(session: Session, audit: AuditLog, *, version: int, actor: Actor) -
         Strong(f"v{row.version}"),
         f" (was v{previous or '-'}). Cases keep the version they started with.",
     )
-    said = lines(said, proof_summary(*proved, new=f"v{version}") if proved is not None else None)
+    said = lines(said, why)
     return Change(reply=said, announce=said)
 
 

@@ -134,13 +134,8 @@ def tally(session: Session, draft_id: int | None = None) -> Tally | None:
     if draft_id is None:
         return None
     mine = col(ShadowDecision.draft_id) == draft_id
-    total = session.scalar(select(func.count()).select_from(ShadowDecision).where(mine)) or 0
-    agree = (
-        session.scalar(
-            select(func.count()).select_from(ShadowDecision).where(mine, col(ShadowDecision.agree))
-        )
-        or 0
-    )
+    counts = select(func.count(), func.count().filter(col(ShadowDecision.agree)))
+    total, agree = session.execute(counts.select_from(ShadowDecision).where(mine)).one()
     rows = session.scalars(
         select(ShadowDecision)
         .where(mine, col(ShadowDecision.agree).is_(False))

@@ -200,8 +200,6 @@ def evaluate(policy: LoadedPolicy | None, context: dict[str, Any]) -> Decision:
             tier=3,
             approvers=None,
             say=None,
-            error=None,
-            trace=(),
             policy_rule="no-policy",
         )
     try:
@@ -218,6 +216,5 @@ def evaluate(policy: LoadedPolicy | None, context: dict[str, Any]) -> Decision:
             approvers=group,
             say=None,
             error=str(exc),
-            trace=(),
             policy_rule="policy-error",
         )
