@@ -6,9 +6,7 @@ one region per pair of decision paths (old path, new path) whose conjunction is
 satisfiable. Each region comes with the bounds per fact the solver can prove, and one
 concrete witness context that is evaluated with the real engine before it is reported.
 
-Regions, most important first (``KINDS``): NEW pays automatically where OLD did not; NEW
-asks a person where OLD denied; NEW's person has more room (lower tier, higher limit,
-a group with someone new); then the tightenings. Settings outside the rules that say who may
+Regions come most important first (``KINDS``). Settings outside the rules that say who may
 act and against which limits (approver groups, managers, ``rates``, ``leads``, ``operators``,
 breaker, review sample) are compared by ``authority.py``. ``ProofReport.more_permissive`` is
 true when any region or setting loosens, or when the analysis could not finish.
@@ -191,11 +189,10 @@ def load_policy(source: PolicyDocument | str) -> PolicyDocument:
         try:
             if candidate.is_file():
                 text = candidate.read_text(encoding="utf-8")
+            elif candidate.suffix in (".yaml", ".yml"):
+                raise ProveError(f"no such file: {source}")
         except OSError as exc:
             raise ProveError(f"cannot read {source}: {exc}") from None
-        else:
-            if not candidate.is_file() and candidate.suffix in (".yaml", ".yml"):
-                raise ProveError(f"no such file: {source}")
     return parse_policy(text)
 
 
@@ -516,17 +513,13 @@ class _Run:
             return Bound(name, "null (unknown)") if can_null else None
         if kind in ("money", "int", "number"):
             text = self._range(name, kind)
-            if text is None:
-                return None if can_null else Bound(name, "known (not null)")
         elif kind == "bool":
             values = [b for b in (True, False) if self.check(z3.Not(null), v == b) == z3.sat]
-            if len(values) == 2:
-                return None if can_null else Bound(name, "known (not null)")
-            text = "true" if values[0] else "false"
+            text = None if len(values) == 2 else "true" if values[0] else "false"
         else:
             text = self._strings(name)
-            if text is None:
-                return None if can_null else Bound(name, "known (not null)")
+        if text is None:  # any value it can have
+            return None if can_null else Bound(name, "known (not null)")
         return Bound(name, f"{text} or null" if can_null else text)
 
     def _range(self, name: str, kind: str) -> str | None:
@@ -556,14 +549,9 @@ class _Run:
     def _candidates(self, name: str) -> list[Fraction]:
         """Where a bound of ``name`` can lie: the literals the policies compare with."""
         kind = FACTS[name][0]
-        out: set[Fraction] = set()
-        for lit in self.numbers:
-            if kind == "money":
-                out.add(Fraction(lit) * 10 ** money.exponent(self.old.doc.currency))
-            else:
-                out.add(Fraction(lit))
+        scale = 10 ** money.exponent(self.old.doc.currency) if kind == "money" else 1
         more: set[Fraction] = set()
-        for c in out:
+        for c in {Fraction(lit) * scale for lit in self.numbers}:
             if kind in ("money", "int"):
                 more |= {Fraction(math.floor(c)), Fraction(math.ceil(c))}
                 more |= {Fraction(math.floor(c)) - 1, Fraction(math.ceil(c)) + 1}
@@ -739,10 +727,11 @@ def render(report: ProofReport) -> str:
         f"Proof: {report.old_policy} ({report.old_hash[:12]}) -> "
         f"{report.new_policy} ({report.new_hash[:12]})"
     ]
-    if report.more_permissive:
-        lines.append("NEW is MORE PERMISSIVE than OLD somewhere (a second lead must confirm).")
-    else:
-        lines.append("NEW is nowhere more permissive than OLD.")
+    lines.append(
+        "NEW is MORE PERMISSIVE than OLD somewhere (a second lead must confirm)."
+        if report.more_permissive
+        else "NEW is nowhere more permissive than OLD."
+    )
     if not report.finished:
         lines.append(
             "! The solver did not finish: differences may be missing; treat as permissive."

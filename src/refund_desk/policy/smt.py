@@ -285,14 +285,6 @@ def _false() -> Any:
     return z3.BoolVal(False)
 
 
-def _zero() -> Any:
-    return z3.RealVal(0)
-
-
-def _nostr() -> Any:
-    return z3.IntVal(-1)
-
-
 def _real(value: Decimal | Fraction | int) -> z3.ArithRef:
     frac = Fraction(value)
     return z3.RealVal(f"{frac.numerator}/{frac.denominator}")
@@ -422,8 +414,8 @@ class Sym:
     isn: Any = field(default_factory=_false)
     iss: Any = field(default_factory=_false)
     b: Any = field(default_factory=_false)
-    n: Any = field(default_factory=_zero)
-    s: Any = field(default_factory=_nostr)
+    n: Any = field(default_factory=lambda: z3.RealVal(0))
+    s: Any = field(default_factory=lambda: z3.IntVal(-1))  # no string
 
 
 def _ite(c: Any, x: Sym, y: Sym) -> Sym:
