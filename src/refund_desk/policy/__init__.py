@@ -5,47 +5,26 @@ Pure: imports pydantic, yaml, zen and the standard library, never a vendor SDK.
 
 from refund_desk.policy.context import (
     FACTS,
-    REASONS,
     build_context,
     complete_context,
     neutral_context,
     null_context,
 )
 from refund_desk.policy.durations import parse_duration, sla_deadline
-from refund_desk.policy.engine import (
-    CompiledPolicy,
-    Decision,
-    RuleTrace,
-    apply_guardrails,
-)
+from refund_desk.policy.engine import CompiledPolicy, Decision
 from refund_desk.policy.errors import ContextInvalid, PolicyError, PolicyInvalid, Problem
-from refund_desk.policy.schema import (
-    ApproverGroup,
-    DefaultRule,
-    PolicyDocument,
-    Rule,
-    approver_limit,
-    parse_policy,
-    policy_hash,
-)
-from refund_desk.policy.testing import TestResult, run_policy_tests
+from refund_desk.policy.schema import PolicyDocument, approver_limit, parse_policy, policy_hash
+from refund_desk.policy.testing import run_policy_tests
 
 __all__ = [
     "FACTS",
-    "REASONS",
-    "ApproverGroup",
     "CompiledPolicy",
     "ContextInvalid",
     "Decision",
-    "DefaultRule",
     "PolicyDocument",
     "PolicyError",
     "PolicyInvalid",
     "Problem",
-    "Rule",
-    "RuleTrace",
-    "TestResult",
-    "apply_guardrails",
     "approver_limit",
     "build_context",
     "complete_context",

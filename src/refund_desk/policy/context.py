@@ -20,7 +20,7 @@ from __future__ import annotations
 import copy
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 from refund_desk import money
@@ -146,35 +146,31 @@ def neutral_context(currency: str | None = None) -> dict[str, Any]:
     return _nest(flat)
 
 
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+_TYPES: dict[FactType, tuple[Callable[[Any], bool], str]] = {
+    "money": (lambda v: _is_int(v) and v >= 0, "a non-negative int of minor units"),
+    "int": (_is_int, "an integer"),
+    "number": (lambda v: _is_int(v) or isinstance(v, float), "a number"),
+    "bool": (lambda v: isinstance(v, bool), "true or false"),
+    "reason": (lambda v: v in REASONS, f"one of {', '.join(REASONS)}"),
+    "currency": (
+        lambda v: isinstance(v, str) and v.upper() in money.CURRENCIES,
+        "an ISO 4217 code",
+    ),
+    "string": (lambda v: isinstance(v, str), "a string"),
+}
+"""fact type -> (is a value of it, what it must be)."""
+
+
 def check_fact(name: str, value: Any) -> str | None:
     """Why ``value`` is not acceptable for fact ``name`` (``None`` if it is)."""
     if name not in FACTS:
         return f"unknown fact {name!r}"
-    if value is None:
-        return None
-    kind = FACTS[name][0]
-    is_int = isinstance(value, int) and not isinstance(value, bool)
-    if kind == "money":
-        if not is_int or value < 0:
-            return f"{name} must be a non-negative int of minor units, got {value!r}"
-    elif kind == "int":
-        if not is_int:
-            return f"{name} must be an integer, got {value!r}"
-    elif kind == "number":
-        if not (is_int or isinstance(value, float)):
-            return f"{name} must be a number, got {value!r}"
-    elif kind == "bool":
-        if not isinstance(value, bool):
-            return f"{name} must be true or false, got {value!r}"
-    elif kind == "reason":
-        if value not in REASONS:
-            return f"{name} must be one of {', '.join(REASONS)}, got {value!r}"
-    elif kind == "currency":
-        if not isinstance(value, str) or value.upper() not in money.CURRENCIES:
-            return f"{name} must be an ISO 4217 code, got {value!r}"
-    elif not isinstance(value, str):
-        return f"{name} must be a string, got {value!r}"
-    return None
+    valid, what = _TYPES[FACTS[name][0]]
+    return None if value is None or valid(value) else f"{name} must be {what}, got {value!r}"
 
 
 def complete_context(
@@ -229,7 +225,9 @@ def given_to_context(given: Mapping[str, Any], currency: str) -> dict[str, Any]:
             if name in MONEY_FACTS and value is not None:
                 cur = fields.get("currency") or base[section].get("currency") or currency
                 try:
-                    out[field] = money.to_minor(_major_text(value), str(cur))
+                    # a YAML float's repr is its shortest exact decimal form
+                    major = repr(value) if isinstance(value, float) else value
+                    out[field] = money.to_minor(major, str(cur))
                 except ValueError as exc:
                     problems.append(f"{name}: {exc}")
                     out[field] = None
@@ -241,13 +239,6 @@ def given_to_context(given: Mapping[str, Any], currency: str) -> dict[str, Any]:
     if problems:
         raise ContextInvalid(problems)
     return context
-
-
-def _major_text(value: Any) -> Any:
-    """YAML gives ints/floats; ``str`` of a float is its shortest exact decimal form."""
-    if isinstance(value, float):
-        return repr(value)
-    return value
 
 
 _STRING = re.compile(r"\"(?:[^\"\\]|\\.)*\"|'(?:[^'\\]|\\.)*'|`(?:[^`\\]|\\.)*`")

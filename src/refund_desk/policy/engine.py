@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
-from typing import Any, Literal
+from typing import Any
 
 import zen
 
@@ -22,9 +22,7 @@ from refund_desk.policy.context import (
     to_zen,
     zen_error,
 )
-from refund_desk.policy.schema import DEFAULT_TIER, Decides, PolicyDocument, Rule
-
-Outcome = Literal["approve", "deny", "review"]
+from refund_desk.policy.schema import DEFAULT_TIER, Decides, Outcome, PolicyDocument, Rule
 
 EXCEEDS_REFUNDABLE_SAY = "The requested amount is more than what is left to refund on this payment."
 
@@ -195,21 +193,9 @@ def _from(
     )
 
 
-def _decides_of(doc: PolicyDocument, rule_id: str) -> Decides:
-    return doc.default if rule_id == "default" else doc.rule(rule_id)
-
-
 def apply_guardrails(decision: Decision, ctx: Mapping[str, Any], doc: PolicyDocument) -> Decision:
-    """Hard limits after the policy. They only ever make a decision stricter.
-
-    A possible duplicate, and a message that tries to instruct the system, always wait for a
-    person, a denial included. Otherwise a policy deny stays deny, and,
-    in order: more than refundable -> deny; currency
-    not the payment's (or not the policy's) -> review; and an approve becomes a review when
-    its tier needs a person, the request may be a duplicate, the customer is not verified,
-    only the model produced the amount, an injection is suspected, the advisor is not
-    confident enough, or the amount is unknown. Unknown (null) signals count as risky.
-    """
+    """Hard limits after the policy, in the order below. They only ever make a decision
+    stricter, and an unknown (null) signal counts as risky."""
     # A possible duplicate is never decided automatically, a denial included: the customer
     # must not hear "more than is left" because their own first request was just paid.
     duplicate = ctx["request"]["possible_duplicate"] is True and decision.error is None
@@ -245,7 +231,8 @@ def apply_guardrails(decision: Decision, ctx: Mapping[str, Any], doc: PolicyDocu
         fired += _approve_guardrails(ctx, doc)
     if not fired and not (decision.outcome == "approve" and decision.tier >= 3):
         return decision
-    decides = _decides_of(doc, decision.policy_rule)
+    rule = decision.policy_rule
+    decides = doc.default if rule == "default" else doc.rule(rule)
     return replace(
         decision,
         outcome="review",

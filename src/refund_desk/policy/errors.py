@@ -1,14 +1,8 @@
-"""Errors of the policy package.
-
-Hierarchy (all ``ValueError`` so callers turning bad input into a 4xx can catch one type)::
-
-    PolicyError(ValueError)
-    ├── PolicyInvalid      the document cannot be published: every problem, not just the first
-    └── ContextInvalid     a context names an unknown fact or a fact of the wrong type
+"""Errors of the policy package: all ``ValueError``, so a caller turning bad input into a 4xx
+catches one type.
 
 Evaluation problems (a ``null`` compared, a non-boolean ``when``) are *not* exceptions: they
-become a ``review`` decision with ``error`` set, so a person sees them (DESIGN: never a
-silent false).
+become a ``review`` decision with ``error`` set, so a person sees them (never a silent false).
 """
 
 from __future__ import annotations

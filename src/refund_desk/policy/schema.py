@@ -91,14 +91,12 @@ def _duration(text: str) -> str:
 def _hhmm(value: Any) -> str:
     if isinstance(value, int) and not isinstance(value, bool):
         raise ValueError('must be "HH:MM" in quotes (YAML reads unquoted 17:00 as a number)')
-    if not isinstance(value, str):
+    if not isinstance(value, str) or len(value) != 5:
         raise ValueError(f'must be "HH:MM", got {value!r}')
     try:
         time.fromisoformat(value)
     except ValueError:
         raise ValueError(f'must be "HH:MM", got {value!r}') from None
-    if len(value) != 5:
-        raise ValueError(f'must be "HH:MM", got {value!r}')
     return value
 
 
@@ -436,23 +434,9 @@ def _check_decides(
         elif outcome == "review" and default_group is None:
             out.append(("approvers", "a review needs approvers: name a group here or on default"))
         elif outcome == "approve" and default_group is None:
-            out.append(
-                (
-                    "approvers",
-                    "no approvers here or on default: a guardrail may send this to a person",
-                )
-            )
+            hint = "no approvers here or on default: a guardrail may send this to a person"
+            out.append(("approvers", hint))
     return out
-
-
-def _check_amount(raw: Any, currency: str | None) -> str | None:
-    if raw is None or currency is None:
-        return None
-    try:
-        money.to_minor(str(_major_amount(raw)), currency)
-    except ValueError as exc:
-        return str(exc)
-    return None
 
 
 def _dict(value: Any) -> dict[str, Any]:
@@ -507,9 +491,11 @@ def _check_amounts(raw: dict[str, Any], currency: str | None) -> list[Problem]:
             places.append((f"{section}.{field}", raw[section].get(field)))
     problems = []
     for path, value in places:
-        message = _check_amount(value, currency)
-        if message:
-            problems.append(Problem(None, path, message))
+        try:
+            if value is not None and currency is not None:
+                money.to_minor(str(_major_amount(value)), currency)
+        except ValueError as exc:
+            problems.append(Problem(None, path, str(exc)))
     return problems
 
 
