@@ -403,19 +403,9 @@ class _Run:
                 v["order.currency"] == uni.code(cur),
             ]
         )
-        amount, refunded, refundable = (
-            v["order.amount"],
-            v["order.refunded"],
-            v["order.refundable"],
-        )
-        groups.append(
-            [
-                z3.Not(null["order.amount"]),
-                z3.Not(null["order.refunded"]),
-                z3.Not(null["order.refundable"]),
-                amount == refunded + refundable,
-            ]
-        )
+        order = ("order.amount", "order.refunded", "order.refundable")
+        amount, refunded, refundable = (v[n] for n in order)
+        groups.append([*(z3.Not(null[n]) for n in order), amount == refunded + refundable])
         known = {
             "request.source": KNOWN_SOURCES,
             "request.amount_source": AMOUNT_SOURCES,
@@ -725,13 +715,11 @@ def render(report: ProofReport) -> str:
     """Plain text for the CLI."""
     lines = [
         f"Proof: {report.old_policy} ({report.old_hash[:12]}) -> "
-        f"{report.new_policy} ({report.new_hash[:12]})"
-    ]
-    lines.append(
+        f"{report.new_policy} ({report.new_hash[:12]})",
         "NEW is MORE PERMISSIVE than OLD somewhere (a second lead must confirm)."
         if report.more_permissive
-        else "NEW is nowhere more permissive than OLD."
-    )
+        else "NEW is nowhere more permissive than OLD.",
+    ]
     if not report.finished:
         lines.append(
             "! The solver did not finish: differences may be missing; treat as permissive."
@@ -764,8 +752,7 @@ def render(report: ProofReport) -> str:
         check = "confirmed by the engine" if r.confirmed else "NOT confirmed by the engine"
         lines.append(f"    example ({check}):")
         lines.append("      " + json.dumps(r.witness, sort_keys=True))
-    lines.append("")
-    lines.append(f"report hash: {report.hash}")
+    lines += ["", f"report hash: {report.hash}"]
     return "\n".join(lines)
 
 

@@ -29,7 +29,7 @@ import hashlib
 import operator
 import re
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from decimal import Decimal
 from fractions import Fraction
 from typing import Any
@@ -419,16 +419,7 @@ class Sym:
 
 
 def _ite(c: Any, x: Sym, y: Sym) -> Sym:
-    return Sym(
-        err=z3.If(c, x.err, y.err),
-        null=z3.If(c, x.null, y.null),
-        isb=z3.If(c, x.isb, y.isb),
-        isn=z3.If(c, x.isn, y.isn),
-        iss=z3.If(c, x.iss, y.iss),
-        b=z3.If(c, x.b, y.b),
-        n=z3.If(c, x.n, y.n),
-        s=z3.If(c, x.s, y.s),
-    )
+    return Sym(**{f.name: z3.If(c, getattr(x, f.name), getattr(y, f.name)) for f in fields(Sym)})
 
 
 def _boolean(err: Any, value: Any) -> Sym:
