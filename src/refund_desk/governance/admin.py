@@ -151,10 +151,9 @@ def publish_draft(
     """The gate (valid, tests pass, backtested on this exact content), then the next version.
 
     ``confirm`` is the hash the lead was shown (``preview_publish``): it must still name this
-    draft's text over the active version. A publish more permissive anywhere, or any publish
-    with second-lead on, is a request until a different lead confirms the same hash. Without
-    a hash, a publish goes ahead only when one lead is enough; otherwise the answer is the
-    preview with the hash to confirm, and nothing changes.
+    draft's text over the active version. Without a hash, a publish goes ahead only when one
+    lead is enough (``consent.py``); otherwise the answer is the preview with the hash to
+    confirm, and nothing changes.
     """
     found = gate(session, draft_id)
     draft, proved, backtest = found.draft, found.proved, found.backtest

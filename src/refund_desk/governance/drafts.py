@@ -112,14 +112,13 @@ def require_lead(session: Session, user: str, directory: Directory | None = None
         )
 
 
-def _checked(source: str) -> str:
+def _checked(source: str) -> None:
     if not source.strip():
         raise InvalidRequest("empty_policy", "The policy text is empty.")
     if len(source) > MAX_SOURCE:
         raise InvalidRequest(
             "policy_too_long", f"A policy may be at most {MAX_SOURCE:,} characters."
         )
-    return source
 
 
 def _hash_or_none(source: str) -> str | None:

@@ -1,9 +1,8 @@
 """Deciding a case: the policy's rules in order, then hard guardrails no policy can lift.
 
-``CompiledPolicy.compile(doc)`` compiles every ``when`` once; ``evaluate(context)`` takes
-a context with money in integer minor units (see ``context.py``) and returns a frozen
-``Decision``. An expression that cannot be evaluated (a ``null`` compared, a non-boolean
-result) is a ``review`` with ``error`` set, never a silent false.
+Money in a context is in integer minor units (see ``context.py``). An expression that cannot
+be evaluated (a ``null`` compared, a non-boolean result) is a ``review`` with ``error`` set,
+never a silent false.
 """
 
 from __future__ import annotations

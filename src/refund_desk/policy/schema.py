@@ -293,10 +293,8 @@ def group_members(doc: PolicyDocument, group: str) -> tuple[str, ...]:
 
 def usergroups(doc: PolicyDocument) -> set[str]:
     """Every Slack user group the policy names (approver groups, managers, leads, operators)."""
-    named = {g.usergroup for g in doc.approvers.values() if g.usergroup}
-    for people in (doc.managers, doc.operators):
-        if people is not None and people.usergroup:
-            named.add(people.usergroup)
+    people = [*doc.approvers.values(), doc.managers, doc.operators]
+    named = {p.usergroup for p in people if p is not None and p.usergroup}
     return named | {lead for lead in doc.leads if lead.startswith("S")}
 
 
@@ -341,17 +339,16 @@ _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _constru
 
 
 def _load_yaml(text: str) -> tuple[Any, list[Problem]]:
+    loader: _Loader | None = None
     try:
         loader = _Loader(text)  # its reader refuses control characters at once
-    except yaml.YAMLError as exc:
-        return None, [Problem(None, "", f"not valid YAML: {exc}")]
-    loader.duplicates = []
-    try:
+        loader.duplicates = []
         data = loader.get_single_data()
     except yaml.YAMLError as exc:
         return None, [Problem(None, "", f"not valid YAML: {exc}")]
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     return data, [Problem(None, "", f"duplicate {d}") for d in loader.duplicates]
 
 
