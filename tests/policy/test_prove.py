@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
 import pytest
 import yaml
 
-from refund_desk.policy import CompiledPolicy, parse_policy
+from refund_desk.policy import CompiledPolicy, parse_policy, run_policy_tests
 from refund_desk.policy.prove import (
     EXIT_ERROR,
     EXIT_NOWHERE,
@@ -25,6 +26,11 @@ PAIRS = sorted(p.name for p in FIXTURES.iterdir() if p.is_dir())
 BASE = (FIXTURES / "base.yaml").read_text()
 
 
+def pair(name: str) -> tuple[str, str]:
+    """The old and new policy texts of a named pair."""
+    return (FIXTURES / name / "old.yaml").read_text(), (FIXTURES / name / "new.yaml").read_text()
+
+
 def test_the_named_pairs_are_all_there() -> None:
     assert set(PAIRS) >= {
         "limit-raised",
@@ -38,9 +44,8 @@ def test_the_named_pairs_are_all_there() -> None:
 
 @pytest.mark.parametrize("name", PAIRS)
 def test_named_pair_regions_exactly(name: str) -> None:
-    folder = FIXTURES / name
-    expected = yaml.safe_load((folder / "expected.yaml").read_text())
-    old, new = (folder / "old.yaml").read_text(), (folder / "new.yaml").read_text()
+    expected = yaml.safe_load((FIXTURES / name / "expected.yaml").read_text())
+    old, new = pair(name)
     report = prove(old, new)
     assert report.complete
     assert report.more_permissive is expected["more_permissive"]
@@ -55,8 +60,8 @@ def test_named_pair_regions_exactly(name: str) -> None:
 
 
 def test_limit_raised_region_is_described_by_its_bounds() -> None:
-    folder = FIXTURES / "limit-raised"
-    report = prove((folder / "old.yaml").read_text(), (folder / "new.yaml").read_text())
+    old, new = pair("limit-raised")
+    report = prove(old, new)
     (region,) = report.regions
     bounds = {b.fact: b.text for b in region.bounds}
     assert bounds["request.amount"] == "from 50.01 USD to 100.00 USD"
@@ -65,17 +70,14 @@ def test_limit_raised_region_is_described_by_its_bounds() -> None:
     assert "passed every guardrail" in render(report)
     # the `given` form is what a policy test takes: it decides the same way
     test = {"name": "witness", "given": region.given, "expect": {"outcome": "approve"}}
-    raw = yaml.safe_load((folder / "new.yaml").read_text())
+    raw = yaml.safe_load(new)
     raw["tests"] = [test]
-    from refund_desk.policy import run_policy_tests
-
     (result,) = run_policy_tests(parse_policy(yaml.safe_dump(raw)))
     assert result.passed, result.message
 
 
 def test_tightening_only_is_nowhere_more_permissive_but_lists_its_regions() -> None:
-    folder = FIXTURES / "tightening-only"
-    report = prove((folder / "old.yaml").read_text(), (folder / "new.yaml").read_text())
+    report = prove(*pair("tightening-only"))
     assert not report.more_permissive
     assert report.regions
     assert not any(r.permissive for r in report.regions)
@@ -122,13 +124,10 @@ def test_an_unmodelled_deny_rule_added_is_still_reported_as_possibly_permissive(
 
 
 def test_json_form_and_hash_are_stable_and_canonical() -> None:
-    folder = FIXTURES / "limit-raised"
-    old, new = (folder / "old.yaml").read_text(), (folder / "new.yaml").read_text()
+    old, new = pair("limit-raised")
     first, second = to_json(prove(old, new)), to_json(prove(old, new))
     assert first == second
     body = {k: v for k, v in first.items() if k != "hash"}
-    import hashlib
-
     canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     assert first["hash"] == hashlib.sha256(canonical.encode()).hexdigest()
     assert first["more_permissive"] is True

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from refund_desk.cli.main import app
 from refund_desk.policy import CompiledPolicy, parse_policy
@@ -46,11 +47,9 @@ def test_an_invalid_policy_exits_2(tmp_path: Path, bad: str) -> None:
 
 
 def _with_test(source: str, given: dict[str, object], expect: dict[str, object]) -> str:
-    import yaml
-
     raw = yaml.safe_load(source)
-    raw["tests"] = [*(raw.get("tests") or []), {"name": "prover witness", "given": given,
-                                                "expect": expect}]  # fmt: skip
+    test = {"name": "prover witness", "given": given, "expect": expect}
+    raw["tests"] = [*(raw.get("tests") or []), test]
     return yaml.safe_dump(raw, sort_keys=False)
 
 
@@ -58,8 +57,6 @@ def _with_test(source: str, given: dict[str, object], expect: dict[str, object])
 def test_every_witness_is_confirmed_by_policy_test(pair: str, tmp_path: Path) -> None:
     """Each region's example, written as an embedded test expecting NEW's verdict, passes
     `refund-desk policy test` on NEW, and fails on OLD wherever the verdicts say it must."""
-    import yaml
-
     old, new = PAIRS / pair / "old.yaml", PAIRS / pair / "new.yaml"
     result = runner.invoke(app, ["policy", "prove", str(old), str(new), "--json"])
     assert result.exit_code in (0, 3), result.output
