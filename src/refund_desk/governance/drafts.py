@@ -121,13 +121,6 @@ def _checked(source: str) -> None:
         )
 
 
-def _hash_or_none(source: str) -> str | None:
-    try:
-        return policy_hash(source)
-    except PolicyInvalid:
-        return None
-
-
 def save_draft(
     session: Session, audit: AuditLog, *, source: str, actor: Actor, draft_id: int | None = None
 ) -> tuple[PolicyDraft, Change]:
@@ -152,7 +145,10 @@ def save_draft(
         draft.last_test_ok = draft.last_test_summary = None
         draft.publish_requested_by = draft.publish_requested_hash = None
         action = "policy.draft_updated"
-    draft.content_hash = _hash_or_none(source)
+    try:
+        draft.content_hash = policy_hash(source)
+    except PolicyInvalid:  # kept to fix: a draft without a hash is not valid yet
+        draft.content_hash = None
     session.add(draft)
     session.flush()
     audit.append(
