@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import yaml
 
 from refund_desk.policy import (
     CompiledPolicy,
@@ -116,28 +117,21 @@ def test_unknown_facts_in_context_are_refused(compiled: CompiledPolicy) -> None:
 # --- guardrails ---------------------------------------------------------------------------
 
 
+YES_MAN = """
+policy: yes-man
+currency: USD
+rules: [{id: all, when: "true", outcome: approve, say: Refunded., approvers: team}]
+default: {outcome: deny}
+approvers: {team: {members: [U1AA], limit: 100}}
+advisor: {min_confidence: 0.6}
+"""
+
+
 def permissive(**extra: Any) -> CompiledPolicy:
     """A policy that approves everything at tier 2, to show the guardrails alone."""
-    text = dump(
-        {
-            "policy": "yes-man",
-            "currency": "USD",
-            "rules": [
-                {
-                    "id": "all",
-                    "when": "true",
-                    "outcome": "approve",
-                    "say": "Refunded.",
-                    "approvers": "team",
-                    **extra,
-                }
-            ],
-            "default": {"outcome": "deny"},
-            "approvers": {"team": {"members": ["U1AA"], "limit": 100}},
-            "advisor": {"min_confidence": 0.6},
-        }
-    )
-    return CompiledPolicy.compile(parse_policy(text))
+    raw = yaml.safe_load(YES_MAN)
+    raw["rules"][0].update(extra)
+    return CompiledPolicy.compile(parse_policy(dump(raw)))
 
 
 @pytest.mark.parametrize(
