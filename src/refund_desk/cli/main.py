@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from typer.core import TyperGroup
 
 from refund_desk import logs, money
 from refund_desk.cli import policy as _policy_cli
@@ -21,7 +22,22 @@ from refund_desk.cli.common import read_text as _read
 from refund_desk.cli.common import sandbox as _sandbox
 from refund_desk.cli.common import settings as _settings
 
+
+class _Commands(TyperGroup):
+    """A refusal the core explains (no such case, version or key, an amount out of range) is
+    one line on stderr and exit 2, never a traceback."""
+
+    def invoke(self, ctx: Any) -> Any:
+        from refund_desk.cases.errors import CaseError
+
+        try:
+            return super().invoke(ctx)
+        except (CaseError, money.InvalidAmount, money.UnknownCurrency) as exc:
+            _fail(str(exc), 2)
+
+
 app = typer.Typer(
+    cls=_Commands,
     help="Refund Desk: refunds decided by policy, approved in Slack, paid once.",
     no_args_is_help=True,
 )
@@ -121,14 +137,6 @@ def _main(
         _fail(str(exc), 2)
 
 
-def default_job_processes() -> int:
-    """One job process beside the server where there is a core for it: measured on two cores,
-    it doubles the requests a second the server takes in (docs/performance.md)."""
-    import os
-
-    return 1 if (os.cpu_count() or 1) >= 2 else 0
-
-
 @app.command()
 def serve(
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
@@ -150,8 +158,9 @@ def serve(
 
     import uvicorn
 
-    if job_processes is None:
-        job_processes = int(os.environ.get("REFUND_DESK_JOB_PROCESSES") or default_job_processes())
+    if job_processes is None:  # one where there is a core for it: it doubles intake
+        default = 1 if (os.cpu_count() or 1) >= 2 else 0
+        job_processes = int(os.environ.get("REFUND_DESK_JOB_PROCESSES") or default)
     # the server's processes (and the job processes) read it from settings
     os.environ["REFUND_DESK_JOB_PROCESSES"] = str(job_processes)
     settings = _settings()
@@ -253,14 +262,13 @@ def status(
             )
         if "jobs" in report:
             typer.echo("jobs (pending / due now / retrying / dead, oldest due):")
-            for j in report["jobs"] or [{"kind": "(none)"}]:
-                if "pending" not in j:
-                    typer.echo("  none")
-                    continue
+            for j in report["jobs"]:
                 typer.echo(
                     f"  {j['kind']:<22} {j['pending']:>6} {j['due']:>6} {j['retrying']:>6} "
                     f"{j['dead']:>6}  {j['oldest_due_at'] or '-'}"
                 )
+            if not report["jobs"]:
+                typer.echo("  none")
             oldest = report["oldest_waiting_case"]
             typer.echo(
                 f"waiting cases: {report['waiting_cases']}"
@@ -367,23 +375,19 @@ def customer_erase(
     Their data key, email, name, messages and evidence files go. Amounts, decisions,
     approvals and the audit chain stay (audit verify still passes); the erasure is an audit
     record without the personal data."""
-    from refund_desk.cases.errors import CaseError
     from refund_desk.customers.erasure import erase_customer
     from refund_desk.customers.evidence import EvidenceStore
 
     if not yes and sys.stdin.isatty():
         typer.confirm(f"Erase every personal field of {email}? This cannot be undone", abort=True)
     runtime = _runtime()
-    try:
-        done = erase_customer(
-            runtime.desk,
-            email,
-            actor=_cli_actor(),
-            evidence=EvidenceStore(runtime.settings.evidence_path()),
-            forget=runtime.sandbox.forget_customer if runtime.sandbox is not None else None,
-        )
-    except CaseError as exc:
-        _fail(exc.message, 2)
+    done = erase_customer(
+        runtime.desk,
+        email,
+        actor=_cli_actor(),
+        evidence=EvidenceStore(runtime.settings.evidence_path()),
+        forget=runtime.sandbox.forget_customer if runtime.sandbox is not None else None,
+    )
     if as_json:
         typer.echo(
             json.dumps(
@@ -415,14 +419,9 @@ def db_upgrade() -> None:
 def api_key_create(name: Annotated[str, typer.Option(help="Who the key is for.")]) -> None:
     """Create an API key for the intake API; it is printed once and stored only as a hash."""
     from refund_desk.api_keys import create_api_key
-    from refund_desk.cases.errors import CaseError
 
     runtime = _runtime()
-    try:
-        key = create_api_key(runtime.db, name, audit=runtime.desk.audit, actor=_cli_actor())
-    except CaseError as exc:
-        _fail(exc.message, 2)
-    typer.echo(key)
+    typer.echo(create_api_key(runtime.db, name, audit=runtime.desk.audit, actor=_cli_actor()))
 
 
 @key_app.command("list")
@@ -481,7 +480,6 @@ def api_key_rotate(
     from datetime import timedelta
 
     from refund_desk.api_keys import rotate_api_key
-    from refund_desk.cases.errors import CaseError
     from refund_desk.policy.durations import parse_duration
 
     try:
@@ -489,13 +487,9 @@ def api_key_rotate(
     except ValueError as exc:
         _fail(f"--grace: {exc}", 2)
     runtime = _runtime()
-    try:
-        key = rotate_api_key(
-            runtime.db, name, grace=period, audit=runtime.desk.audit, actor=_cli_actor()
-        )
-    except CaseError as exc:
-        _fail(exc.message, 2)
-    typer.echo(key)
+    typer.echo(
+        rotate_api_key(runtime.db, name, grace=period, audit=runtime.desk.audit, actor=_cli_actor())
+    )
     typer.echo(f"the previous key of {name} works for {grace} more, then stops", err=True)
 
 
@@ -503,40 +497,36 @@ def api_key_rotate(
 def api_key_revoke(name: Annotated[str, typer.Argument(help="The key's name.")]) -> None:
     """Revoke every live key with this name; requests with it are refused from now on."""
     from refund_desk.api_keys import revoke_api_key
-    from refund_desk.cases.errors import CaseError
 
     runtime = _runtime()
-    try:
-        count = revoke_api_key(runtime.db, name, audit=runtime.desk.audit, actor=_cli_actor())
-    except CaseError as exc:
-        _fail(exc.message, 2)
+    count = revoke_api_key(runtime.db, name, audit=runtime.desk.audit, actor=_cli_actor())
     typer.echo(f"revoked {count} key{'s' if count != 1 else ''} named {name}")
+
+
+def _parsed(file: Path) -> Any:
+    """The policy document in FILE; its problems on stderr and exit 1 if it is not valid."""
+    from refund_desk.policy import PolicyInvalid, parse_policy
+
+    try:
+        return parse_policy(_read(file))
+    except PolicyInvalid as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(1) from None
 
 
 @policy_app.command("validate")
 def policy_validate(file: Path) -> None:
     """Check a policy document; report every problem with its rule id."""
-    from refund_desk.policy import PolicyInvalid, parse_policy
-
-    try:
-        doc = parse_policy(_read(file))
-    except PolicyInvalid as exc:
-        typer.echo(str(exc), err=True)
-        raise typer.Exit(1) from None
+    doc = _parsed(file)
     typer.echo(f"{file}: valid policy {doc.policy!r} with {len(doc.rules)} rules")
 
 
 @policy_app.command("test")
 def policy_test(file: Path) -> None:
     """Run the policy's embedded tests."""
-    from refund_desk.policy import PolicyInvalid, parse_policy, run_policy_tests
+    from refund_desk.policy import run_policy_tests
 
-    try:
-        doc = parse_policy(_read(file))
-    except PolicyInvalid as exc:
-        typer.echo(str(exc), err=True)
-        raise typer.Exit(1) from None
-    results = run_policy_tests(doc)
+    results = run_policy_tests(_parsed(file))
     for r in results:
         typer.echo(
             f"{'PASS' if r.passed else 'FAIL'}  {r.name}" + ("" if r.passed else f": {r.message}")
@@ -552,14 +542,9 @@ def policy_publish(file: Path) -> None:
     """Publish a policy as the next version: the same gate as in Slack (valid, tests pass,
     backtested over the last 30 days; this command runs that backtest and shows it)."""
     from refund_desk.cases.errors import CaseError
-
-    backtest_and_record = _policy_cli.backtest_and_record
+    from refund_desk.cli.policy import backtest_and_record
     from refund_desk.governance.backtest import BACKTEST_DAYS
-    from refund_desk.governance.proof import (
-        proof_against_active,
-        proof_record,
-        proof_summary,
-    )
+    from refund_desk.governance.proof import proof_against_active, proof_record, proof_summary
     from refund_desk.governance.versions import check_publishable, publish
 
     runtime = _runtime()
@@ -673,10 +658,12 @@ def reconcile(
                 indent=2,
             )
         )
-    for f in [] if as_json else report.findings:
-        mark = "new " if f.key in report.new_keys else "seen"
-        typer.echo(f"{mark}  {f.kind:<20}  {f.refund_id or f.execution_id or '-':<28}  {f.detail}")
-    if not as_json:
+    else:
+        for f in report.findings:
+            mark = "new " if f.key in report.new_keys else "seen"
+            typer.echo(
+                f"{mark}  {f.kind:<20}  {f.refund_id or f.execution_id or '-':<28}  {f.detail}"
+            )
         typer.echo(
             f"{report.refunds_seen} refunds at the processor, {report.executions_seen} executions; "
             f"{len(report.findings)} findings ({len(report.new_keys)} new) "
@@ -725,13 +712,9 @@ def sandbox_payment_create(
 
     sandbox = _sandbox()
     try:
-        minor = money.to_minor(amount, currency)
-    except ValueError as exc:
-        _fail(str(exc), 2)
-    try:
         ids = sandbox.create_payments(
             count,
-            amount=minor,
+            amount=money.to_minor(amount, currency),
             currency=currency,
             email=email,
             name=name,
@@ -874,12 +857,5 @@ _policy_cli.register(policy_app)  # backtest, diff, history, rollback, mode, pau
 
 
 def main() -> None:
-    """The console script: a refusal the core explains (no such case, version or key, an
-    amount out of range) is one line on stderr and exit 2, never a traceback."""
-    from refund_desk.cases.errors import CaseError
-
-    try:
-        app()
-    except (CaseError, money.InvalidAmount, money.UnknownCurrency) as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise SystemExit(2) from None
+    """The console script."""
+    app()

@@ -28,7 +28,6 @@ if TYPE_CHECKING:
     from sqlmodel import Session
 
     from refund_desk.storage.audit import Actor
-    from refund_desk.text import Text
 
 
 def _source(runtime: Any, target: str) -> tuple[str, str]:
@@ -42,7 +41,6 @@ def _source(runtime: Any, target: str) -> tuple[str, str]:
                 return target, source_of(session, parse_ref(target, allow=("version",)))
         except CaseError as exc:  # no such version
             _fail(exc.message)
-            raise
     return Path(target).name, read_text(Path(target))
 
 
@@ -59,12 +57,7 @@ def _change(runtime: Any, act: Callable[[Session, Actor], Any]) -> None:
                 announce(session, runtime.settings.channel, change.announce)
     except CaseError as exc:
         _fail(exc.message)
-    typer.echo(_words(change.reply))
-
-
-def _words(said: Text) -> str:
-    """The core's text for a terminal, without markup."""
-    return said.as_text()
+    typer.echo(change.reply.as_text())
 
 
 def backtest_and_record(
@@ -81,7 +74,6 @@ def backtest_and_record(
         doc = parse_policy(source)
     except PolicyInvalid as exc:
         _fail(f"{label} is not valid:\n{exc}")
-        raise
     with (
         csv.open("w", newline="") if csv else nullcontext() as out,
         _progress(f"backtest of {label}") as advance,
@@ -160,7 +152,7 @@ def register(policy_app: typer.Typer) -> None:
         if as_json:
             typer.echo(json.dumps({"label": label, **run.summary}, indent=2, default=str))
             return
-        typer.echo(_words(run.text))
+        typer.echo(run.text.as_text())
         typer.echo(f"({run.summary['seconds']}s; recorded for hash {run.content_hash[:12]})")
 
     @policy_app.command("diff")
@@ -179,13 +171,12 @@ def register(policy_app: typer.Typer) -> None:
             changes = diff_policies(parse_policy(a), parse_policy(b))
         except PolicyInvalid as exc:
             _fail(str(exc))
-            raise
         if as_json:
             from dataclasses import asdict
 
             typer.echo(json.dumps([asdict(c) for c in changes], indent=2))
             return
-        typer.echo(_words(diff_text(changes, old=a_label, new=b_label)))
+        typer.echo(diff_text(changes, old=a_label, new=b_label).as_text())
 
     @policy_app.command("prove")
     def policy_prove(
@@ -222,7 +213,7 @@ def register(policy_app: typer.Typer) -> None:
             if as_json:
                 typer.echo(json.dumps(_versions(session), indent=2))
                 return
-            typer.echo(_words(history(session)))
+            typer.echo(history(session).as_text())
 
     @policy_app.command("rollback")
     def policy_rollback(
@@ -240,7 +231,6 @@ def register(policy_app: typer.Typer) -> None:
             ref = parse_ref(version, allow=("version",))
         except CaseError as exc:
             _fail(exc.message)
-            raise
         runtime = _runtime()
         # proved outside the write (it can take seconds); the rollback says what is wrong
         with runtime.db.read() as session, suppress(CaseError):
@@ -336,7 +326,7 @@ def register(policy_app: typer.Typer) -> None:
                     run = shadow.tally(session)
                     typer.echo(json.dumps(run.to_json() if run else None, indent=2))
                     return
-                typer.echo(_words(shadow.report(session)))
+                typer.echo(shadow.report(session).as_text())
             return
         if action == "stop":
             _change(runtime, lambda s, a: shadow.stop(s, runtime.desk.audit, actor=a))
@@ -347,7 +337,6 @@ def register(policy_app: typer.Typer) -> None:
             number = parse_ref(str(draft), allow=("draft",)).number
         except CaseError as exc:
             _fail(exc.message)
-            raise
         _change(runtime, lambda s, a: shadow.start(s, runtime.desk.audit, draft_id=number, actor=a))
 
     @policy_app.command("review-rate")
