@@ -31,10 +31,10 @@ from refund_desk.bot.doctor import queue_doctor
 from refund_desk.cases.errors import CaseError
 from refund_desk.cases.intake import invalid
 from refund_desk.runtime import Runtime, install_jobs
-from refund_desk.web import customer_channels as channels
 from refund_desk.web import health, metrics, waiting
 from refund_desk.web.admission import IntakeGate, intake_limit
 from refund_desk.web.errors import error_body
+from refund_desk.web.routes import appeals, inbound, web_form
 from refund_desk.web.routes import intake_api as api
 from refund_desk.web.routes import stripe_webhooks as stripe_routes
 
@@ -285,7 +285,8 @@ def create_app(
     elif runtime.settings.slack_signing_secret and runtime.settings.slack_app_token is None:
         # Being installed: Slack verifies the request URL before there is a bot token.
         app.include_router(pending_router(runtime.settings.slack_signing_secret.get_secret_value()))
-    channels.install(app)  # web form, email, platform webhooks, appeals
+    for customer_channel in (web_form.router, inbound.router, appeals.router):
+        app.include_router(customer_channel)
     if slack_emulator is not None:
         app.include_router(slack_emulator.router())
 

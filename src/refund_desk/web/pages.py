@@ -13,11 +13,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import Request
-from fastapi.responses import HTMLResponse, JSONResponse, Response
+from fastapi.responses import HTMLResponse, Response
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 
 from refund_desk.storage.crypto import keyed_hash, same
-from refund_desk.web.errors import error_response
 
 CSRF_COOKIE = "rd_form"
 CSRF_MAX_AGE = 2 * 3600
@@ -96,7 +95,3 @@ def set_csrf_cookie(response: Response, request: Request, cookie: str) -> Respon
 def wants_json(request: Request) -> bool:
     accept = request.headers.get("accept", "")
     return "application/json" in accept and "text/html" not in accept
-
-
-def json_error(code: str, message: str, fields: dict[str, str], status: int) -> JSONResponse:
-    return error_response(code, message, status, fields)

@@ -14,12 +14,14 @@ from starlette.concurrency import run_in_threadpool
 
 from refund_desk import money
 from refund_desk.cases.advisory import ERASED
+from refund_desk.cases.desk import Desk
 from refund_desk.cases.errors import CaseError
 from refund_desk.cases.evidence_items import shown
 from refund_desk.customers import appeals, evidence
 from refund_desk.runtime import Runtime
 from refund_desk.storage.models import Case
 from refund_desk.web import pages
+from refund_desk.web.errors import error_response
 
 router = APIRouter()
 PURPOSE = "appeal"
@@ -33,14 +35,9 @@ MESSAGE = pages.Field(
 )
 
 
-def _runtime(request: Request) -> Runtime:
-    runtime: Runtime = request.app.state.runtime
-    return runtime
-
-
 def _refused(request: Request, exc: CaseError) -> Response:
     if pages.wants_json(request):
-        return pages.json_error(exc.code, exc.message, exc.fields, exc.status)
+        return error_response(exc.code, exc.message, exc.status, exc.fields)
     return pages.render(
         "appeal_refused.html", title="Appeal", status=exc.status, message=exc.message
     )
@@ -56,7 +53,7 @@ def _form(
     form_error: str | None = None,
     status: int = 200,
 ) -> Response:
-    desk = _runtime(request).desk
+    desk: Desk = request.app.state.runtime.desk
     cookie, new = pages.csrf_cookie(request)
     csrf = pages.csrf_token(desk.secret, cookie, PURPOSE, desk.now().timestamp())
     amount = money.format_money(case.amount, case.currency)
@@ -78,7 +75,7 @@ def _form(
 
 @router.get("/appeal/{token}")
 def appeal_form(request: Request, token: str) -> Response:
-    desk = _runtime(request).desk
+    desk: Desk = request.app.state.runtime.desk
     try:
         case = appeals.check(desk, token)
     except CaseError as exc:
@@ -92,7 +89,7 @@ def appeal_form(request: Request, token: str) -> Response:
 
 @router.post("/appeal/{token}")
 async def appeal_submit(request: Request, token: str) -> Response:
-    runtime = _runtime(request)
+    runtime: Runtime = request.app.state.runtime
     desk = runtime.desk
     try:
         case = await run_in_threadpool(appeals.check, desk, token)
@@ -153,10 +150,10 @@ async def appeal_submit(request: Request, token: str) -> Response:
 @router.get("/evidence/{case_id}/{sha256}")
 def evidence_file(request: Request, case_id: str, sha256: str, sig: str = "") -> Response:
     """One evidence file, for whoever holds the signed link (the case card)."""
-    runtime = _runtime(request)
+    runtime: Runtime = request.app.state.runtime
     desk = runtime.desk
     if not evidence.view_allowed(desk.secret, case_id, sha256, sig):
-        return pages.json_error("not_found", "No such evidence.", {}, 404)
+        return error_response("not_found", "No such evidence.", 404)
     filename = None
     with desk.db.read() as session:
         case = session.get(Case, case_id)
@@ -174,7 +171,7 @@ def evidence_file(request: Request, case_id: str, sha256: str, sig: str = "") ->
         except ValueError:
             data = None
     if item is None or data is None:
-        return pages.json_error("not_found", "No such evidence.", {}, 404)
+        return error_response("not_found", "No such evidence.", 404)
     headers = {
         "Cache-Control": "private, max-age=3600",
         "X-Content-Type-Options": "nosniff",

@@ -50,20 +50,9 @@ SHOPIFY_REASONS = {
 }
 
 
-def _error(
-    code: str, message: str, status: int, fields: dict[str, str] | None = None
-) -> JSONResponse:
-    return error_response(code, message, status, fields)
-
-
 def _refuse(platform: str, code: str, message: str, status: int) -> JSONResponse:
     log.warning("refused a %s delivery: %s", platform, code)  # no payload, no addresses
-    return _error(code, message, status)
-
-
-def _runtime(request: Request) -> Runtime:
-    runtime: Runtime = request.app.state.runtime
-    return runtime
+    return error_response(code, message, status)
 
 
 def _bearer_ok(request: Request, secrets: list[str]) -> bool:
@@ -105,7 +94,7 @@ async def _run(request: Request, runtime: Runtime, fn: Any, *args: Any) -> JSONR
     try:
         return await admitted(request, fn, runtime, *args)
     except CaseError as exc:
-        return _error(exc.code, exc.message, exc.status, exc.fields)
+        return error_response(exc.code, exc.message, exc.status, exc.fields)
 
 
 # ---------------------------------------------------------------- email
@@ -113,9 +102,8 @@ async def _run(request: Request, runtime: Runtime, fn: Any, *args: Any) -> JSONR
 
 @router.post("/email")
 async def email_webhook(request: Request) -> JSONResponse:
-    runtime = _runtime(request)
-    secret = runtime.settings.email_secret
-    if secret is None:
+    runtime: Runtime = request.app.state.runtime
+    if runtime.settings.email_secret is None:
         return _refuse("email", "not_configured", "REFUND_DESK_EMAIL_SECRET is not set.", 503)
     if not _bearer_ok(request, runtime.settings.webhook_secrets("email_secret")):
         return _refuse("email", "unauthorized", "Send `Authorization: Bearer <secret>`.", 401)
@@ -207,9 +195,8 @@ def _reply(
 
 @router.post("/shopify")
 async def shopify_webhook(request: Request) -> JSONResponse:
-    runtime = _runtime(request)
-    secret = runtime.settings.shopify_secret
-    if secret is None:
+    runtime: Runtime = request.app.state.runtime
+    if runtime.settings.shopify_secret is None:
         return _refuse("shopify", "not_configured", "SHOPIFY_WEBHOOK_SECRET is not set.", 503)
     body = await request.body()
     given = request.headers.get("x-shopify-hmac-sha256", "")
@@ -286,9 +273,8 @@ def _fresh(stamp: str) -> bool:
 
 @router.post("/zendesk")
 async def zendesk_webhook(request: Request) -> JSONResponse:
-    runtime = _runtime(request)
-    secret = runtime.settings.zendesk_secret
-    if secret is None:
+    runtime: Runtime = request.app.state.runtime
+    if runtime.settings.zendesk_secret is None:
         return _refuse("zendesk", "not_configured", "ZENDESK_WEBHOOK_SECRET is not set.", 503)
     body = await request.body()
     given = request.headers.get("x-zendesk-webhook-signature", "")
@@ -311,9 +297,8 @@ async def zendesk_webhook(request: Request) -> JSONResponse:
 async def gorgias_webhook(request: Request) -> JSONResponse:
     """Gorgias HTTP integrations do not sign bodies; they send the headers configured on them,
     so the integration carries `Authorization: Bearer <GORGIAS_WEBHOOK_SECRET>`."""
-    runtime = _runtime(request)
-    secret = runtime.settings.gorgias_secret
-    if secret is None:
+    runtime: Runtime = request.app.state.runtime
+    if runtime.settings.gorgias_secret is None:
         return _refuse("gorgias", "not_configured", "GORGIAS_WEBHOOK_SECRET is not set.", 503)
     if not _bearer_ok(request, runtime.settings.webhook_secrets("gorgias_secret")):
         return _refuse("gorgias", "bad_signature", "The Gorgias secret does not match.", 401)

@@ -13,16 +13,11 @@ from refund_desk.web.errors import error_response
 router = APIRouter()
 
 
-def _error(code: str, message: str, status: int) -> JSONResponse:
-    return error_response(code, message, status)
-
-
 @router.post("/webhooks/stripe")
 async def stripe_webhook(request: Request) -> JSONResponse:
     runtime = request.app.state.runtime
-    secret = runtime.settings.stripe_webhook_secret
-    if secret is None:
-        return _error(
+    if runtime.settings.stripe_webhook_secret is None:
+        return error_response(
             "webhook_not_configured", "STRIPE_WEBHOOK_SECRET is not set on this server.", 503
         )
     payload = await request.body()
@@ -37,7 +32,7 @@ async def stripe_webhook(request: Request) -> JSONResponse:
             runtime.settings.webhook_secrets("stripe_webhook_secret"),
         )
     except WebhookRejected as exc:
-        return _error(exc.code, exc.message, 400)
+        return error_response(exc.code, exc.message, 400)
     if receipt.job_id is not None:
         await run_in_threadpool(desk.start, receipt.job_id)  # a failure stays queued, retried
     return JSONResponse(

@@ -30,6 +30,7 @@ from refund_desk.storage.audit import Actor
 from refund_desk.storage.crypto import keyed_hash
 from refund_desk.web import pages
 from refund_desk.web.admission import admitted
+from refund_desk.web.errors import error_response
 
 router = APIRouter()
 PURPOSE = "request"
@@ -81,11 +82,6 @@ FIELDS = (
 )
 
 
-def _runtime(request: Request) -> Runtime:
-    runtime: Runtime = request.app.state.runtime
-    return runtime
-
-
 def _form(
     request: Request,
     *,
@@ -97,10 +93,8 @@ def _form(
 ) -> Response:
     errors = errors or {}
     if pages.wants_json(request) and status >= 400:
-        return pages.json_error(
-            code, form_error or "The request has invalid fields.", errors, status
-        )
-    runtime = _runtime(request)
+        return error_response(code, form_error or "The request has invalid fields.", status, errors)
+    runtime: Runtime = request.app.state.runtime
     cookie, new = pages.csrf_cookie(request)
     token = pages.csrf_token(runtime.desk.secret, cookie, PURPOSE, runtime.desk.now().timestamp())
     response = pages.render(
@@ -123,7 +117,7 @@ def request_form(request: Request) -> Response:
 
 @router.post("/request")
 async def submit_form(request: Request) -> Response:
-    runtime = _runtime(request)
+    runtime: Runtime = request.app.state.runtime
     desk = runtime.desk
     if int(request.headers.get("content-length") or 0) > MAX_BODY:
         return _form(request, form_error="The files are too large.", status=413, code="too_large")
