@@ -45,6 +45,29 @@ SLACK_ACK_SECONDS = Histogram(
 OUTBOX_KINDS = ("notify", "slack.call", "slack.home", "customer.tell")
 WAITING = ("awaiting_approval", "parked")
 DRIFT_ALERT = 0.10  # a reason's weekly share moving this much is shown in App Home
+# refund_desk_<name>: (help, labels), in the order they are exposed
+GAUGES: dict[str, tuple[str, list[str]]] = {
+    "cases": ("Cases by status.", ["status"]),
+    "decisions": ("Cases by decision outcome and rule.", ["outcome", "rule"]),
+    "sla_breached_cases": ("Waiting cases past their SLA deadline.", []),
+    "escalated_cases": ("Waiting cases by escalation level.", ["level"]),
+    "approval_wait_seconds": (
+        "Time from a case's creation to a person's decision (last 500 decisions).",
+        ["quantile"],
+    ),
+    "executions": ("Refund executions by status.", ["status"]),
+    "refunded_minor_units": ("Money refunded, in minor units, by currency.", ["currency"]),
+    "model_tokens": ("Tokens spent by the AI advisor, by provider.", ["provider"]),
+    "advisor_failures": (
+        "Model advisor calls that failed (the offline advisor answered), by provider and"
+        " error code.",
+        ["provider", "error"],
+    ),
+    "jobs": ("Jobs by kind and status.", ["kind", "status"]),
+    "outbox_depth": ("Messages waiting to be sent.", []),
+    "reason_share": ("Each reason's share of new cases.", ["reason", "window"]),
+    "audit_records": ("Records in the audit chain.", []),
+}
 
 
 def reason_drift(session: Session, now: datetime) -> dict[str, tuple[float, float]]:
@@ -69,53 +92,16 @@ class StateCollector(Collector):
         self.db = db
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        g = GaugeMetricFamily
-        cases = g("refund_desk_cases", "Cases by status.", labels=["status"])
-        decisions = g(
-            "refund_desk_decisions",
-            "Cases by decision outcome and rule.",
-            labels=["outcome", "rule"],
-        )
-        breached = g("refund_desk_sla_breached_cases", "Waiting cases past their SLA deadline.")
-        escalated = g(
-            "refund_desk_escalated_cases", "Waiting cases by escalation level.", labels=["level"]
-        )
-        waits = g(
-            "refund_desk_approval_wait_seconds",
-            "Time from a case's creation to a person's decision (last 500 decisions).",
-            labels=["quantile"],
-        )
-        executions = g("refund_desk_executions", "Refund executions by status.", labels=["status"])
-        refunded = g(
-            "refund_desk_refunded_minor_units",
-            "Money refunded, in minor units, by currency.",
-            labels=["currency"],
-        )
-        tokens = g(
-            "refund_desk_model_tokens",
-            "Tokens spent by the AI advisor, by provider.",
-            labels=["provider"],
-        )
-        advisor_failures = g(
-            "refund_desk_advisor_failures",
-            "Model advisor calls that failed (the offline advisor answered), by provider and"
-            " error code.",
-            labels=["provider", "error"],
-        )
-        jobs = g("refund_desk_jobs", "Jobs by kind and status.", labels=["kind", "status"])
-        outbox = g("refund_desk_outbox_depth", "Messages waiting to be sent.")
-        drift = g(
-            "refund_desk_reason_share",
-            "Each reason's share of new cases.",
-            labels=["reason", "window"],
-        )
-        audit = g("refund_desk_audit_records", "Records in the audit chain.")
+        g = {
+            name: GaugeMetricFamily(f"refund_desk_{name}", doc, labels=labels)
+            for name, (doc, labels) in GAUGES.items()
+        }
         now = clock.now()
         with self.db.read() as session:
             for status, n in session.execute(
                 select(col(Case.status), func.count()).group_by(col(Case.status))
             ):
-                cases.add_metric([status], n)
+                g["cases"].add_metric([status], n)
             outcome = col(Case.decision)["outcome"].as_string()
             rule = col(Case.decision)["rule"].as_string()
             for o, r, n in session.execute(
@@ -123,8 +109,8 @@ class StateCollector(Collector):
                 .where(col(Case.decision).is_not(None))
                 .group_by(outcome, rule)
             ):
-                decisions.add_metric([str(o), str(r)], n)
-            breached.add_metric(
+                g["decisions"].add_metric([str(o), str(r)], n)
+            g["sla_breached_cases"].add_metric(
                 [],
                 session.scalar(
                     select(func.count())
@@ -138,7 +124,7 @@ class StateCollector(Collector):
                 .where(col(Case.status).in_(WAITING), col(Case.escalation_level) > 0)
                 .group_by(col(Case.escalation_level))
             ):
-                escalated.add_metric([str(level)], n)
+                g["escalated_cases"].add_metric([str(level)], n)
             spans = sorted(
                 (decided - created).total_seconds()
                 for decided, created in session.execute(
@@ -150,60 +136,48 @@ class StateCollector(Collector):
             )
             for q in (0.5, 0.9, 1.0):
                 if spans:
-                    waits.add_metric([str(q)], spans[min(len(spans) - 1, int(q * len(spans)))])
+                    g["approval_wait_seconds"].add_metric(
+                        [str(q)], spans[min(len(spans) - 1, int(q * len(spans)))]
+                    )
             for status, n in session.execute(
                 select(col(Execution.status), func.count()).group_by(col(Execution.status))
             ):
-                executions.add_metric([status], n)
+                g["executions"].add_metric([status], n)
             for currency, total in session.execute(
                 select(col(Execution.currency), func.sum(col(Execution.amount)))
                 .where(col(Execution.status) == "succeeded")
                 .group_by(col(Execution.currency))
             ):
-                refunded.add_metric([currency], float(total or 0))
+                g["refunded_minor_units"].add_metric([currency], float(total or 0))
             for provider, total in session.execute(
                 select(
                     col(AdvisorCall.provider),
                     func.sum(col(AdvisorCall.prompt_tokens) + col(AdvisorCall.completion_tokens)),
                 ).group_by(col(AdvisorCall.provider))
             ):
-                tokens.add_metric([provider], float(total or 0))
+                g["model_tokens"].add_metric([provider], float(total or 0))
             for provider, error, n in session.execute(
                 select(col(AdvisorCall.provider), col(AdvisorCall.error_code), func.count())
                 .where(col(AdvisorCall.outcome) != "parsed")
                 .group_by(col(AdvisorCall.provider), col(AdvisorCall.error_code))
             ):
-                advisor_failures.add_metric([provider, str(error)], n)
+                g["advisor_failures"].add_metric([provider, str(error)], n)
             depth = 0
             for kind, status, n in session.execute(
                 select(col(Job.kind), col(Job.status), func.count()).group_by(
                     col(Job.kind), col(Job.status)
                 )
             ):
-                jobs.add_metric([kind, status], n)
+                g["jobs"].add_metric([kind, status], n)
                 if kind in OUTBOX_KINDS and status == "pending":
                     depth += n
-            outbox.add_metric([], depth)
+            g["outbox_depth"].add_metric([], depth)
             for reason, (this_week, before) in reason_drift(session, now).items():
-                drift.add_metric([reason, "week"], this_week)
-                drift.add_metric([reason, "trailing_4w"], before)
+                g["reason_share"].add_metric([reason, "week"], this_week)
+                g["reason_share"].add_metric([reason, "trailing_4w"], before)
             head = session.get(AuditHead, 1)
-            audit.add_metric([], head.seq if head else 0)
-        yield from (
-            cases,
-            decisions,
-            breached,
-            escalated,
-            waits,
-            executions,
-            refunded,
-            tokens,
-            advisor_failures,
-            jobs,
-            outbox,
-            drift,
-            audit,
-        )
+            g["audit_records"].add_metric([], head.seq if head else 0)
+        yield from g.values()
 
 
 class TimedProcessor:
