@@ -60,17 +60,14 @@ class IntakeGate:
 
     async def run(self, fn: Callable[[], Awaitable[T]]) -> T:
         with self._serving():
-            return await self._admit(fn)
-
-    async def _admit(self, fn: Callable[[], Awaitable[T]]) -> T:
-        if self.limit is None:
-            return await self._enter(fn)
-        loop = asyncio.get_running_loop()
-        slots = self._slots.get(loop)
-        if slots is None:
-            slots = self._slots[loop] = asyncio.Semaphore(self.limit)
-        async with slots:
-            return await self._enter(fn)
+            if self.limit is None:
+                return await self._enter(fn)
+            loop = asyncio.get_running_loop()
+            slots = self._slots.get(loop)
+            if slots is None:
+                slots = self._slots[loop] = asyncio.Semaphore(self.limit)
+            async with slots:
+                return await self._enter(fn)
 
     async def _enter(self, fn: Callable[[], Awaitable[T]]) -> T:
         self.inside += 1

@@ -233,8 +233,8 @@ def status(runtime: Runtime) -> dict[str, Any]:
             select(
                 col(Job.kind),
                 func.count(),
-                func.sum(func.cast(col(Job.due_at) <= now, _int())),
-                func.sum(func.cast(col(Job.failures) > 0, _int())),
+                func.sum(func.cast(col(Job.due_at) <= now, Integer())),
+                func.sum(func.cast(col(Job.failures) > 0, Integer())),
                 func.min(col(Job.due_at)),
             )
             .where(col(Job.status) == "pending")
@@ -284,10 +284,6 @@ def status(runtime: Runtime) -> dict[str, Any]:
         }
     )
     return out
-
-
-def _int() -> Any:
-    return Integer()
 
 
 def _aware(value: Any) -> datetime:

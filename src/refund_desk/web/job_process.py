@@ -63,12 +63,10 @@ class SignalledStop(threading.Event):
     """`run`'s stop in a process stopped by signals (SIGTERM from `serve`, Ctrl-C).
 
     A signal handler runs in the main thread between any two of its instructions, so it must
-    take no lock: not the event's (`set()`), which that very thread may hold (inside
-    `wait`, or inside a first handler that a second signal interrupted: `serve` sends
-    SIGTERM, and its end sends another), nor the one starting a thread takes. A worker was
-    found stuck so, an hour after its server stopped. `handler` only flips a flag, which
-    `wait` and `is_set` look at; `run` waits with a timeout, so it stops within
-    `POLL_SECONDS`."""
+    take no lock: not the event's (`set()`), which that very thread may hold (inside `wait`,
+    or inside a first handler that a second signal interrupted), nor the one starting a
+    thread takes. `handler` only flips a flag, which `wait` and `is_set` look at; `run`
+    waits with a timeout, so it stops within `POLL_SECONDS`."""
 
     def __init__(self) -> None:
         super().__init__()

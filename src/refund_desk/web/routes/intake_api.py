@@ -57,10 +57,8 @@ def check_key(runtime: Runtime, authorization: str | None, recent: RecentKeys) -
 
 class RecentKeys:
     """Key hashes the database found valid in the last `SECONDS`, in this process: only for
-    whether `KeyFirst` checks a key before the body (every capture checks it again). Measured
-    with 16 clients on SQLite, a check before every body cost the server 1.7 ms of CPU a
-    request (a thread hop and a read, in threads that take the interpreter from the capture),
-    a quarter of intake's rate (docs/performance.md)."""
+    whether `KeyFirst` checks a key before the body (every capture checks it again), a thread
+    hop and a read that cost a quarter of intake's rate (docs/performance.md)."""
 
     SECONDS = 5.0
     MOST = 1000  # forgotten all at once beyond this many keys
