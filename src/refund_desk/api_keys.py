@@ -23,7 +23,6 @@ from refund_desk.storage.db import Database
 from refund_desk.storage.models import ApiKey
 
 KEY_PREFIX = "rdk_"
-DEFAULT_GRACE = timedelta(hours=24)
 USE_RESOLUTION = timedelta(minutes=1)  # `last_used_at` is written at most this often
 
 

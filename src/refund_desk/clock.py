@@ -1,4 +1,4 @@
-"""The one clock. Everything in the core asks `now()` (alias `utcnow()`) for the time, so a test
+"""The one clock. Everything in the core asks `now()` for the time, so a test
 moves time for the whole system in one place (`travel`), and nothing reads the wall clock behind
 its back. The edges that must use real time (the scheduler's timers, signature timestamps of
 outside services) say so where they do.
@@ -23,9 +23,6 @@ _source: Clock = system_time
 def now() -> datetime:
     """The current time, aware and in UTC."""
     return _source()
-
-
-utcnow = now  # the name the storage and workflow code has always used
 
 
 def set_source(source: Clock) -> Clock:

@@ -12,7 +12,7 @@ import os
 import secrets
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -27,84 +27,69 @@ class ConfigError(Exception):
     """A start-up problem the admin must fix; the message says how."""
 
 
+def _env(name: str, default: Any = None, **limits: Any) -> Any:
+    """A setting read from the environment variable `name`."""
+    return Field(default, validation_alias=name, **limits)
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_file=None, extra="ignore", populate_by_name=True)
 
-    database_url: str = Field("sqlite:///./refund-desk.db", validation_alias="DATABASE_URL")
-    slack_bot_token: SecretStr | None = Field(None, validation_alias="SLACK_BOT_TOKEN")
-    slack_signing_secret: SecretStr | None = Field(None, validation_alias="SLACK_SIGNING_SECRET")
-    slack_app_token: SecretStr | None = Field(None, validation_alias="SLACK_APP_TOKEN")
-    slack_api_url: str = Field("https://slack.com/api/", validation_alias="SLACK_API_URL")
-    channel: str | None = Field(None, validation_alias="REFUND_DESK_CHANNEL")
-    sweep_seconds: float = Field(30.0, gt=0, validation_alias="REFUND_DESK_SWEEP_SECONDS")
+    database_url: str = _env("DATABASE_URL", "sqlite:///./refund-desk.db")
+    slack_bot_token: SecretStr | None = _env("SLACK_BOT_TOKEN")
+    slack_signing_secret: SecretStr | None = _env("SLACK_SIGNING_SECRET")
+    slack_app_token: SecretStr | None = _env("SLACK_APP_TOKEN")
+    slack_api_url: str = _env("SLACK_API_URL", "https://slack.com/api/")
+    channel: str | None = _env("REFUND_DESK_CHANNEL")
+    sweep_seconds: float = _env("REFUND_DESK_SWEEP_SECONDS", 30.0, gt=0)
     # Threads per replica running the jobs its requests create (default: 1 on SQLite, 2 else).
-    worker_threads: int | None = Field(
-        None, ge=1, le=64, validation_alias="REFUND_DESK_WORKER_THREADS"
-    )
+    worker_threads: int | None = _env("REFUND_DESK_WORKER_THREADS", ge=1, le=64)
     # Processes apart from the HTTP server that run the jobs (`serve --job-processes N`); 0:
     # the server's own threads run them.
-    job_processes: int = Field(0, ge=0, le=64, validation_alias="REFUND_DESK_JOB_PROCESSES")
+    job_processes: int = _env("REFUND_DESK_JOB_PROCESSES", 0, ge=0, le=64)
     # Intake requests a replica captures at once (`web/admission.py`); the rest wait their
     # turn on the event loop, holding no thread and no connection. Default: 1 with job
     # processes and the sandbox processor; no limit when the replica's threads run the jobs
     # or the processor is reached over the network (Stripe); 0: no limit.
-    intake_concurrency: int | None = Field(
-        None, ge=0, le=64, validation_alias="REFUND_DESK_INTAKE_CONCURRENCY"
-    )
-    secret: SecretStr | None = Field(None, validation_alias="REFUND_DESK_SECRET")
-    processor: Literal["sandbox", "stripe"] = Field(
-        "sandbox", validation_alias="REFUND_DESK_PROCESSOR"
-    )
-    stripe_api_key: SecretStr | None = Field(None, validation_alias="STRIPE_API_KEY")
-    stripe_api_base: str | None = Field(None, validation_alias="STRIPE_API_BASE")
-    stripe_webhook_secret: SecretStr | None = Field(None, validation_alias="STRIPE_WEBHOOK_SECRET")
-    openai_api_key: SecretStr | None = Field(None, validation_alias="OPENAI_API_KEY")
-    openai_base_url: str | None = Field(None, validation_alias="OPENAI_BASE_URL")
-    model: str | None = Field(None, validation_alias="REFUND_DESK_MODEL")
-    smtp_url: str | None = Field(None, validation_alias="SMTP_URL")
-    mail_from: str | None = Field(None, validation_alias="REFUND_DESK_FROM")
-    webhook_secret: SecretStr | None = Field(None, validation_alias="REFUND_DESK_WEBHOOK_SECRET")
-    email_secret: SecretStr | None = Field(None, validation_alias="REFUND_DESK_EMAIL_SECRET")
+    intake_concurrency: int | None = _env("REFUND_DESK_INTAKE_CONCURRENCY", ge=0, le=64)
+    secret: SecretStr | None = _env("REFUND_DESK_SECRET")
+    processor: Literal["sandbox", "stripe"] = _env("REFUND_DESK_PROCESSOR", "sandbox")
+    stripe_api_key: SecretStr | None = _env("STRIPE_API_KEY")
+    stripe_api_base: str | None = _env("STRIPE_API_BASE")
+    stripe_webhook_secret: SecretStr | None = _env("STRIPE_WEBHOOK_SECRET")
+    openai_api_key: SecretStr | None = _env("OPENAI_API_KEY")
+    openai_base_url: str | None = _env("OPENAI_BASE_URL")
+    model: str | None = _env("REFUND_DESK_MODEL")
+    smtp_url: str | None = _env("SMTP_URL")
+    mail_from: str | None = _env("REFUND_DESK_FROM")
+    webhook_secret: SecretStr | None = _env("REFUND_DESK_WEBHOOK_SECRET")
+    email_secret: SecretStr | None = _env("REFUND_DESK_EMAIL_SECRET")
     # Customer channels: where evidence files live (default: `evidence` beside the SQLite
     # file), the public base of links we send (appeals, evidence), the integrator's outcome
     # endpoint, platform webhook secrets, and helpdesk API URLs (credentials in the URL).
-    evidence_dir: Path | None = Field(None, validation_alias="REFUND_DESK_EVIDENCE_DIR")
-    public_url: str = Field("http://127.0.0.1:8000", validation_alias="REFUND_DESK_PUBLIC_URL")
-    webhook_url: str | None = Field(None, validation_alias="REFUND_DESK_WEBHOOK_URL")
+    evidence_dir: Path | None = _env("REFUND_DESK_EVIDENCE_DIR")
+    public_url: str = _env("REFUND_DESK_PUBLIC_URL", "http://127.0.0.1:8000")
+    webhook_url: str | None = _env("REFUND_DESK_WEBHOOK_URL")
     # A request's callback_url must reach a public host unless this is on (local set-ups).
-    allow_private_callbacks: bool = Field(
-        False, validation_alias="REFUND_DESK_ALLOW_PRIVATE_CALLBACKS"
-    )
-    shopify_secret: SecretStr | None = Field(None, validation_alias="SHOPIFY_WEBHOOK_SECRET")
-    zendesk_secret: SecretStr | None = Field(None, validation_alias="ZENDESK_WEBHOOK_SECRET")
-    gorgias_secret: SecretStr | None = Field(None, validation_alias="GORGIAS_WEBHOOK_SECRET")
-    zendesk_api_url: SecretStr | None = Field(None, validation_alias="ZENDESK_API_URL")
-    gorgias_api_url: SecretStr | None = Field(None, validation_alias="GORGIAS_API_URL")
+    allow_private_callbacks: bool = _env("REFUND_DESK_ALLOW_PRIVATE_CALLBACKS", False)
+    shopify_secret: SecretStr | None = _env("SHOPIFY_WEBHOOK_SECRET")
+    zendesk_secret: SecretStr | None = _env("ZENDESK_WEBHOOK_SECRET")
+    gorgias_secret: SecretStr | None = _env("GORGIAS_WEBHOOK_SECRET")
+    zendesk_api_url: SecretStr | None = _env("ZENDESK_API_URL")
+    gorgias_api_url: SecretStr | None = _env("GORGIAS_API_URL")
     # During a rotation each inbound webhook secret has a previous one, accepted beside it
     # until the sender uses the new one everywhere; then the *_PREVIOUS variable is unset.
-    stripe_webhook_secret_previous: SecretStr | None = Field(
-        None, validation_alias="STRIPE_WEBHOOK_SECRET_PREVIOUS"
-    )
-    shopify_secret_previous: SecretStr | None = Field(
-        None, validation_alias="SHOPIFY_WEBHOOK_SECRET_PREVIOUS"
-    )
-    zendesk_secret_previous: SecretStr | None = Field(
-        None, validation_alias="ZENDESK_WEBHOOK_SECRET_PREVIOUS"
-    )
-    gorgias_secret_previous: SecretStr | None = Field(
-        None, validation_alias="GORGIAS_WEBHOOK_SECRET_PREVIOUS"
-    )
-    email_secret_previous: SecretStr | None = Field(
-        None, validation_alias="REFUND_DESK_EMAIL_SECRET_PREVIOUS"
-    )
+    stripe_webhook_secret_previous: SecretStr | None = _env("STRIPE_WEBHOOK_SECRET_PREVIOUS")
+    shopify_secret_previous: SecretStr | None = _env("SHOPIFY_WEBHOOK_SECRET_PREVIOUS")
+    zendesk_secret_previous: SecretStr | None = _env("ZENDESK_WEBHOOK_SECRET_PREVIOUS")
+    gorgias_secret_previous: SecretStr | None = _env("GORGIAS_WEBHOOK_SECRET_PREVIOUS")
+    email_secret_previous: SecretStr | None = _env("REFUND_DESK_EMAIL_SECRET_PREVIOUS")
     # Operations: logs, personal data kept no longer than this after a case closed, tracing.
-    log_format: str | None = Field(  # json | text; read by logs.configure
-        None, validation_alias="REFUND_DESK_LOG_FORMAT"
-    )
-    retention_days: int = Field(730, ge=1, validation_alias="REFUND_DESK_RETENTION_DAYS")
-    otlp_endpoint: str | None = Field(None, validation_alias="OTEL_EXPORTER_OTLP_ENDPOINT")
+    log_format: str | None = _env("REFUND_DESK_LOG_FORMAT")  # json | text; read by logs.configure
+    retention_days: int = _env("REFUND_DESK_RETENTION_DAYS", 730, ge=1)
+    otlp_endpoint: str | None = _env("OTEL_EXPORTER_OTLP_ENDPOINT")
     # Not in the public contract: a lease must outlive the processor's timeout.
-    lease_seconds: float | None = Field(None, gt=0, validation_alias="REFUND_DESK_LEASE_SECONDS")
+    lease_seconds: float | None = _env("REFUND_DESK_LEASE_SECONDS", gt=0)
 
     @property
     def is_sqlite(self) -> bool:
