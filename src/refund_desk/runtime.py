@@ -43,10 +43,6 @@ class Runtime:
     extra_jobs: dict[str, Handler] = field(default_factory=dict)  # the demo's request stream
 
 
-def replica_id() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
-
-
 def make_processor(settings: Settings, db: Database) -> Processor:
     if settings.processor == "sandbox":
         return SandboxProcessor(db)
@@ -96,7 +92,8 @@ def build(
         10.0, processor.timeout_seconds * 2, getattr(advisor, "budget_seconds", 0.0) * 1.5
     )
     lease = max(lease, processor.timeout_seconds * 1.5)  # a set lease too short is lengthened
-    jobs = JobQueue(db, owner=replica_id(), lease_seconds=lease)
+    replica = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+    jobs = JobQueue(db, owner=replica, lease_seconds=lease)
     secret = settings.secret_value()
     desk = Desk(
         db=db,

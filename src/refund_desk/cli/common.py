@@ -26,8 +26,7 @@ def settings() -> Settings:
     try:
         return load_settings()
     except ConfigError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
+        fail(str(exc), 2)
 
 
 def open_runtime(migrate: bool = True) -> Runtime:

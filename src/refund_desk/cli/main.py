@@ -41,29 +41,26 @@ app = typer.Typer(
     help="Refund Desk: refunds decided by policy, approved in Slack, paid once.",
     no_args_is_help=True,
 )
-db_app = typer.Typer(help="Database schema.", no_args_is_help=True)
-key_app = typer.Typer(help="API keys for integrators.", no_args_is_help=True)
-policy_app = typer.Typer(
-    help="Policy documents: validate, test, backtest, diff, publish, roll back, pause.",
-    no_args_is_help=True,
+
+
+def _group(name: str, doc: str, parent: typer.Typer = app) -> typer.Typer:
+    group = typer.Typer(help=doc, no_args_is_help=True)
+    parent.add_typer(group, name=name)
+    return group
+
+
+db_app = _group("db", "Database schema.")
+key_app = _group("api-key", "API keys for integrators.")
+policy_app = _group(
+    "policy", "Policy documents: validate, test, backtest, diff, publish, roll back, pause."
 )
-audit_app = typer.Typer(help="The tamper-evident audit trail.", no_args_is_help=True)
-sandbox_app = typer.Typer(help="The embedded sandbox processor.", no_args_is_help=True)
-payment_app = typer.Typer(help="Sandbox payments.", no_args_is_help=True)
-app.add_typer(db_app, name="db")
-app.add_typer(key_app, name="api-key")
-app.add_typer(policy_app, name="policy")
-app.add_typer(audit_app, name="audit")
-app.add_typer(sandbox_app, name="sandbox")
-sandbox_app.add_typer(payment_app, name="payment")
-advisor_app = typer.Typer(
-    help="The AI advisor: accuracy and format adherence.", no_args_is_help=True
-)
-app.add_typer(advisor_app, name="advisor")
-cases_app = typer.Typer(help="Cases: exports for finance.", no_args_is_help=True)
-app.add_typer(cases_app, name="cases")
-customer_app = typer.Typer(help="Customers' personal data.", no_args_is_help=True)
-app.add_typer(customer_app, name="customer")
+audit_app = _group("audit", "The tamper-evident audit trail.")
+sandbox_app = _group("sandbox", "The embedded sandbox processor.")
+payment_app = _group("payment", "Sandbox payments.", sandbox_app)
+advisor_app = _group("advisor", "The AI advisor: accuracy and format adherence.")
+cases_app = _group("cases", "Cases: exports for finance.")
+customer_app = _group("customer", "Customers' personal data.")
+slack_app = _group("slack", "The Slack workspace the app is installed in.")
 
 
 class _Counted(list[Any]):
@@ -83,10 +80,6 @@ class _Counted(list[Any]):
 class ExportFormat(StrEnum):
     csv = "csv"
     jsonl = "jsonl"
-
-
-slack_app = typer.Typer(help="The Slack workspace the app is installed in.", no_args_is_help=True)
-app.add_typer(slack_app, name="slack")
 
 
 @slack_app.command("doctor")

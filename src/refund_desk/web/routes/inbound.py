@@ -144,7 +144,16 @@ def _email(runtime: Runtime, message: mail.InboundMail, raw: bytes) -> JSONRespo
     uploads = uploads[: evidence.MAX_FILES]
     counts = {"attachments": len(uploads), "skipped_attachments": skipped}
     thread = message.thread_case()
-    if thread and _reply(runtime, thread, message, uploads):
+    if thread and channels.record_reply(
+        runtime.desk,
+        thread,
+        sender=message.sender,
+        text=message.text,
+        message_id=message.message_id,
+        uploads=uploads,
+        store=evidence.EvidenceStore(runtime.settings.evidence_path()),
+        base_url=runtime.settings.public_url,
+    ):
         return JSONResponse({"case": thread, "threaded": True, **counts}, status_code=200)
     payment = message.payment_reference()
     if payment is None:
@@ -173,21 +182,6 @@ def _email(runtime: Runtime, message: mail.InboundMail, raw: bytes) -> JSONRespo
         },
     )
     return _answer(runtime, _receive(runtime, req), counts)
-
-
-def _reply(
-    runtime: Runtime, case_id: str, message: mail.InboundMail, uploads: list[evidence.Upload]
-) -> bool:
-    return channels.record_reply(
-        runtime.desk,
-        case_id,
-        sender=message.sender,
-        text=message.text,
-        message_id=message.message_id,
-        uploads=uploads,
-        store=evidence.EvidenceStore(runtime.settings.evidence_path()),
-        base_url=runtime.settings.public_url,
-    )
 
 
 # ---------------------------------------------------------------- storefront and helpdesks
