@@ -122,7 +122,7 @@ def build(
 
 def job_table(runtime: Runtime, *, slack: Surface | None = None) -> dict[str, Handler]:
     """Every kind of durable work and who does it: the one place to look."""
-    desk = runtime.desk
+    desk, store = runtime.desk, EvidenceStore(runtime.settings.evidence_path())
     table: dict[str, Handler] = {
         intake.ADVANCE: partial(decide.advance, desk),  # advise, decide, route
         executor.EXECUTE: partial(executor.execute, desk),  # reserve, pay, record
@@ -133,20 +133,13 @@ def job_table(runtime: Runtime, *, slack: Surface | None = None) -> dict[str, Ha
         anchor.JOB: partial(anchor.run, desk),  # the audit head, to the log and a channel
         TELL: runtime.delivery.run,  # the outcome, through the customer's channel
         erasure.RETENTION_JOB: partial(  # personal data of long-closed cases, daily
-            erasure.run_retention,
-            desk,
-            days=runtime.settings.retention_days,
-            evidence=EvidenceStore(runtime.settings.evidence_path()),
+            erasure.run_retention, desk, days=runtime.settings.retention_days, evidence=store
         ),
-        erasure.DELETE_FILES_JOB: partial(  # an erased customer's evidence files
-            erasure.run_delete_files,
-            desk,
-            evidence=EvidenceStore(runtime.settings.evidence_path()),
-        ),
+        # an erased customer's evidence files
+        erasure.DELETE_FILES_JOB: partial(erasure.run_delete_files, desk, evidence=store),
         erasure.PURGE_KEYS_JOB: partial(erasure.run_purge_keys, desk),  # destroyed keys' rows
-        evidence.UNCLAIMED_JOB: partial(  # files of a request that never became a case
-            unclaimed.run, desk, store=EvidenceStore(runtime.settings.evidence_path())
-        ),
+        # files of a request that never became a case
+        evidence.UNCLAIMED_JOB: partial(unclaimed.run, desk, store=store),
         NOTIFY: nothing_to_do,  # without a chat surface the case itself is the record
     }
     if slack is not None:

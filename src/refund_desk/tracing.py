@@ -12,8 +12,7 @@ one global read per span site (`bench/ops_bench.py` measures it).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -66,14 +65,8 @@ def span(name: str, **attributes: Any) -> Any:
     """A span of our own (a context manager); a shared no-op while tracing is off."""
     if _tracer is None:
         return _NOTHING
-    return _span(name, attributes)
-
-
-@contextmanager
-def _span(name: str, attributes: dict[str, Any]) -> Iterator[Any]:
     clean = {f"refund_desk.{k}": v for k, v in attributes.items() if v is not None}
-    with _tracer.start_as_current_span(name, attributes=clean) as current:
-        yield current
+    return _tracer.start_as_current_span(name, attributes=clean)
 
 
 def annotate(**attributes: Any) -> None:
