@@ -166,20 +166,16 @@ def serve(
     if settings.job_processes:
         jobs.start()
     try:
-        if workers > 1:
-            uvicorn.run(
-                "refund_desk.web.main:app",
-                host=host,
-                port=port,
-                workers=workers,
-                log_config=logs.uvicorn_log_config(),
-            )
-            return
-        from refund_desk.web.app import create_app
+        server: Any = "refund_desk.web.main:app"  # each worker process builds its own
+        if workers <= 1:
+            from refund_desk.web.app import create_app
 
-        url = runtime.db.engine.url.render_as_string()
-        typer.echo(f"Refund Desk on http://{host}:{port} (database {url})")
-        uvicorn.run(create_app(runtime), host=host, port=port, log_config=logs.uvicorn_log_config())
+            server = create_app(runtime)
+            url = runtime.db.engine.url.render_as_string()
+            typer.echo(f"Refund Desk on http://{host}:{port} (database {url})")
+        uvicorn.run(
+            server, host=host, port=port, workers=workers, log_config=logs.uvicorn_log_config()
+        )
     finally:
         jobs.stop(timeout=runtime.desk.jobs.lease.total_seconds())
 
