@@ -27,7 +27,7 @@ from refund_desk.cli.common import read_text
 if TYPE_CHECKING:
     from sqlmodel import Session
 
-    from refund_desk.storage.audit import Actor
+    from refund_desk.storage.audit import Actor, AuditLog
 
 
 def _source(runtime: Any, target: str) -> tuple[str, str]:
@@ -44,7 +44,7 @@ def _source(runtime: Any, target: str) -> tuple[str, str]:
     return Path(target).name, read_text(Path(target))
 
 
-def _change(runtime: Any, act: Callable[[Session, Actor], Any]) -> None:
+def _change(runtime: Any, act: Callable[[Session, AuditLog, Actor], Any]) -> None:
     """Run one change with its audit record and (with Slack) its announcement."""
     from refund_desk.bot.app import slack_configured
     from refund_desk.bot.policy_jobs import announce
@@ -52,7 +52,7 @@ def _change(runtime: Any, act: Callable[[Session, Actor], Any]) -> None:
 
     try:
         with runtime.db.write() as session:
-            change = act(session, _actor())
+            change = act(session, runtime.desk.audit, _actor())
             if change.announce and slack_configured(runtime.settings):
                 announce(session, runtime.settings.channel, change.announce)
     except CaseError as exc:
@@ -235,7 +235,7 @@ def register(policy_app: typer.Typer) -> None:
         # proved outside the write (it can take seconds); the rollback says what is wrong
         with runtime.db.read() as session, suppress(CaseError):
             proof_against_active(session, source_of(session, ref))
-        _change(runtime, lambda s, a: rollback(s, runtime.desk.audit, version=ref.number, actor=a))
+        _change(runtime, lambda s, audit, a: rollback(s, audit, version=ref.number, actor=a))
 
     @policy_app.command("mode")
     def policy_mode(
@@ -244,24 +244,21 @@ def register(policy_app: typer.Typer) -> None:
         """Set the autonomy mode."""
         from refund_desk.governance.admin import set_mode
 
-        runtime = _runtime()
-        _change(runtime, lambda s, a: set_mode(s, runtime.desk.audit, mode=mode.value, actor=a))
+        _change(_runtime(), lambda s, audit, a: set_mode(s, audit, mode=mode.value, actor=a))
 
     @policy_app.command("pause")
     def policy_pause() -> None:
         """The kill switch: no refund executes until `policy resume`."""
         from refund_desk.governance.admin import set_paused
 
-        runtime = _runtime()
-        _change(runtime, lambda s, a: set_paused(s, runtime.desk.audit, paused=True, actor=a))
+        _change(_runtime(), lambda s, audit, a: set_paused(s, audit, paused=True, actor=a))
 
     @policy_app.command("resume")
     def policy_resume() -> None:
         """Lift the kill switch; waiting executions run at the server's next sweep."""
         from refund_desk.governance.admin import set_paused
 
-        runtime = _runtime()
-        _change(runtime, lambda s, a: set_paused(s, runtime.desk.audit, paused=False, actor=a))
+        _change(_runtime(), lambda s, audit, a: set_paused(s, audit, paused=False, actor=a))
 
     @policy_app.command("draft")
     def policy_draft(
@@ -277,9 +274,7 @@ def register(policy_app: typer.Typer) -> None:
         _, source = _source(runtime, str(file))
         _change(
             runtime,
-            lambda s, a: save_draft(
-                s, runtime.desk.audit, source=source, actor=a, draft_id=draft_id
-            )[1],
+            lambda s, audit, a: save_draft(s, audit, source=source, actor=a, draft_id=draft_id)[1],
         )
 
     @policy_app.command("drafts")
@@ -329,7 +324,7 @@ def register(policy_app: typer.Typer) -> None:
                 typer.echo(shadow.report(session).as_text())
             return
         if action == "stop":
-            _change(runtime, lambda s, a: shadow.stop(s, runtime.desk.audit, actor=a))
+            _change(runtime, lambda s, audit, a: shadow.stop(s, audit, actor=a))
             return
         if action != "start" or draft is None:
             _fail("use `policy shadow start DRAFT`, `policy shadow stop` or `policy shadow report`")
@@ -337,7 +332,7 @@ def register(policy_app: typer.Typer) -> None:
             number = parse_ref(str(draft), allow=("draft",)).number
         except CaseError as exc:
             _fail(exc.message)
-        _change(runtime, lambda s, a: shadow.start(s, runtime.desk.audit, draft_id=number, actor=a))
+        _change(runtime, lambda s, audit, a: shadow.start(s, audit, draft_id=number, actor=a))
 
     @policy_app.command("review-rate")
     def policy_review_rate(
@@ -352,8 +347,7 @@ def register(policy_app: typer.Typer) -> None:
                 value = float(rate[:-1]) / 100 if rate.endswith("%") else float(rate)
             except ValueError:
                 _fail(f"{rate!r} is not a share such as 0.05 or 5%")
-        runtime = _runtime()
-        _change(runtime, lambda s, a: set_review_rate(s, runtime.desk.audit, rate=value, actor=a))
+        _change(_runtime(), lambda s, audit, a: set_review_rate(s, audit, rate=value, actor=a))
 
     @policy_app.command("second-lead")
     def policy_second_lead(
@@ -364,8 +358,6 @@ def register(policy_app: typer.Typer) -> None:
 
         if setting not in ("on", "off"):
             _fail("use `policy second-lead on` or `policy second-lead off`")
-        runtime = _runtime()
         _change(
-            runtime,
-            lambda s, a: set_second_lead(s, runtime.desk.audit, on=setting == "on", actor=a),
+            _runtime(), lambda s, audit, a: set_second_lead(s, audit, on=setting == "on", actor=a)
         )
