@@ -13,6 +13,13 @@ from tests.helpers import ACME
 pytestmark = pytest.mark.usefixtures("cli_db")
 
 
+def create_payment(amount: str, currency: str, *options: str, code: int = 0) -> str:
+    """`sandbox payment create` for ada@example.com unless `options` say another --email."""
+    email = [] if "--email" in options else ["--email", "ada@example.com"]
+    created = ["sandbox", "payment", "create", "--amount", amount, "--currency", currency]
+    return run(*created, *email, *options, code=code)
+
+
 @pytest.mark.parametrize(
     "command",
     [
@@ -74,33 +81,14 @@ def test_policy_test_and_publish_refuse_failing_tests(tmp_path: Path) -> None:
 
 
 def test_sandbox_payment_create_show_and_faults() -> None:
-    payment = run(
-        "sandbox",
-        "payment",
-        "create",
-        "--amount",
-        "25.00",
-        "--currency",
-        "usd",
-        "--email",
-        "ada@example.com",
-    ).strip()
+    payment = create_payment("25.00", "usd").strip()
     shown = json.loads(run("sandbox", "payment", "show", payment))
     assert shown["amount"] == 2500 and shown["currency"] == "usd" and shown["refunds"] == []
     assert "No payment" in run("sandbox", "payment", "show", "py_missing", code=1)
     assert "sandbox fault: down for 2" in run("sandbox", "fault", "down", "--times", "2")
     assert "Invalid value" in run("sandbox", "fault", "melt", code=2)  # a closed choice
-    assert "more decimals than JPY allows" in run(
-        "sandbox",
-        "payment",
-        "create",
-        "--amount",
-        "1.5",
-        "--currency",
-        "jpy",
-        "--email",
-        "a@b.co",
-        code=2,
+    assert "more decimals than JPY allows" in create_payment(
+        "1.5", "jpy", "--email", "a@b.co", code=2
     )
 
 
@@ -148,37 +136,14 @@ def test_audit_verify_and_export(cli_db: Path, tmp_path: Path) -> None:
 
 
 def test_sandbox_payment_create_count_prints_one_id_a_line() -> None:
-    output = run(
-        "sandbox",
-        "payment",
-        "create",
-        "--amount",
-        "12.50",
-        "--currency",
-        "eur",
-        "--email",
-        "ada@example.com",
-        "--count",
-        "25",
-    )
+    output = create_payment("12.50", "eur", "--count", "25")
     ids = output.split()
     assert len(ids) == 25 and len(set(ids)) == 25
     for payment in (ids[0], ids[-1]):
         shown = json.loads(run("sandbox", "payment", "show", payment))
         assert shown["amount"] == 1250 and shown["currency"] == "eur"
-    assert "greater than or equal to 1" in run(
-        "sandbox",
-        "payment",
-        "create",
-        "--amount",
-        "1",
-        "--currency",
-        "usd",
-        "--email",
-        "a@b.co",
-        "--count",
-        "0",
-        code=2,
+    assert "greater than or equal to 1" in create_payment(
+        "1", "usd", "--email", "a@b.co", "--count", "0", code=2
     )
 
 
@@ -208,16 +173,4 @@ def test_rotate_refuses_a_grace_beyond_ten_years_and_changes_nothing() -> None:
 
 
 def test_sandbox_refuses_an_amount_beyond_what_is_stored() -> None:
-    out = run(
-        "sandbox",
-        "payment",
-        "create",
-        "--amount",
-        "99999999999999999999999",
-        "--currency",
-        "usd",
-        "--email",
-        "ada@example.com",
-        code=2,
-    )
-    assert "too large" in out
+    assert "too large" in create_payment("99999999999999999999999", "usd", code=2)
