@@ -44,10 +44,6 @@ def settings(url: str, secret: str | None = None) -> Settings:
     return Settings.model_validate(values)
 
 
-def secret_of(s: Settings) -> str:
-    return s.secret_value()
-
-
 # ---------------------------------------------------------------- SQLite: a generated secret
 
 
@@ -61,8 +57,8 @@ def test_sqlite_without_secret_generates_a_private_secret_file(
     path = tmp_path / "desk.db.secret"
     assert path.exists()
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
-    assert path.read_text().strip() == secret_of(settled)
-    assert len(secret_of(settled)) >= 32
+    assert path.read_text().strip() == settled.secret_value()
+    assert len(settled.secret_value()) >= 32
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert any(str(path) in r.getMessage() for r in warnings), [r.getMessage() for r in warnings]
 
@@ -71,7 +67,7 @@ def test_second_settle_reads_the_same_secret(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'desk.db'}"
     first = settle_secret(settings(url))
     second = settle_secret(settings(url))
-    assert secret_of(first) == secret_of(second)
+    assert first.secret_value() == second.secret_value()
 
 
 def test_second_settle_does_not_warn_again(
@@ -94,12 +90,12 @@ def test_secret_file_is_created_beside_a_nested_database(tmp_path: Path) -> None
 def test_separate_databases_get_separate_secrets(tmp_path: Path) -> None:
     one = settle_secret(settings(f"sqlite:///{tmp_path / 'one.db'}"))
     two = settle_secret(settings(f"sqlite:///{tmp_path / 'two.db'}"))
-    assert secret_of(one) != secret_of(two)
+    assert one.secret_value() != two.secret_value()
 
 
 def test_sqlite_with_a_given_secret_keeps_it_and_writes_no_file(tmp_path: Path) -> None:
     settled = settle_secret(settings(f"sqlite:///{tmp_path / 'desk.db'}", RANDOM_SECRET))
-    assert secret_of(settled) == RANDOM_SECRET
+    assert settled.secret_value() == RANDOM_SECRET
     assert not (tmp_path / "desk.db.secret").exists()
 
 
@@ -137,7 +133,7 @@ def test_postgres_with_31_characters_is_refused() -> None:
 
 def test_postgres_with_a_long_random_secret_is_accepted() -> None:
     settled = settle_secret(settings(PG, RANDOM_SECRET))
-    assert secret_of(settled) == RANDOM_SECRET
+    assert settled.secret_value() == RANDOM_SECRET
     assert settled.sqlite_path() is None
 
 

@@ -1,9 +1,5 @@
-"""Review of the intake changes after 70eb271: a bad API key must get 401 before anything else.
-
-`POST /api/v1/refund-requests` now reads the body (and waits for the intake gate) before it
-looks the key up. These tests drive the real server (uvicorn on loopback) or the app in one
-event loop, so the gate and the HTTP/1.1 exchange are the ones a client sees.
-"""
+"""A bad API key gets 401 before anything else (`KeyFirst`), from the real server (uvicorn on
+loopback), so the gate and the HTTP/1.1 exchange are the ones a client sees."""
 
 from __future__ import annotations
 
@@ -28,12 +24,8 @@ def _first_bytes_of_answer(port: int, head: bytes, timeout: float = 5.0) -> byte
 def test_a_bad_key_with_expect_100_continue_gets_401_not_an_invitation_to_upload(
     runtime: Runtime,
 ) -> None:
-    """A client that asks `Expect: 100-continue` before sending its body must hear 401 for an
-    unknown key, not `100 Continue`: the handler now awaits the body before it checks the key
-    (only the header's shape is checked first), so uvicorn answers 100 Continue and the
-    unauthenticated client is invited to upload its whole body, which the server then buffers
-    (the API has no body size limit). Before the change the key was a dependency checked
-    before the body was ever read, and the first answer was 401."""
+    """A client that asks `Expect: 100-continue` hears 401 for an unknown key, not an invitation
+    to upload a body the server would buffer."""
     desk = Harness(runtime)
     desk.publish()
     server = LiveServer(runtime)
@@ -57,13 +49,8 @@ def test_a_bad_key_with_expect_100_continue_gets_401_not_an_invitation_to_upload
 def test_a_bad_key_is_not_held_in_the_intake_gate_behind_a_capture(
     runtime: Runtime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The key is now checked only once the intake gate admits the request, so a request with
-    an unknown key queues behind every capture in the replica (default limit 1 with job
-    processes) and gets its 401 only when they are done: here, as long as the processor takes
-    to answer about the payment of a valid request. The other way round, a flood of
-    requests with made-up keys takes the gate's slots in turn and delays every channel's
-    captures (API, web form, email, platform webhooks share the gate). Before the change the
-    key was checked before the gate: 401 at once, and no slot taken."""
+    """An unknown key gets 401 at once, not after the captures the gate holds: a flood of
+    made-up keys would otherwise take the gate's turns from every channel."""
     monkeypatch.setattr(runtime.settings, "intake_concurrency", 1)
     desk = Harness(runtime)
     desk.publish()

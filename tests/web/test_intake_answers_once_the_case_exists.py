@@ -12,12 +12,8 @@ from tests.helpers import Harness, LiveServer
 def test_an_unreadable_prefer_wait_is_ignored_not_a_500_after_the_case_was_made(
     runtime: Runtime,
 ) -> None:
-    """`waiting.preferred_wait` takes `str.isdigit()` as "a number", but `float()` refuses
-    digits such as '²' (the latin-1 header byte 0xB2, which uvicorn passes on), so
-    `Prefer: wait=²` raises ValueError in the handler after the capture committed: the client
-    gets a 500 for a request that did make a case, and a retry without an Idempotency-Key
-    makes a second one. RFC 7240 (and the function's own docstring) say a preference that
-    cannot be read is ignored. (Not introduced by these commits: waiting.py is unchanged.)"""
+    """`Prefer: wait=²` (the header byte 0xB2: a digit to `str.isdigit`, not to `float`) is
+    ignored as RFC 7240 says, not a 500 after the case was made (a retry would make another)."""
     desk = Harness(runtime)
     desk.publish()
     before = desk.counts()[0]

@@ -28,16 +28,9 @@ def _checked(runtime: Runtime, key: str) -> bool:
 def test_a_key_revoked_while_its_request_waits_at_the_intake_gate_makes_no_case(
     runtime: Runtime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A key this replica has not seen lately is checked before the body is read, in a hop of
-    its own; the capture once took that check's result and skipped the key. Between the two
-    the request reads
-    its body (as slowly as the client sends it) and queues at the intake gate behind every
-    other capture of the replica (one at a time by default with job processes), for as long
-    as that takes. A key revoked meanwhile still makes a case, with the revoked key's name as
-    its actor; the route's own docstring says "every key is checked again in the capture's
-    own thread", and the remembered-key path (`test_a_key_revoked_while_this_replica_
-    remembers_it_valid_makes_no_case`) does refuse it. Revoking a leaked key must stop it
-    making refund requests at once, not after the queue drains."""
+    """Between the check before the body and the capture, a request may queue at the intake
+    gate for as long as the captures ahead take: revoking a leaked key meanwhile stops it at
+    once, not after the queue drains."""
     monkeypatch.setattr(runtime.settings, "intake_concurrency", 1)
     desk = Harness(runtime)
     desk.publish()
@@ -94,11 +87,8 @@ def test_a_key_revoked_while_its_request_waits_at_the_intake_gate_makes_no_case(
 def test_a_key_revoked_while_its_client_is_still_sending_the_body_makes_no_case(
     runtime: Runtime,
 ) -> None:
-    """The window is the client's to choose: the key is checked as soon as the headers are
-    in, and the body may follow as late as the server's timeouts allow. Whoever holds a
-    leaked key can open requests ahead, send their bodies after the key is revoked, and each
-    one still makes a case (and a refund decision) in the key's name: revocation does not
-    stop them. No intake gate is involved here (no limit)."""
+    """The body may follow the headers as late as the server's timeouts allow: requests opened
+    ahead with a leaked key make no case once it is revoked. No intake gate here (no limit)."""
     import json
     import socket
 

@@ -14,10 +14,8 @@ from tests.helpers import Harness
 
 
 def _ask(desk: Harness, key: str) -> int:
-    response = desk.client.get(
-        "/api/v1/cases/c_missing", headers={"Authorization": f"Bearer {key}"}
-    )
-    return response.status_code
+    headers = {"Authorization": f"Bearer {key}"}
+    return desk.client.get("/api/v1/cases/c_missing", headers=headers).status_code
 
 
 def test_a_rotated_key_works_for_its_grace_period_then_stops(runtime: Runtime) -> None:
