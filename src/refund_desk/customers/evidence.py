@@ -416,14 +416,6 @@ def attach(
     )
 
 
-def counts(case: Case) -> dict[str, int]:
-    items = case.evidence or []
-    return {
-        "count": len(items),
-        "checked": sum(1 for i in items if i.get("provenance") == Provenance.verified_document),
-    }
-
-
 def mark_checked(desk: Desk, *, case_id: str, evidence_id: str, user: str) -> dict[str, Any]:
     """A person looked at one piece of evidence: it becomes a verified document, on the record.
 

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field
 from email import message_from_bytes, policy
 from email.message import EmailMessage
-from email.utils import getaddresses, parseaddr
+from email.utils import parseaddr
 from html import unescape
 
 MAX_TEXT = 10_000
@@ -119,7 +119,3 @@ def _attachments(msg: EmailMessage) -> list[tuple[str, bytes]]:
         if isinstance(payload, bytes) and payload:
             out.append((part.get_filename() or "attachment", payload))
     return out
-
-
-def recipients(header: str) -> list[str]:
-    return [addr for _, addr in getaddresses([header]) if addr]

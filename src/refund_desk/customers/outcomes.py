@@ -329,13 +329,3 @@ class Delivery:
                 appeal_link=bool(out.appeal_url),
                 error=error,
             )
-
-
-def messages(session: Session, case_id: str) -> list[CustomerMessage]:
-    return list(
-        session.scalars(
-            select(CustomerMessage)
-            .where(col(CustomerMessage.case_id) == case_id)
-            .order_by(col(CustomerMessage.id))
-        ).all()
-    )

@@ -21,7 +21,6 @@ ZERO_DECIMAL = frozenset(
     | {"PYG", "RWF", "UGX", "VND", "VUV", "XAF", "XOF", "XPF"}
 )
 THREE_DECIMAL = frozenset({"BHD", "JOD", "KWD", "OMR", "TND"})
-WHOLE_UNITS_IN_CENTS = frozenset({"ISK"})  # two decimals at Stripe, always "00"
 UNSUPPORTED = frozenset({"CLF", "UYW", "UYI", "IQD", "LYD"})
 
 
@@ -60,8 +59,6 @@ def to_stripe(amount: int, currency: str) -> int:
             f"{money.format_money(amount - amount % 10, code)} or "
             f"{money.format_money(amount - amount % 10 + 10, code)})."
         )
-    if code in WHOLE_UNITS_IN_CENTS and value % 100:
-        raise AmountRefused(f"Stripe accepts {code} only in whole units.")  # pragma: no cover
     return value
 
 
