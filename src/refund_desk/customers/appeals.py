@@ -163,30 +163,14 @@ def _route(desk: Desk, session: Session, case: Case, original: Case) -> None:
         "guardrails": ["guardrail:appeal"],
         "appeal_of": original.id,
     }
-    move(
-        session,
-        desk.audit,
-        case,
-        Status.advised,
-        actor=SYSTEM,
-        action="appeal.received",
-        payload={"appeal_of": original.id},
-    )
-    move(
-        session,
-        desk.audit,
-        case,
-        Status.decided,
-        actor=SYSTEM,
-        action="appeal.decided",
-        payload={"decision": {k: v for k, v in case.decision.items() if k != "trace"}},
-    )
-    move(
-        session,
-        desk.audit,
-        case,
-        Status.awaiting_approval,
-        actor=SYSTEM,
-        action="case.awaiting_approval",
-        payload={"rule": "guardrail:appeal", "tier": TIER, "approvers": group},
-    )
+    decision = {k: v for k, v in case.decision.items() if k != "trace"}
+    for status, action, payload in (
+        (Status.advised, "appeal.received", {"appeal_of": original.id}),
+        (Status.decided, "appeal.decided", {"decision": decision}),
+        (
+            Status.awaiting_approval,
+            "case.awaiting_approval",
+            {"rule": "guardrail:appeal", "tier": TIER, "approvers": group},
+        ),
+    ):
+        move(session, desk.audit, case, status, actor=SYSTEM, action=action, payload=payload)

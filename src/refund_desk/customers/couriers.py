@@ -199,12 +199,10 @@ def from_settings(settings: Settings) -> dict[str, Courier]:
     }
     if settings.smtp_url:
         couriers["email"] = SmtpCourier(settings.smtp_url, sender)
-    if settings.zendesk_api_url:
-        couriers["zendesk"] = HelpdeskCourier(
-            "zendesk", settings.zendesk_api_url.get_secret_value(), sender
-        )
-    if settings.gorgias_api_url:
-        couriers["gorgias"] = HelpdeskCourier(
-            "gorgias", settings.gorgias_api_url.get_secret_value(), sender
-        )
+    for channel, api_url in (
+        ("zendesk", settings.zendesk_api_url),
+        ("gorgias", settings.gorgias_api_url),
+    ):
+        if api_url:
+            couriers[channel] = HelpdeskCourier(channel, api_url.get_secret_value(), sender)
     return couriers
