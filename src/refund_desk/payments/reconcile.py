@@ -24,6 +24,7 @@ from refund_desk import money
 from refund_desk.cases.facts import OPEN_EXECUTION
 from refund_desk.cases.notify import notify
 from refund_desk.cases.ports import ProcessorError, ProcessorRefund, RefundNotFound
+from refund_desk.money import format_money
 from refund_desk.storage.audit import SYSTEM, Actor
 from refund_desk.storage.jobs import ClaimedJob, RetryLater, enqueue
 from refund_desk.storage.models import Case, Execution, ProcessorFinding
@@ -111,8 +112,9 @@ def reconcile(
     step(1, 5)
     with desk.db.read() as session:
         executions = _executions(session, since, until, refunds)
-    report = Report(since=since, until=until, refunds_seen=len(refunds))
-    report.executions_seen = len(executions)
+    report = Report(
+        since=since, until=until, refunds_seen=len(refunds), executions_seen=len(executions)
+    )
     findings = _compare(refunds, executions)
     step(2, 5)
     findings += _missing(desk, refunds, executions, since, until)
@@ -190,7 +192,7 @@ def _compare(refunds: list[ProcessorRefund], executions: dict[str, Execution]) -
                 Finding(
                     kind="unknown_refund",
                     key=f"unknown_refund:{refund.id}",
-                    detail=f"Refund {refund.id} of {_money(refund.amount, refund.currency)} "
+                    detail=f"Refund {refund.id} of {format_money(refund.amount, refund.currency)} "
                     f"on {refund.payment_id} was not made by Refund Desk "
                     "(made at the processor directly, e.g. in its dashboard).",
                     case_id=refund.metadata.get("case_id"),
@@ -210,9 +212,9 @@ def _compare(refunds: list[ProcessorRefund], executions: dict[str, Execution]) -
                 Finding(
                     kind="amount_mismatch",
                     key=f"amount_mismatch:{refund.id}:{refund.amount}:{row.amount}",
-                    detail=f"Refund {refund.id} is {_money(refund.amount, refund.currency)} at "
-                    f"the processor; our execution {row.id} says "
-                    f"{_money(row.amount, row.currency)}.",
+                    detail=f"Refund {refund.id} is "
+                    f"{format_money(refund.amount, refund.currency)} at the processor; our "
+                    f"execution {row.id} says {format_money(row.amount, row.currency)}.",
                     **base,
                     **ours,
                 )
@@ -281,8 +283,8 @@ def _missing(
                 kind="missing_at_processor",
                 key=f"missing_at_processor:{row.id}",
                 detail=f"Our execution {row.id} recorded refund "
-                f"{row.processor_refund_id or '(no id)'} of {_money(row.amount, row.currency)}, "
-                "but the processor does not have it.",
+                f"{row.processor_refund_id or '(no id)'} of "
+                f"{format_money(row.amount, row.currency)}, but the processor does not have it.",
                 case_id=row.case_id,
                 execution_id=row.id,
                 refund_id=row.processor_refund_id,
@@ -293,10 +295,6 @@ def _missing(
             )
         )
     return findings
-
-
-def _money(amount: int, currency: str) -> str:
-    return money.format_money(amount, currency)
 
 
 # ---------------------------------------------------------------- reporting

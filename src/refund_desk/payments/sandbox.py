@@ -87,13 +87,12 @@ _REFUND = (
     _refunds.c.created_at,
 )
 _REFUND_BY_ID = select(*_FAULT_COLUMNS, *_REFUND).where(_refunds.c.id == bindparam("refund_id"))
-_REFUNDS_SINCE_STATEMENT = (
+_REFUNDS_SINCE = (
     select(*_FAULT_COLUMNS, *_REFUND)
     .where(_refunds.c.created_at >= bindparam("since"))
     .order_by(_refunds.c.created_at)
 )
-_REFUNDS_SINCE = _REFUNDS_SINCE_STATEMENT
-_REFUNDS_BETWEEN = _REFUNDS_SINCE_STATEMENT.where(_refunds.c.created_at < bindparam("until"))
+_REFUNDS_BETWEEN = _REFUNDS_SINCE.where(_refunds.c.created_at < bindparam("until"))
 
 # A payment and its refunds in one statement: one row per refund, or one with the refund's
 # columns empty. The payment's id is read as `payment_id`, which a refund row's is too.
@@ -336,14 +335,13 @@ class SandboxProcessor:
             raise RefundDeclined(
                 "amount_too_large", "The refund is more than what is left on the payment."
             )
-        meta = dict(metadata)
         refund = ProcessorRefund(
             id="re_" + secrets.token_hex(12),
             payment_id=payment_id,
             amount=amount,
             currency=payment.currency,
             status="succeeded",
-            metadata=_metadata(meta),
+            metadata=dict(metadata),
             created_at=clock.now(),
         )
         ledger.execute(
@@ -355,7 +353,7 @@ class SandboxProcessor:
                 "currency": refund.currency,
                 "status": refund.status,
                 "idempotency_key": idempotency_key,
-                "meta": meta,
+                "meta": dict(metadata),
                 "created_at": refund.created_at,
             },
         )
@@ -410,13 +408,9 @@ class SandboxProcessor:
             amount=row.amount,
             currency=row.currency,
             status=row.status,
-            metadata=_metadata(row.meta),
+            metadata={str(k): str(v) for k, v in row.meta.items()},
             created_at=row.created_at,
         )
-
-
-def _metadata(meta: dict[str, Any]) -> dict[str, str]:
-    return {str(k): str(v) for k, v in meta.items()}
 
 
 def _fault_in(ledger: Connection, first: _Row | None) -> _Row:

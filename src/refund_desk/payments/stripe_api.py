@@ -44,16 +44,6 @@ class WebhookRejected(Exception):
         self.message = message
 
 
-def make_client(api_key: str, *, api_base: str | None, timeout: float) -> stripe.StripeClient:
-    return stripe.StripeClient(
-        api_key,
-        stripe_version=API_VERSION,
-        base_addresses={"api": api_base.rstrip("/")} if api_base else None,
-        max_network_retries=0,
-        http_client=stripe.RequestsClient(timeout=(min(5.0, timeout), timeout)),
-    )
-
-
 def verify_event(
     payload: bytes,
     signature: str | None,
@@ -92,7 +82,13 @@ class StripeProcessor:
     def connect(
         cls, api_key: str, *, api_base: str | None = None, timeout_seconds: float = 15.0
     ) -> StripeProcessor:
-        client = make_client(api_key, api_base=api_base, timeout=timeout_seconds)
+        client = stripe.StripeClient(
+            api_key,
+            stripe_version=API_VERSION,
+            base_addresses={"api": api_base.rstrip("/")} if api_base else None,
+            max_network_retries=0,
+            http_client=stripe.RequestsClient(timeout=(min(5.0, timeout_seconds), timeout_seconds)),
+        )
         return cls(client, timeout_seconds=timeout_seconds)
 
     # ------------------------------------------------------------ the processor protocol
@@ -100,7 +96,7 @@ class StripeProcessor:
     def payment(self, payment_id: str) -> PaymentFacts:
         """Facts from a PaymentIntent (`pi_…`) or a Charge (`ch_…`)."""
         if payment_id.startswith("pi_"):
-            intent = _sdk(
+            paid = _sdk(
                 lambda: _as_dict(
                     self.client.v1.payment_intents.retrieve(
                         payment_id, {"expand": ["customer", "latest_charge"]}
@@ -108,40 +104,34 @@ class StripeProcessor:
                 ),
                 payment_id=payment_id,
             )
-            charge = intent.get("latest_charge")
+            charge = paid.get("latest_charge")
             if isinstance(charge, str):
                 charge_id = charge
                 charge = _sdk(lambda: _as_dict(self.client.v1.charges.retrieve(charge_id)))
-            customer, created, currency = (
-                intent.get("customer"),
-                intent["created"],
-                intent["currency"],
-            )
         elif payment_id.startswith("ch_"):
-            charge = _sdk(
+            paid = charge = _sdk(
                 lambda: _as_dict(
                     self.client.v1.charges.retrieve(payment_id, {"expand": ["customer"]})
                 ),
                 payment_id=payment_id,
             )
-            customer, created, currency = (
-                charge.get("customer"),
-                charge["created"],
-                charge["currency"],
-            )
         else:
             raise PaymentNotFound(
                 "payment_not_found", f"{payment_id} is not a Stripe payment id (pi_… or ch_…)."
             )
+        currency = paid["currency"]
         billing = (charge or {}).get("billing_details") or {}
+        customer = paid.get("customer")
         customer = customer if isinstance(customer, dict) else {}
         return PaymentFacts(
             id=payment_id,
             amount=from_stripe(_captured(charge), currency),
             currency=currency.lower(),
-            customer_email=customer.get("email") or billing.get("email") or _receipt(charge),
+            customer_email=customer.get("email")
+            or billing.get("email")
+            or (charge or {}).get("receipt_email"),
             customer_name=customer.get("name") or billing.get("name"),
-            created_at=_time(created),
+            created_at=_time(paid["created"]),
             refunds=tuple(self.list_refunds(payment_id)),
             chargebacks_365d=1 if (charge or {}).get("disputed") else 0,
         )
@@ -246,10 +236,6 @@ def _captured(charge: dict[str, Any] | None) -> int:
     if charge.get("amount_captured") is not None:
         return int(charge["amount_captured"])
     return int(charge["amount"]) if charge.get("captured", True) else 0
-
-
-def _receipt(charge: dict[str, Any] | None) -> str | None:
-    return (charge or {}).get("receipt_email")
 
 
 def _time(epoch: int) -> datetime:
