@@ -241,6 +241,13 @@ def evaluate(advisor: Advisor, items: Sequence[Labelled]) -> Report:
             report.answers += 1
             report.parsed += 1
         amount, currency = _found(advice)
+        answered: dict[str, object] = {
+            "reason": advice.reason,
+            "payment": advice.order_ref,
+            "amount": amount,
+            "currency": currency,
+            "intent": advice.intent,
+        }
         got = {
             "reason": advice.reason == item.reason,
             "payment": advice.order_ref == item.payment,
@@ -255,17 +262,7 @@ def evaluate(advisor: Advisor, items: Sequence[Labelled]) -> Report:
             report.correct_by_lang[(name, item.lang)] += ok
         report.confusion[(item.reason, advice.reason)] += 1
         report.confidences.append((min(1.0, max(0.0, advice.confidence)), got["reason"]))
-        wrong = [
-            f"{n}={v!r}"
-            for n, v in (
-                ("reason", advice.reason),
-                ("payment", advice.order_ref),
-                ("amount", amount),
-                ("currency", currency),
-                ("intent", advice.intent),
-            )
-            if n in got and not got[n]
-        ]
+        wrong = [f"{n}={answered[n]!r}" for n, ok in got.items() if not ok]
         if wrong:
             report.failures.append(f"{item.where}: {', '.join(wrong)}  <- {item.text[:70]!r}")
     return report

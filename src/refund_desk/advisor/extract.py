@@ -13,7 +13,7 @@ from decimal import Decimal, InvalidOperation
 
 from refund_desk.advisor.features import fold as _fold
 from refund_desk.advisor.injection import without_injection
-from refund_desk.advisor.reference import extract_order_ref
+from refund_desk.advisor.reference import extract_order_ref, iso_currency
 from refund_desk.money import exponent, to_minor
 
 __all__ = ["extract_amount", "extract_order_ref"]
@@ -177,11 +177,7 @@ def _candidates(marker: str) -> tuple[str, ...]:
     known = _SYMBOLS.get(marker.lower())
     if known is not None:
         return known
-    if len(marker) == 3 and marker.isalpha() and marker.isupper():
-        try:
-            exponent(marker)
-        except ValueError:
-            return ()
+    if len(marker) == 3 and marker.isalpha() and marker.isupper() and iso_currency(marker):
         return (marker,)
     return ()
 
@@ -254,11 +250,8 @@ def extract_amount(text: str, currency: str | None = None) -> tuple[int, str] | 
     is clearly the one asked for, give None: no guessing about money.
     """
     req = currency.strip().upper() if currency else None
-    if req is not None:
-        try:
-            exponent(req)
-        except ValueError:
-            req = None
+    if req is not None and not iso_currency(req):
+        req = None
     text = without_injection(text)
     folded = _fold(text)
     found: list[_Found] = []

@@ -53,18 +53,12 @@ class ModelAnswer(BaseModel):
     summary: str
     injection_suspected: bool
 
-    @field_validator("intent")
+    @field_validator("intent", "reason")
     @classmethod
-    def _intent(cls, value: str) -> str:
-        if value not in INTENTS:
-            raise ValueError(f"must be one of {', '.join(INTENTS)}")
-        return value
-
-    @field_validator("reason")
-    @classmethod
-    def _reason(cls, value: str) -> str:
-        if value not in REASONS:
-            raise ValueError(f"must be one of {', '.join(REASONS)}")
+    def _one_of(cls, value: str, info: ValidationInfo) -> str:
+        allowed = INTENTS if info.field_name == "intent" else REASONS
+        if value not in allowed:
+            raise ValueError(f"must be one of {', '.join(allowed)}")
         return value
 
     @field_validator("confidence")

@@ -10,6 +10,7 @@ its digits before a looser pattern can see them. Everything is deterministic.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -163,32 +164,27 @@ def iban_valid(candidate: str) -> bool:
 # ---------------------------------------------------------------- redaction
 
 
-class _Counter:
-    """Counts replacements per kind while `re.sub` callbacks run."""
-
-    def __init__(self) -> None:
-        self.counts: dict[str, int] = {}
-
-    def hit(self, kind: str) -> str:
-        self.counts[kind] = self.counts.get(kind, 0) + 1
-        return KINDS[kind]
+def _hit(c: Counter[str], kind: str) -> str:
+    """Count one replacement of `kind` (from a `re.sub` callback); its mask."""
+    c[kind] += 1
+    return KINDS[kind]
 
 
-def _sub_iban(text: str, c: _Counter) -> str:
+def _sub_iban(text: str, c: Counter[str]) -> str:
     def repl(m: re.Match[str]) -> str:
         span = m.group(0)
         # The pattern may have run into a following code; shorten at group boundaries.
         cut = len(span)
         while cut > 0:
             if iban_valid(span[:cut]):
-                return c.hit("iban") + span[cut:]
+                return _hit(c, "iban") + span[cut:]
             cut = span.rfind(" ", 0, cut)
         return span
 
     return _IBAN.sub(repl, text)
 
 
-def _sub_card(text: str, c: _Counter) -> str:
+def _sub_card(text: str, c: Counter[str]) -> str:
     def repl(m: re.Match[str]) -> str:
         span = m.group(0)
         # Separated groups may have picked up a neighbouring number ("4242 ... 4242 10"):
@@ -210,7 +206,7 @@ def _sub_card(text: str, c: _Counter) -> str:
                     break
         if best is None:
             return span
-        return span[: best[0]] + c.hit("card") + span[best[1] :]
+        return span[: best[0]] + _hit(c, "card") + span[best[1] :]
 
     return _CARD.sub(repl, text)
 
@@ -228,9 +224,9 @@ def _looks_like_phone(text: str, m: re.Match[str]) -> bool:
     return not (_REF_CONTEXT.search(before) or REFERENCE_BEFORE.search(before))
 
 
-def _sub_phone(text: str, c: _Counter) -> str:
+def _sub_phone(text: str, c: Counter[str]) -> str:
     def repl(m: re.Match[str]) -> str:
-        return c.hit("phone") if _looks_like_phone(text, m) else m.group(0)
+        return _hit(c, "phone") if _looks_like_phone(text, m) else m.group(0)
 
     text = _PHONE.sub(repl, text)
 
@@ -241,7 +237,7 @@ def _sub_phone(text: str, c: _Counter) -> str:
         start = m.start(1) - m.start(0)
         end = m.end(1) - m.start(0)
         whole = m.group(0)
-        return whole[:start] + c.hit("phone") + whole[end:]
+        return whole[:start] + _hit(c, "phone") + whole[end:]
 
     return _PHONE_KEYWORD.sub(repl_kw, text)
 
@@ -289,20 +285,19 @@ def redact(text: str, *, names: Sequence[str] = (), emails: Sequence[str] = ()) 
     `names` and `emails` are what the system of record knows about the customer; known emails
     are masked even when oddly written (case), names case-insensitively as whole words.
     """
-    c = _Counter()
+    c: Counter[str] = Counter()
     out = text
 
     for email in sorted({e.strip() for e in emails if e and e.strip()}, key=len, reverse=True):
         if not may_contain(out, email):
             continue
         out, n = re.subn(known_email(email), KINDS["email"], out, flags=re.I)
-        if n:
-            c.counts["email"] = c.counts.get("email", 0) + n
-    out = _EMAIL.sub(lambda _m: c.hit("email"), out)
+        c["email"] += n
+    out = _EMAIL.sub(lambda _m: _hit(c, "email"), out)
     out = _sub_iban(out, c)
     out = _sub_card(out, c)
     out = _sub_phone(out, c)
-    out = _ADDRESS.sub(lambda _m: c.hit("address"), out)
+    out = _ADDRESS.sub(lambda _m: _hit(c, "address"), out)
 
     pattern, common = _name_pattern(names)
     if pattern is not None:
@@ -311,9 +306,9 @@ def redact(text: str, *, names: Sequence[str] = (), emails: Sequence[str] = ()) 
             word = m.group(0)
             if word.lower() in common and not word[:1].isupper():
                 return word
-            return c.hit("name")
+            return _hit(c, "name")
 
         out = pattern.sub(repl_name, out)
 
-    counts = {k: c.counts[k] for k in KINDS if c.counts.get(k)}
+    counts = {k: c[k] for k in KINDS if c[k]}
     return Redacted(text=out, counts=MappingProxyType(counts))

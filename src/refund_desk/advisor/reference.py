@@ -20,7 +20,7 @@ import re
 
 from refund_desk.money import exponent
 
-__all__ = ["REFERENCE_BEFORE", "extract_order_ref"]
+__all__ = ["REFERENCE_BEFORE", "extract_order_ref", "iso_currency"]
 
 _PROCESSOR_ID = re.compile(
     r"(?<![A-Za-z0-9_])(?:pi|ch|py|pay|sub|in|txn|re)_[A-Za-z0-9]{6,}(?![A-Za-z0-9_])"
@@ -213,7 +213,7 @@ def _not_a_reference(code: str, before: str, after: str, *, keyed: bool = False)
     if not keyed and _YEAR.fullmatch(code):
         return True
     prefix = re.match(r"[A-Z]{3}(?=\s?\d)", code)
-    if prefix and _iso_currency(prefix.group(0)):
+    if prefix and iso_currency(prefix.group(0)):
         return True  # "EUR49"
     if keyed:
         return False
@@ -238,7 +238,8 @@ def _a_date(code: str) -> bool:
     return 1 <= first <= 31 and 1 <= second <= 31 and min(first, second) <= 12
 
 
-def _iso_currency(code: str) -> bool:
+def iso_currency(code: str) -> bool:
+    """`code` is an ISO 4217 code `money` knows."""
     try:
         exponent(code)
     except ValueError:

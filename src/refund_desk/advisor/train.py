@@ -21,6 +21,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -65,20 +66,21 @@ def _as_advised(text: str) -> str:
     return reason_text(redact(text).text, injection=injection_patterns(text))
 
 
+def _lines(path: Path) -> list[dict[str, Any]]:
+    lines = path.read_text(encoding="utf-8").splitlines()
+    return [json.loads(line) for line in lines if line.strip()]
+
+
 def _rows(path: Path) -> list[_Row]:
-    out = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if line.strip():
-            data = json.loads(line)
-            out.append(
-                _Row(
-                    _as_advised(data["text"]),
-                    data["reason"],
-                    data.get("writer") or FIRST_WRITER,
-                    data.get("source", "written") == "written",
-                )
-            )
-    return out
+    return [
+        _Row(
+            _as_advised(data["text"]),
+            data["reason"],
+            data.get("writer") or FIRST_WRITER,
+            data.get("source", "written") == "written",
+        )
+        for data in _lines(path)
+    ]
 
 
 def _idf(counts: Sequence[Counter[int]]) -> tuple[dict[int, float], float]:
@@ -167,19 +169,11 @@ def build_injection(corpus: Sequence[Path], attacks: Path = INJECTION_ATTACKS) -
     """The learned injection detector's weights: a logistic regression on the same features,
     trained on a writer's attacks and look-alikes (`attacks`, labelled) and on every corpus
     line, labelled by the hand-written patterns (the corpus holds each writer's attempts)."""
-    texts: list[str] = []
-    labels: list[int] = []
-    for line in attacks.read_text(encoding="utf-8").splitlines():
-        if line.strip():
-            data = json.loads(line)
-            texts.append(data["text"])
-            labels.append(int(bool(data["injection"])))
+    labelled = [(data["text"], int(bool(data["injection"]))) for data in _lines(attacks)]
     for path in corpus:
-        for line in path.read_text(encoding="utf-8").splitlines():
-            if line.strip():
-                text = json.loads(line)["text"]
-                texts.append(text)
-                labels.append(int(injection_patterns(text)))
+        labelled += [(data["text"], int(injection_patterns(data["text"]))) for data in _lines(path)]
+    texts = [text for text, _ in labelled]
+    labels = [label for _, label in labelled]
     counts = [hashed_counts(text) for text in texts]
     idf, unseen = _idf(counts)
     fit = LogisticRegression(C=10.0, max_iter=3000, class_weight="balanced")
