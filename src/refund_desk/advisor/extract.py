@@ -182,8 +182,8 @@ def _candidates(marker: str) -> tuple[str, ...]:
     return ()
 
 
-def _normalise_number(num: str, currency: str) -> str | None:
-    """'1.234,56' / '1,234.56' / '12,50' / "1'000" -> a plain '1234.56'; None if unclear."""
+def _normalise_number(num: str, currency: str) -> str:
+    """'1.234,56' / '1,234.56' / '12,50' / "1'000" -> a plain '1234.56'."""
     s = re.sub(r"[\u00a0\u202f ']|,[-\u2013]$", "", num)
     seps = [ch for ch in s if ch in ".,"]
     if not seps:
@@ -210,11 +210,8 @@ def _resolve(candidates: Sequence[str], request_currency: str | None) -> str | N
 
 
 def _minor(num: str, currency: str) -> int | None:
-    normalised = _normalise_number(num, currency)
-    if normalised is None:
-        return None
     try:
-        value = to_minor(normalised, currency)
+        value = to_minor(_normalise_number(num, currency), currency)
     except ValueError:
         return None
     return value if value > 0 else None
@@ -224,11 +221,8 @@ def _bare_minor(num: str, currency: str | None) -> int | None:
     """A bare number in the request's currency, or in hundredths when no currency is known."""
     if currency is not None:
         return _minor(num, currency)
-    normalised = _normalise_number(num, "EUR")
-    if normalised is None:
-        return None
     try:
-        value = Decimal(normalised).scaleb(2)
+        value = Decimal(_normalise_number(num, "EUR")).scaleb(2)
     except InvalidOperation:
         return None
     return int(value) if value > 0 and value == value.to_integral_value() else None

@@ -21,9 +21,9 @@ __all__ = ["FallbackAdvisor"]
 class FallbackAdvisor:
     """`primary` (a model), with `OfflineAdvisor` standing in whenever it fails."""
 
-    def __init__(self, primary: Advisor, fallback: Advisor | None = None) -> None:
+    def __init__(self, primary: Advisor) -> None:
         self.primary = primary
-        self.fallback = fallback or OfflineAdvisor()
+        self.fallback = OfflineAdvisor()
         self.name = primary.name
         self.model: str | None = getattr(primary, "model", None)
 

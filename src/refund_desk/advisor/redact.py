@@ -231,12 +231,10 @@ def _sub_phone(text: str, c: Counter[str]) -> str:
     text = _PHONE.sub(repl, text)
 
     def repl_kw(m: re.Match[str]) -> str:
+        whole, start, end = m.group(0), m.start(1) - m.start(0), m.end(1) - m.start(0)
         digits = sum(ch.isdigit() for ch in m.group(1))
-        if not 7 <= digits <= 15 or _REF_CONTEXT.search(m.group(0)[: m.start(1) - m.start(0)]):
-            return m.group(0)
-        start = m.start(1) - m.start(0)
-        end = m.end(1) - m.start(0)
-        whole = m.group(0)
+        if not 7 <= digits <= 15 or _REF_CONTEXT.search(whole[:start]):
+            return whole
         return whole[:start] + _hit(c, "phone") + whole[end:]
 
     return _PHONE_KEYWORD.sub(repl_kw, text)

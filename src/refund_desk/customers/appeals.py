@@ -19,7 +19,7 @@ from sqlalchemy import select
 from sqlmodel import Session, col
 
 from refund_desk.cases.errors import AppealRefused
-from refund_desk.cases.intake import Submitted
+from refund_desk.cases.intake import Submitted, to_major_text
 from refund_desk.cases.lifecycle import Status, move, set_amount
 from refund_desk.customers import evidence
 from refund_desk.customers import intake as channels
@@ -131,7 +131,7 @@ def create(
         payment=original.payment_id,
         actor=Actor("customer", "appeal"),
         dedupe=f"appeal:{original.id}",
-        amount=channels.amount_text(asked, original.currency),
+        amount=to_major_text(asked, original.currency),
         message=message,
         reason=original.reason if original.reason_source == "customer_input" else None,
         external_id=original.external_id,

@@ -21,12 +21,10 @@ from refund_desk import clock
 from refund_desk.cases.errors import Conflict, InvalidRequest, NotMatched
 from refund_desk.cases.facts import customer_verified
 from refund_desk.cases.intake import (
-    RefundRequest,
     Submitted,
     fetch_payment,
     parse_request,
     submit,
-    to_major_text,
 )
 from refund_desk.cases.notify import notify
 from refund_desk.cases.rows import load_for_update
@@ -127,42 +125,28 @@ def receive(
         )
 
     with unclaimed.claiming(desk, files) as claim:
-        submitted = _submit(desk, req, request, key, prepare)
+        try:
+            submitted = submit(
+                desk,
+                request,
+                actor=req.actor,
+                api_key_id=key,
+                idempotency_key=req.dedupe,
+                prepare=prepare,
+            )
+        except Conflict:  # the same delivery again with other content: still the same case
+            replay = _replayed(desk, key, req.dedupe)
+            if replay is None:
+                raise
+            submitted = replay
         claim.kept = submitted.created  # an earlier delivery's case does not hold these files
     return submitted
-
-
-def _submit(
-    desk: Desk,
-    req: ChannelRequest,
-    request: RefundRequest,
-    key: int,
-    prepare: Callable[[Session, Case], None],
-) -> Submitted:
-    try:
-        return submit(
-            desk,
-            request,
-            actor=req.actor,
-            api_key_id=key,
-            idempotency_key=req.dedupe,
-            prepare=prepare,
-        )
-    except Conflict as exc:  # the same delivery again with other content: still the same case
-        replay = _replayed(desk, key, req.dedupe)
-        if replay is None:
-            raise exc from None
-        return replay
 
 
 def _replayed(desk: Desk, key: int, dedupe: str) -> Submitted | None:
     with desk.db.read() as session:
         row = session.get(IntakeKey, (key, dedupe))
         return Submitted(row.case_id, created=False) if row is not None else None
-
-
-def amount_text(minor: int | None, currency: str) -> str | None:
-    return None if minor is None else to_major_text(minor, currency)
 
 
 def record_reply(

@@ -217,14 +217,13 @@ class SandboxProcessor:
         with self.db.write() as session:
             ledger = session.connection()
             if mode == IGNORE_KEYS:  # beside the fault that plays, until `none`
-                if ledger.execute(_SET_FAULT, {"ignore_keys": True}).rowcount == 0:
-                    ledger.execute(insert(_faults), {"id": 1, "mode": "none", "ignore_keys": True})
-                return
-            fault: dict[str, Any] = {"mode": mode, "remaining": None if mode == "none" else times}
-            if mode == "none":
-                fault["ignore_keys"] = False
+                fault: dict[str, Any] = {"ignore_keys": True}
+            elif mode == "none":
+                fault = {"mode": mode, "remaining": None, "ignore_keys": False}
+            else:
+                fault = {"mode": mode, "remaining": times}
             if ledger.execute(_SET_FAULT, fault).rowcount == 0:
-                ledger.execute(insert(_faults), {"id": 1, **fault})
+                ledger.execute(insert(_faults), {"id": 1, "mode": "none", **fault})
 
     def show_payment(self, payment_id: str) -> dict[str, Any]:
         facts = self.payment(payment_id, _faults=False)
