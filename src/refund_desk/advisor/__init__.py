@@ -10,17 +10,11 @@ from refund_desk.advisor.offline import (
     extract_amount,
     extract_order_ref,
 )
-from refund_desk.advisor.redact import KINDS, Redacted, iban_valid, luhn_valid, redact
 
 __all__ = [
-    "KINDS",
     "OfflineAdvisor",
-    "Redacted",
     "classify",
     "detect_injection",
     "extract_amount",
     "extract_order_ref",
-    "iban_valid",
-    "luhn_valid",
-    "redact",
 ]
