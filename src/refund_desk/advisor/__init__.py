@@ -1,6 +1,6 @@
 """The AI step: classify, extract and explain a refund request; never decide (invariant 1).
 
-`OfflineAdvisor` is the deterministic default; `redact` masks PII before any model sees text.
+`OfflineAdvisor` is the deterministic default; `advisor.redact` masks PII before a model sees text.
 """
 
 from refund_desk.advisor.offline import (

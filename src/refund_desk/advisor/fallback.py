@@ -1,11 +1,8 @@
 """A model advisor that falls back to the offline one: a model failure is never "no advice".
 
-When the model times out, is unreachable, answers outside the schema, refuses, or stops for
-any reason other than `stop`, the offline advisor reads the same request and its advice is
-returned instead, marked with `fallback` (the model's error code) and the tokens the failed
-call spent. The workflow records it like any advice (the mark is in the case's advice and its
-`advisor.advised` audit record, the failure in `advisor_calls` and so in `/metrics`), and the
-policy decides the case as it decides any other: its tier and approver group apply.
+A timeout, an unreachable endpoint, an answer outside the schema, a refusal or a stop other
+than `stop` gives the offline advice, marked with `fallback` (the model's error code) and the
+tokens the failed call spent; the policy then decides the case as it decides any other.
 """
 
 from __future__ import annotations

@@ -248,16 +248,14 @@ _SENTENCE = re.compile(
 )
 
 
-# The learned half flags a message at this probability or more (chosen by 5-fold
-# cross-validation on its training data: recall 0.76 with 0.24% false alarms there).
+# The learned half flags a message at this probability or more (chosen by cross-validation).
 MODEL_THRESHOLD = 0.5
 
 
 def detect_injection(text: str) -> bool:
-    """Does the text try to instruct the system rather than describe a problem? The patterns
-    below, or the learned detector trained on attacks from writers the patterns were not
-    fitted to (`advisor.train`): patterns alone caught 46% of a new writer's attacks, the two
-    together 77% (`tests/advisor/injection/README.md`)."""
+    """Does the text try to instruct the system rather than describe a problem? The patterns,
+    or the learned detector (`advisor.train`), which catches attacks by writers the patterns
+    were not fitted to (`tests/advisor/injection/README.md`)."""
     return injection_patterns(text) or _learned(text) >= MODEL_THRESHOLD
 
 

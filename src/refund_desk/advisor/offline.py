@@ -1,15 +1,11 @@
 """The offline advisor: a learned reason classifier and deterministic extraction, no network.
 
-The reason comes from the linear model over character n-grams shipped with the package
-(`advisor.model`, trained on `data/train.jsonl`); the keyword rules below are kept as
-`keyword_classify`, the reference the benchmark and the datasheet compare against, and their
-vocabulary still feeds the speller used to spot policy questions.
-
-It is the default when no model is configured and the fallback the tests rely on. Like any
-advisor its output is `model_inference` data (DESIGN invariant 1): it can send a case to a
-person, never approve one. It redacts the message first (invariant 7); the summary is built
-only from the redacted text and fixed templates. Ids and amounts are read from the raw text,
-which never leaves the process.
+The reason comes from the learned model (`advisor.model`); the keyword rules below are kept
+as `keyword_classify`, the benchmark's reference, and their vocabulary feeds the speller used
+to spot policy questions. Like any advisor its output is `model_inference` data (DESIGN
+invariant 1): it can send a case to a person, never approve one. It redacts the message first
+(invariant 7); the summary is built only from the redacted text and fixed templates. Ids and
+amounts are read from the raw text, which never leaves the process.
 """
 
 from __future__ import annotations
@@ -338,7 +334,7 @@ def reason_text(redacted: str, *, injection: bool) -> str:
 
 
 class OfflineAdvisor:
-    """Keyword advisor: same input, same advice, no network and no tokens spent."""
+    """Same input, same advice, no network and no tokens spent."""
 
     name = "offline"
 

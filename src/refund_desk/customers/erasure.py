@@ -9,10 +9,8 @@ any (its payloads carry ids, amounts, rules and counts). So erasing a customer:
 * blanks those fields on their cases and their replies, and the advisor's quote of their
   words (`advice.summary`), and the links and file names they sent (all sealed under the key
   too, so a copy of an older row version is unreadable anyway);
-* deletes their evidence files (sealed under that key: a copy of the folder is unreadable),
-  unless another of their cases that keeps its personal data holds the same file: checked
-  again when the file is deleted, after the commit, holding their key row (`evidence.discard`),
-  since a case filed meanwhile under a key that lives on (retention) may have taken it;
+* deletes their evidence files (sealed under that key) that no case of theirs keeping its
+  personal data holds (`evidence.discard`, after the commit);
 * records `customer.erased` (the case ids and how many files; never the email) in the audit
   chain, and re-renders their Slack cards, which then say "erased".
 

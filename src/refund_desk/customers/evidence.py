@@ -220,13 +220,11 @@ class Stored:
 
 
 def store_files(desk: Desk, store: EvidenceStore, email_hash: str, uploads: list[Upload]) -> Stored:
-    """Seal and write the files before the case's transaction, in a short one that fetches
-    or makes the customer's key and holds its row (shared on PostgreSQL; SQLite's writer)
-    while the files are sealed and written: an erasure waits for its commit, so a key it
-    destroyed never seals a file after it committed. That transaction also commits a job that
-    deletes the files in an hour unless a case refers to them by then
-    (`customers/unclaimed.py`): files of a request that never became a case do not stay. If
-    it fails, the files it wrote are deleted at once (no job was committed for them)."""
+    """Seal and write the files before the case's transaction, in a short one holding the
+    customer's key row (shared on PostgreSQL; SQLite's writer): an erasure waits for its
+    commit, so a key it destroyed never seals a file. It also commits the job that deletes the
+    files unless a case takes them (`customers/unclaimed.py`); if it fails, the files it wrote
+    are deleted at once."""
     if not uploads:
         return Stored(store, [], {}, email_hash)
     written: list[str] = []
@@ -272,13 +270,10 @@ def unreferenced(
 
 def discard(desk: Desk, store: EvidenceStore, customer: str | None, names: Iterable[str]) -> int:
     """Delete those of one customer's files (`customer`: their email hash) that none of their
-    cases refers to; returns how many were deleted. Every deletion of evidence files goes
-    through here (a refused request's, an unclaimed one's, an erased case's): the references
-    are read and the files deleted while the customer's key row is held (locked on
-    PostgreSQL; SQLite has one writer), which `attach` also holds while it takes a file into
-    a case, so a file a committed case refers to is never deleted. `customer` None (a
-    deletion queued by an earlier version, which did not name them): every case is
-    searched, no key row is held."""
+    cases refers to; how many. Every deletion of evidence files goes through here, reading the
+    references and deleting while holding the customer's key row, which `attach` also holds
+    while it takes a file into a case: a file a committed case refers to is never deleted.
+    `customer` None (a job of an earlier version): every case is searched, no key row held."""
     names = set(names)
     if not names:
         return 0

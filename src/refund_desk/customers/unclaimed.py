@@ -7,11 +7,7 @@ nothing referring to them. The short transaction that fetches the customer's key
 write also commits a job (`evidence.unclaimed`, due an hour later) naming the files; a refusal
 seen in this process lets go of them at once (`release`), the job catches a process that died.
 
-Both delete through `evidence.discard`: only files no case of the customer refers to, holding
-the customer's key row (locked on PostgreSQL; SQLite has one writer). A capture that found one
-of these files already there (one customer's same photo is stored once) holds that lock when
-it attaches it, and writes the file again if it was deleted meanwhile (`evidence.attach`). So
-a file a committed case refers to is never deleted.
+Both delete through `evidence.discard`, which never deletes a file a committed case refers to.
 """
 
 from __future__ import annotations
