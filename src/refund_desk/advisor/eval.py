@@ -110,10 +110,8 @@ class Report:
 
     def ece(self) -> float:
         """Expected calibration error over the reliability table's bins (0 = calibrated)."""
-        n = len(self.confidences)
-        if not n:
-            return 0.0
-        return sum(k / n * abs(acc - mean) for _, _, k, mean, acc in self.reliability())
+        n = len(self.confidences)  # no bins when it is 0
+        return sum((k / n * abs(acc - mean) for _, _, k, mean, acc in self.reliability()), 0.0)
 
     def other_share(self) -> float:
         """Of the requests labelled with a real reason, the share answered `other`."""

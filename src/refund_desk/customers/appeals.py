@@ -36,16 +36,9 @@ TIER = 4
 
 
 def issue(secret: str, case_id: str, *, now: datetime) -> str:
-    body = (
-        base64.urlsafe_b64encode(
-            json.dumps(
-                {"case_id": case_id, "exp": int((now + LINK_LIFETIME).timestamp())},
-                separators=(",", ":"),
-            ).encode()
-        )
-        .decode()
-        .rstrip("=")
-    )
+    claims = {"case_id": case_id, "exp": int((now + LINK_LIFETIME).timestamp())}
+    raw = json.dumps(claims, separators=(",", ":")).encode()
+    body = base64.urlsafe_b64encode(raw).decode().rstrip("=")
     return f"{body}.{_sign(secret, body)}"
 
 

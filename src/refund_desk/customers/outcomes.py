@@ -273,9 +273,7 @@ class Delivery:
 
     def _outbound(self, message: CustomerMessage, case: Case) -> Outbound:
         vault = self.desk.vault
-        reply: dict[str, Any] = {}
-        if case.reply_enc:
-            reply = json.loads(vault.decrypt(case.reply_enc) or "{}")
+        reply: dict[str, Any] = json.loads(vault.decrypt(case.reply_enc) or "{}")
         callback = case.callback_url or (self.webhook_url if case.source == "api" else None)
         appeal = self.appeal_link(case) if self.appeal_link and message.kind == "denied" else None
         assert message.id is not None

@@ -77,14 +77,9 @@ _FAULT = select(*_FAULT_COLUMNS)
 _SET_FAULT = update(_faults).where(_THE_FAULT)
 
 # A refund's columns under the names `_to_refund` reads.
-_REFUND = (
-    _refunds.c.id,
-    _refunds.c.payment_id,
-    _refunds.c.amount,
-    _refunds.c.currency,
-    _refunds.c.status,
-    _refunds.c.meta,
-    _refunds.c.created_at,
+_REFUND = tuple(
+    _refunds.c[name]
+    for name in ("id", "payment_id", "amount", "currency", "status", "meta", "created_at")
 )
 _REFUND_BY_ID = select(*_FAULT_COLUMNS, *_REFUND).where(_refunds.c.id == bindparam("refund_id"))
 _REFUNDS_SINCE = (
@@ -99,13 +94,10 @@ _REFUNDS_BETWEEN = _REFUNDS_SINCE.where(_refunds.c.created_at < bindparam("until
 _PAYMENT = (
     select(
         *_FAULT_COLUMNS,
-        _payments.c.id.label("payment_id"),
-        _payments.c.amount.label("payment_amount"),
-        _payments.c.currency.label("payment_currency"),
-        _payments.c.email.label("payment_email"),
-        _payments.c.name.label("payment_name"),
-        _payments.c.chargebacks.label("payment_chargebacks"),
-        _payments.c.created_at.label("payment_created_at"),
+        *(
+            _payments.c[name].label(f"payment_{name}")
+            for name in ("id", "amount", "currency", "email", "name", "chargebacks", "created_at")
+        ),
         *(c for c in _REFUND if c.name != "payment_id"),
     )
     .select_from(_payments.outerjoin(_refunds, _refunds.c.payment_id == _payments.c.id))
