@@ -56,9 +56,7 @@ def is_policy_question(folded: str, *, has_amount: bool, has_reference: bool) ->
     """A general question about the rules, not about a purchase of the customer's own."""
     if has_amount or has_reference or not folded.strip():
         return False
-    if not (_QUESTION.search(folded) or _ABOUT_POLICY.search(folded)):
-        return False
-    if "?" not in folded and not _ABOUT_POLICY.search(folded):
+    if not (_ABOUT_POLICY.search(folded) or ("?" in folded and _QUESTION.search(folded))):
         return False
     return not _INCIDENT.search(_CONDITIONAL.sub(" ", folded))
 

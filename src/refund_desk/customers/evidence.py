@@ -287,38 +287,6 @@ def discard(desk: Desk, store: EvidenceStore, customer: str | None, names: Itera
 # ---------------------------------------------------------------- on the case
 
 
-def file_item(
-    upload: Upload, *, name: str, source: str, index: int, cipher: CustomerCipher
-) -> dict[str, Any]:
-    item: dict[str, Any] = {
-        "id": f"f{index}-{upload.sha256[:12]}",
-        "kind": "file",
-        "sha256": upload.sha256,
-        "file": name,
-        "content_type": upload.content_type,
-        "size": upload.size,
-        "source": source,
-        "provenance": str(Provenance.customer_input),
-        "checked_by": None,
-    }
-    if upload.filename:
-        item["filename"] = cipher.encrypt(upload.filename)
-    return item
-
-
-def link_item(url: str, *, source: str, index: int, cipher: CustomerCipher) -> dict[str, Any]:
-    """A link item: the URL sealed, its id a MAC under the customer's key (a plain hash of
-    a guessable URL would confirm it long after the erasure)."""
-    return {
-        "id": f"l{index}-{cipher.name('link', url)[:12]}",
-        "kind": "link",
-        "url": cipher.encrypt(url),
-        "source": source,
-        "provenance": str(Provenance.customer_input),
-        "checked_by": None,
-    }
-
-
 def sealed_copy(cipher: CustomerCipher, items: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
     """Items for another case of the same customer (an appeal carries its first case's), with
     what an earlier version left plain sealed under `cipher`: a new row holds no plain link."""
@@ -371,23 +339,35 @@ def attach(
     items = list(case.evidence or [])
     known = {i.get("sha256") or i.get("url") for i in shown(desk.vault, items, session=session)}
     added: list[dict[str, Any]] = []
+    given = {"source": source, "provenance": str(Provenance.customer_input), "checked_by": None}
     for upload in uploads:
         if upload.sha256 not in known:
             known.add(upload.sha256)
-            item = file_item(
-                upload,
-                name=names[upload.sha256],
-                source=source,
-                index=len(items) + len(added),
-                cipher=cipher,
-            )
+            item: dict[str, Any] = {
+                "id": f"f{len(items) + len(added)}-{upload.sha256[:12]}",
+                "kind": "file",
+                "sha256": upload.sha256,
+                "file": names[upload.sha256],
+                "content_type": upload.content_type,
+                "size": upload.size,
+                **given,
+            }
+            if upload.filename:
+                item["filename"] = cipher.encrypt(upload.filename)
             item["view_url"] = base_url.rstrip("/") + view_path(desk.secret, case.id, upload.sha256)
             added.append(item)
     for url in links:
         if url not in known:
             known.add(url)
+            # the URL sealed, the id a MAC under the customer's key: a plain hash of a
+            # guessable URL would confirm it long after the erasure
             added.append(
-                link_item(url, source=source, index=len(items) + len(added), cipher=cipher)
+                {
+                    "id": f"l{len(items) + len(added)}-{cipher.name('link', url)[:12]}",
+                    "kind": "link",
+                    "url": cipher.encrypt(url),
+                    **given,
+                }
             )
     if not added:
         return

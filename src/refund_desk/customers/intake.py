@@ -172,7 +172,7 @@ def record_reply(
     files = evidence.store_files(desk, store, desk.vault.email_hash(sender), uploads)
     with unclaimed.claiming(desk, files) as claim:
         # a repeated delivery: its files are on the case already, or go
-        claim.kept = _place_reply(desk, case_id, text, message_id, uploads, files, base_url)
+        claim.kept = _place_reply(desk, case_id, text, message_id, files, base_url)
     return True
 
 
@@ -181,7 +181,6 @@ def _place_reply(
     case_id: str,
     text: str,
     message_id: str | None,
-    uploads: list[evidence.Upload],
     files: evidence.Stored,
     base_url: str,
 ) -> bool:
@@ -231,12 +230,12 @@ def _place_reply(
             case_id=case.id,
             correlation_id=case.correlation_id,
             policy_version=case.policy_version,
-            payload={"message_id": row.id, "attachments": len(uploads)},
+            payload={"message_id": row.id, "attachments": len(files.uploads)},
         )
         notify(
             session,
             event="case.note",
             case_id=case.id,
-            text=f"The customer replied by email ({len(uploads)} attachment(s)).",
+            text=f"The customer replied by email ({len(files.uploads)} attachment(s)).",
         )
     return True
