@@ -289,16 +289,13 @@ def render(report: Report, *, model: bool) -> str:
             )
     lines.append(f"other for a real reason: {_percent(report.other_share())}")
     lines.append(f"calibration error (ECE): {100 * report.ece():.1f} points")
-    lines.append("")
-    lines.append("reliability (confidence bin: requests, mean confidence, accuracy)")
+    lines += ["", "reliability (confidence bin: requests, mean confidence, accuracy)"]
     for low, high, k, mean, acc in report.reliability():
         lines.append(f"  {low:.1f}-{high:.1f}: {k:>5}  {_percent(mean):>6}  {_percent(acc):>6}")
-    lines.append("")
-    lines.append("confusion (rows: labelled reason, columns: advisor's reason)")
+    lines += ["", "confusion (rows: labelled reason, columns: advisor's reason)"]
     columns = list(REASONS) + ([ERROR] if any(p == ERROR for _, p in report.confusion) else [])
-    short = {c: c[:6] for c in columns}
     width = max(len(r) for r in REASONS)
-    lines.append(" " * width + " " + " ".join(f"{short[c]:>6}" for c in columns))
+    lines.append(" " * width + " " + " ".join(f"{c[:6]:>6}" for c in columns))
     for row in REASONS:
         cells = [report.confusion[(row, c)] for c in columns]
         lines.append(f"{row:<{width}} " + " ".join(f"{n or '.':>6}" for n in cells))
@@ -337,9 +334,7 @@ def render_json(report: Report, *, model: bool) -> str:
         "failures": report.failures,
     }
     if model:
-        body["parsed"] = report.parsed
-        body["answers"] = report.answers
-        body["tokens"] = report.tokens
+        body.update(parsed=report.parsed, answers=report.answers, tokens=report.tokens)
     return json.dumps(body, indent=2, ensure_ascii=False)
 
 

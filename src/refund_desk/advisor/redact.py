@@ -138,15 +138,8 @@ def luhn_valid(digits: str) -> bool:
     """Card numbers carry a Luhn check digit; an order number almost never passes it."""
     if not digits.isdigit():
         return False
-    total = 0
-    for i, ch in enumerate(reversed(digits)):
-        d = int(ch)
-        if i % 2 == 1:
-            d *= 2
-            if d > 9:
-                d -= 9
-        total += d
-    return total % 10 == 0
+    doubled = (int(ch) * (1 + i % 2) for i, ch in enumerate(reversed(digits)))
+    return sum(d - 9 if d > 9 else d for d in doubled) % 10 == 0
 
 
 def iban_valid(candidate: str) -> bool:

@@ -161,7 +161,6 @@ def build(train: Path, report: dict[str, float] | None = None) -> bytes:
     intercept = fit.svm.intercept_.astype(np.float64)
     margins, y = _unseen_writer_margins(rows, classes, report)
     temperature = float(min(TEMPERATURES, key=lambda t: _log_loss(margins, y, float(t))))
-
     return _weights_file(classes, buckets, fit.idf, fit.unseen, coef, intercept, temperature)
 
 
