@@ -57,12 +57,10 @@ _DOLLAR_SIGN_THEN = re.compile(
 # A plain space groups thousands only before a trailing marker ("1 234,56 €"); after a leading
 # one ("$25 100 times") it would glue two numbers together.
 # ("749,-" is a whole amount, as German and Dutch prices are written, also with an en dash)
-_NUM_PRE = (
-    r"\d{1,3}(?:[,.'\u00a0\u202f]\d{3})+(?:[.,]\d{1,3}|,[-\u2013])?|\d+(?:[.,]\d{1,3}|,[-\u2013])?"
-)
 _NUM = (
     r"\d{1,3}(?:[,.'\u00a0\u202f ]\d{3})+(?:[.,]\d{1,3}|,[-\u2013])?|\d+(?:[.,]\d{1,3}|,[-\u2013])?"
 )
+_NUM_PRE = _NUM.replace(" ]", "]")  # after a leading marker: no plain space
 _MARK = "|".join(
     # a marker ending in a Latin letter ends a word ("zł" is not the start of "złożono")
     rf"{re.escape(s)}(?![A-Za-z0-9\u00c0-\u024f])" if re.search(r"[a-zł]$", s) else re.escape(s)

@@ -55,11 +55,9 @@ _REFUND_FAULTS = ("down", "decline", "timeout-after-success", "crash-after-succe
 
 # ---------------------------------------------------------------- the ledger's statements
 #
-# Built once, as Core: the processor's calls are on every refund's path, and the ORM's identity
-# loads cost several times what these do. The first statement of every call carries the fault
-# (`fault_mode`, `fault_remaining`), so a call checks it once and, in the common case, without
-# a statement of its own; a statement that finds no rows cannot carry it, and the fault is then
-# read by itself (`_FAULT`).
+# Built once, as Core, cheaper than the ORM on every refund's path. The first statement of
+# every call carries the fault (`fault_mode`, `fault_remaining`), so a call checks it without a
+# statement of its own, unless that statement finds no rows: then `_FAULT` reads it.
 
 _payments = SandboxPayment.__table__  # type: ignore[attr-defined]
 _refunds = SandboxRefund.__table__  # type: ignore[attr-defined]

@@ -1,14 +1,10 @@
 """Stripe's own minor units, which are not always ISO 4217's.
 
 We store ISO 4217 minor units (`refund_desk.money`); Stripe's API counts some currencies
-differently, so every amount is converted here at the edge, exactly or not at all:
-
-- zero-decimal at Stripe: JPY, KRW, ... and MGA (two decimals in ISO 4217);
-- ISK: zero decimals in ISO 4217, but two at Stripe, where the amount must be a multiple of 100;
-- three-decimal (BHD, JOD, KWD, OMR, TND): the last digit must be 0 (KWD 5.120, never 5.125);
-- currencies Stripe cannot charge in at all (funds codes, four-decimal units) are refused.
-
-An amount Stripe would refuse is refused here, with a sentence, before any request is sent.
+differently (MGA has no decimals there, ISK two; a three-decimal amount must end in 0; some
+codes are not processed at all), so every amount is converted here at the edge, exactly or
+not at all: an amount Stripe would refuse is refused here, with a sentence, before any
+request is sent.
 """
 
 from __future__ import annotations
