@@ -54,34 +54,54 @@ def _cues(*specs: tuple[int, bool, str]) -> tuple[_Cue, ...]:
 
 _NT = r"(?:n't|not|never)"  # inside phrases that carry their own negation
 _ARRIVED = r"(?:arrived|came|was delivered)"
-# Patterns run on folded text (lower case, no accents). Weights: 3 unmistakable phrase,
-# 2 strong word, 1 weak hint. Negatable cues are cancelled by "not", "nicht", "pas", "no"...
+# Patterns run on folded text (lower case, no accents), the most specific reason first.
+# Weights: 3 unmistakable phrase, 2 strong word, 1 weak hint. Negatable cues are cancelled by
+# "not", "nicht", "pas", "no"...
 # fmt: off
 _CUES: dict[str, tuple[_Cue, ...]] = {
-    "damaged": _cues(
-        (3, True, rf"{_ARRIVED} (?:broken|cracked|smashed|shattered|damaged|dented|crushed|torn)"),
-        (3, False, r"(?:broken|cracked|smashed|shattered|damaged|crushed) (?:in|during) "
-                   r"(?:transit|shipping|delivery|the post|the mail)"),
-        (2, True, r"damaged? | broken | cracked | smashed | shattered | dented | crushed"
-                  r" | scratched | torn | ripped | leak(?:ed|ing)"),
-        (2, True, r"beschadigt | kaputt | zerbrochen | gebrochen | endommagee? | cassee?"
-                  r" | abimee? | brisee? | danad[oa] | rot[oa] | estropead[oa]"),
-        (3, False, rf"{_ARRIVED} (?:in pieces|chipped|snapped) | in pieces | shattered"),
-        (2, True, r"chipped | snapped | bent | rott[oa] | quebrad[oa] | danneggiat[oa]"
-                  r" | beschadigd | kapot"),
+    "fraud_claim": _cues(
+        (3, False, rf"(?:did|do|have)\s?{_NT} (?:make|made|place|placed|authori[sz]e"
+                   r"|recogni[sz]e) (?:this|that|the|these|any)"
+                   rf" | (?:did|do|have)\s?{_NT} order (?:this|that|these|it|anything)"),
+        (3, False, r"unauthori[sz]ed | (?:stolen|compromised) (?:credit |debit )?card"
+                   r" | card (?:was |has been |got )?(?:stolen|compromised|hacked)"
+                   r" | identity theft | someone (?:else )?used my (?:card|account)"
+                   r" | not me who"),
+        (2, False, r"fraud(?:ulent)? | hacked | scam | without (?:my )?permission"),
+        (3, False, r"nicht autorisiert | betrug | karte (?:wurde )?gestohlen | fraude"
+                   r" | non autorise | carte volee | no autorice | no autorizad[oa]"
+                   r" | tarjeta robada"),
     ),
-    "defective": _cues(
-        (3, False, r"stopped working | quit working | dead on arrival | malfunction(?:s|ing|ed)?"),
-        (3, False, rf"(?:does|do|did|will|wo|won|can)\s?{_NT} (?:turn on|power on|switch on"
-                   r"|start|boot|charge|work)"),
-        (3, False, r"(?:is|are|was|it's|its)\s?(?:n't|not) working | not working"),
-        (2, True, r"faulty | defective | defect | broke after | keeps (?:crashing|shutting"
-                  r" off|turning off|restarting|disconnecting)"),
-        (3, False, r"funktioniert (?:nicht|nicht mehr) | geht nicht(?: an)? | defekt"
-                   r" | ne (?:fonctionne|marche|s'allume) (?:pas|plus) | defectueux"
-                   r" | no funciona | no enciende | defectuos[oa] | dejo de funcionar"),
-        (2, False, r"non funziona | si spegne | nao funciona | werkt niet | (?:has|have) a defect"
-                   r" | came apart | fell apart | (?:jams|crashes|overheats) | no sound"),
+    "duplicate_charge": _cues(
+        (3, False, r"charged (?:me )?(?:twice|two times|2 times|2x|double) | paid twice"
+                   r" | double[- ]?(?:charged|charge|billed|billing|payment)"
+                   r" | billed (?:me )?twice | (?:charged|billed|debited)(?: \S+){1,4} (?:twice"
+                   r"|two times|2 times)"),
+        (3, False, r"duplicate (?:charge|payment|transaction|order|billing)"
+                   r" | two (?:identical )?charges | charged (?:me )?again for the same"),
+        (3, False, r"doppelt (?:abgebucht|berechnet|belastet|bezahlt)"
+                   r" | zweimal (?:abgebucht|berechnet|belastet)"
+                   r" | (?:debite|facture|preleve) deux fois | double prelevement"
+                   r" | cobrad[oa] dos veces | (?:cobro|cargo) (?:doble|duplicado)"
+                   r" | doble cargo | me cobraron dos veces"),
+        (3, False, r"(?:went through|charged|billed|debited|taken|paid|took) twice"
+                   r" | (?:two|2) identical | identical (?:charges|transactions|payments)"
+                   r" | (?:two|2) times on | (?:two|2) payments for | again (?:on|for) (?:the"
+                   r" same|one)"),
+        (2, False, r"twice | (?:for|only) (?:one|a single) (?:order|purchase)"),
+    ),
+    "subscription_cancel": _cues(
+        (3, False, r"cancel(?:led|ed|ling)? (?:my |the |this )?(?:subscription|membership"
+                   r"|plan|renewal|auto[- ]?renewal) | unsubscribe"),
+        (3, False, r"(?:stop|end|terminate) (?:my |the )?(?:subscription|membership|plan)"
+                   rf" | (?:did|do)\s?{_NT} want (?:it |this |the subscription )?to renew"),
+        (1, False, r"subscription | auto[- ]?renew(?:al|ed|s)? | renewal | renewed"
+                   r" | recurring (?:charge|payment|billing) | membership fee"),
+        (3, False, r"abo(?:nnement)? kundigen | kundigung"
+                   r" | (?:annuler|resilier) (?:mon |l')abonnement"
+                   r" | cancelar (?:mi )?suscripcion"),
+        (1, False, r"abo | abonnement | verlangerung | renouvellement | suscripcion"
+                   r" | renovacion"),
     ),
     "not_received": _cues(
         (3, False, rf"(?:has|have|had|did|does|was|were|is)?\s?{_NT} (?:yet )?(?:been )?"
@@ -118,6 +138,31 @@ _CUES: dict[str, tuple[_Cue, ...]] = {
                    r" | (?:tamanho|cor|produto|taglia) (?:errad[oa]|sbagliat[oa])"
                    r" | verkeerde (?:maat|kleur)"),
     ),
+    "defective": _cues(
+        (3, False, r"stopped working | quit working | dead on arrival | malfunction(?:s|ing|ed)?"),
+        (3, False, rf"(?:does|do|did|will|wo|won|can)\s?{_NT} (?:turn on|power on|switch on"
+                   r"|start|boot|charge|work)"),
+        (3, False, r"(?:is|are|was|it's|its)\s?(?:n't|not) working | not working"),
+        (2, True, r"faulty | defective | defect | broke after | keeps (?:crashing|shutting"
+                  r" off|turning off|restarting|disconnecting)"),
+        (3, False, r"funktioniert (?:nicht|nicht mehr) | geht nicht(?: an)? | defekt"
+                   r" | ne (?:fonctionne|marche|s'allume) (?:pas|plus) | defectueux"
+                   r" | no funciona | no enciende | defectuos[oa] | dejo de funcionar"),
+        (2, False, r"non funziona | si spegne | nao funciona | werkt niet | (?:has|have) a defect"
+                   r" | came apart | fell apart | (?:jams|crashes|overheats) | no sound"),
+    ),
+    "damaged": _cues(
+        (3, True, rf"{_ARRIVED} (?:broken|cracked|smashed|shattered|damaged|dented|crushed|torn)"),
+        (3, False, r"(?:broken|cracked|smashed|shattered|damaged|crushed) (?:in|during) "
+                   r"(?:transit|shipping|delivery|the post|the mail)"),
+        (2, True, r"damaged? | broken | cracked | smashed | shattered | dented | crushed"
+                  r" | scratched | torn | ripped | leak(?:ed|ing)"),
+        (2, True, r"beschadigt | kaputt | zerbrochen | gebrochen | endommagee? | cassee?"
+                  r" | abimee? | brisee? | danad[oa] | rot[oa] | estropead[oa]"),
+        (3, False, rf"{_ARRIVED} (?:in pieces|chipped|snapped) | in pieces | shattered"),
+        (2, True, r"chipped | snapped | bent | rott[oa] | quebrad[oa] | danneggiat[oa]"
+                  r" | beschadigd | kapot"),
+    ),
     "late": _cues(
         (3, True, r"(?:too|very|way) late | (?:arrived|came|delivered) (?:late|after)"
                   r" | late delivery"),
@@ -144,50 +189,6 @@ _CUES: dict[str, tuple[_Cue, ...]] = {
         (2, False, r"decided to keep | take (?:it|this|them) back | (?:regret|impulse)"
                    r" | don't want (?:it|this|them)"),
     ),
-    "duplicate_charge": _cues(
-        (3, False, r"charged (?:me )?(?:twice|two times|2 times|2x|double) | paid twice"
-                   r" | double[- ]?(?:charged|charge|billed|billing|payment)"
-                   r" | billed (?:me )?twice | (?:charged|billed|debited)(?: \S+){1,4} (?:twice"
-                   r"|two times|2 times)"),
-        (3, False, r"duplicate (?:charge|payment|transaction|order|billing)"
-                   r" | two (?:identical )?charges | charged (?:me )?again for the same"),
-        (3, False, r"doppelt (?:abgebucht|berechnet|belastet|bezahlt)"
-                   r" | zweimal (?:abgebucht|berechnet|belastet)"
-                   r" | (?:debite|facture|preleve) deux fois | double prelevement"
-                   r" | cobrad[oa] dos veces | (?:cobro|cargo) (?:doble|duplicado)"
-                   r" | doble cargo | me cobraron dos veces"),
-        (3, False, r"(?:went through|charged|billed|debited|taken|paid|took) twice"
-                   r" | (?:two|2) identical | identical (?:charges|transactions|payments)"
-                   r" | (?:two|2) times on | (?:two|2) payments for | again (?:on|for) (?:the"
-                   r" same|one)"),
-        (2, False, r"twice | (?:for|only) (?:one|a single) (?:order|purchase)"),
-    ),
-    "subscription_cancel": _cues(
-        (3, False, r"cancel(?:led|ed|ling)? (?:my |the |this )?(?:subscription|membership"
-                   r"|plan|renewal|auto[- ]?renewal) | unsubscribe"),
-        (3, False, r"(?:stop|end|terminate) (?:my |the )?(?:subscription|membership|plan)"
-                   rf" | (?:did|do)\s?{_NT} want (?:it |this |the subscription )?to renew"),
-        (1, False, r"subscription | auto[- ]?renew(?:al|ed|s)? | renewal | renewed"
-                   r" | recurring (?:charge|payment|billing) | membership fee"),
-        (3, False, r"abo(?:nnement)? kundigen | kundigung"
-                   r" | (?:annuler|resilier) (?:mon |l')abonnement"
-                   r" | cancelar (?:mi )?suscripcion"),
-        (1, False, r"abo | abonnement | verlangerung | renouvellement | suscripcion"
-                   r" | renovacion"),
-    ),
-    "fraud_claim": _cues(
-        (3, False, rf"(?:did|do|have)\s?{_NT} (?:make|made|place|placed|authori[sz]e"
-                   r"|recogni[sz]e) (?:this|that|the|these|any)"
-                   rf" | (?:did|do|have)\s?{_NT} order (?:this|that|these|it|anything)"),
-        (3, False, r"unauthori[sz]ed | (?:stolen|compromised) (?:credit |debit )?card"
-                   r" | card (?:was |has been |got )?(?:stolen|compromised|hacked)"
-                   r" | identity theft | someone (?:else )?used my (?:card|account)"
-                   r" | not me who"),
-        (2, False, r"fraud(?:ulent)? | hacked | scam | without (?:my )?permission"),
-        (3, False, r"nicht autorisiert | betrug | karte (?:wurde )?gestohlen | fraude"
-                   r" | non autorise | carte volee | no autorice | no autorizad[oa]"
-                   r" | tarjeta robada"),
-    ),
 }
 # fmt: on
 
@@ -201,18 +202,9 @@ _SPELLER = Speller(
     )
 )
 
-# Break ties by how specific a reason is: a fraud or billing claim outranks product complaints.
-_PRIORITY = (
-    "fraud_claim",
-    "duplicate_charge",
-    "subscription_cancel",
-    "not_received",
-    "wrong_item",
-    "defective",
-    "damaged",
-    "late",
-    "changed_mind",
-)
+# Ties go to the more specific reason, listed first: a fraud or billing claim outranks
+# product complaints.
+_PRIORITY = tuple(_CUES)
 
 _NEGATOR = re.compile(r"\b(?:not|never|no|nicht|kein\w*|pas|jamais|nunca|without)\b|n't\b")
 _CLAUSE_BREAK = re.compile(r"[.,;:!?()\n]|\b(?:but|however|aber|mais|pero|though)\b")
