@@ -97,21 +97,11 @@ class OpenAIAdvisor:
                 tokens_used=tokens,
             )
         answer = _parse(choice.message.content if choice else None, tokens)
-        return self._advice(answer, request, red.text, prompt_tokens, completion_tokens)
-
-    def _advice(
-        self,
-        answer: ModelAnswer,
-        request: AdviceRequest,
-        redacted: str,
-        prompt_tokens: int,
-        completion_tokens: int,
-    ) -> Advice:
         currency = (answer.currency or request.currency or "").upper() or None
         amount = _minor(answer.amount, currency)
         # Keep only what the text really holds: a reference the model made up is dropped.
         order_ref = answer.order_ref.removeprefix("#") if answer.order_ref else None
-        if order_ref and order_ref not in redacted:
+        if order_ref and order_ref not in red.text:
             order_ref = None
         known = {p.rule for p in request.policy}
         cited = tuple(r for r in answer.cited_rules if r in known)
@@ -126,7 +116,7 @@ class OpenAIAdvisor:
             # Our own check counts too: a model talked round by the text may not say so.
             injection_suspected=answer.injection_suspected or detect_injection(request.message),
             provider=self.name,
-            tokens_used=prompt_tokens + completion_tokens,
+            tokens_used=tokens,
             intent=answer.intent,
             cited_rules=cited if question else (),
             model=self.model,

@@ -96,8 +96,7 @@ def handle(desk: Desk, job: ClaimedJob) -> None:
 
 def _refund_news(desk: Desk, hint: dict[str, Any]) -> None:
     refund = desk.processor.retrieve_refund(hint["id"])  # the truth, not the event body
-    outcome = settle(desk, refund)
-    if outcome == "not_ours":
+    if settle(desk, refund) == "not_ours":
         log.info("refund %s was not made by Refund Desk; reconciliation reports it", refund.id)
 
 
