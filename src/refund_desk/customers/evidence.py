@@ -90,10 +90,6 @@ class Upload:
     sha256: str
     filename: str | None = None  # the name the customer gave the file, if any
 
-    @property
-    def size(self) -> int:
-        return len(self.data)
-
 
 def check_upload(data: bytes, *, name: str = "file", filename: str | None = None) -> Upload:
     """Size and type by content; raises InvalidRequest (field `evidence`) with a sentence.
@@ -349,7 +345,7 @@ def attach(
                 "sha256": upload.sha256,
                 "file": names[upload.sha256],
                 "content_type": upload.content_type,
-                "size": upload.size,
+                "size": len(upload.data),
                 **given,
             }
             if upload.filename:

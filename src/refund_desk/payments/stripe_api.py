@@ -11,7 +11,7 @@ refunds).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, NoReturn, TypeVar
 
@@ -139,7 +139,7 @@ class StripeProcessor:
     def list_refunds(self, payment_id: str) -> list[ProcessorRefund]:
         params: Any = {_payment_key(payment_id): payment_id, "limit": PAGE}
         return _sdk(
-            lambda: [_refund(r) for r in _pages(self.client.v1.refunds.list(params))],
+            lambda: [_refund(r) for r in self.client.v1.refunds.list(params).auto_paging_iter()],
             payment_id=payment_id,
         )
 
@@ -188,7 +188,7 @@ class StripeProcessor:
 
         def collect() -> list[ProcessorRefund]:
             found: list[ProcessorRefund] = []
-            for raw in _pages(self.client.v1.refunds.list({"limit": PAGE})):
+            for raw in self.client.v1.refunds.list({"limit": PAGE}).auto_paging_iter():
                 refund = _refund(raw)
                 created = refund.created_at or since
                 if created < since:
@@ -205,11 +205,6 @@ class StripeProcessor:
 
 def _as_dict(obj: Any) -> dict[str, Any]:
     return obj.to_dict() if hasattr(obj, "to_dict") else dict(obj)
-
-
-def _pages(page: Any) -> Iterator[dict[str, Any]]:
-    for item in page.auto_paging_iter():
-        yield _as_dict(item)
 
 
 def _refund(raw: Any) -> ProcessorRefund:
