@@ -32,6 +32,8 @@ SHOPIFY_SECRET = "shopify-app-secret-0123456789"
 ZENDESK_SECRET = "zendesk-signing-secret-0123456789"
 GORGIAS_SECRET = "gorgias-shared-secret-0123456789"
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 64
+PHOTO = b"\x89PNG\r\n\x1a\n" + b"a cracked teapot lid " * 8
+OTHER = b"\x89PNG\r\n\x1a\n" + b"the box it came in " * 8
 
 
 class Channels(Harness):
@@ -82,6 +84,26 @@ class Channels(Harness):
             content=raw,
             headers={"Authorization": f"Bearer {secret}", "Content-Type": "message/rfc822"},
         )
+
+    def mail_request(
+        self, payment: str, *, amount: str | None, photos: Sequence[bytes], n: int
+    ) -> Any:
+        """A request by email with `photos` attached, its Message-ID numbered `n`."""
+        lines = (f"Amount: {amount}\n" if amount else "") + "The teapot arrived broken."
+        return self.post_email(
+            raw_email(
+                subject=f"Refund for order {payment}",
+                text=lines,
+                attachments=[(f"p{i}.png", "image/png", p) for i, p in enumerate(photos)],
+                message_id=f"<m{n}@example.com>",
+            )
+        )
+
+    def mailed_case(self, payment: str, amount: str, photos: Sequence[bytes], n: int) -> str:
+        """`mail_request` that makes a case; its id."""
+        response = self.mail_request(payment, amount=amount, photos=photos, n=n)
+        assert response.status_code == 201, response.text
+        return str(response.json()["case"])
 
     def post_shopify(
         self,

@@ -21,9 +21,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.exc import OperationalError
 
 from refund_desk.customers import evidence
-from tests.customers.conftest import Channels, raw_email
-
-PHOTO = b"\x89PNG\r\n\x1a\n" + b"a cracked teapot lid " * 8
+from tests.customers.conftest import PHOTO, Channels, raw_email
 
 
 def _head_is_locked(url: str) -> bool:

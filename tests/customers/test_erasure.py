@@ -239,16 +239,7 @@ PHOTO = b"\x89PNG\r\n\x1a\n" + b"zanzibar teapot, cracked lid " * 8
 
 
 def _mail_photo(channels: Channels) -> str:
-    payment = channels.payment("30.00")
-    response = channels.post_email(
-        raw_email(
-            subject=f"Refund for order {payment}",
-            text="Amount: 20.00\nThe teapot arrived broken, see the photo.",
-            attachments=[("teapot.png", "image/png", PHOTO)],
-        )
-    )
-    assert response.status_code == 201, response.text
-    return str(response.json()["case"])
+    return channels.mailed_case(channels.payment("30.00"), "20.00", [PHOTO], 1)
 
 
 def _live_keys(runtime: Runtime) -> list[bytes]:

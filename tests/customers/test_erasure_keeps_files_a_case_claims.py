@@ -17,22 +17,11 @@ from sqlmodel import col
 from refund_desk import clock
 from refund_desk.customers import erasure, evidence
 from refund_desk.storage.models import Job
-from tests.customers.conftest import Channels, raw_email
-
-PHOTO = b"\x89PNG\r\n\x1a\n" + b"a cracked teapot lid " * 8
+from tests.customers.conftest import PHOTO, Channels
 
 
 def _mail(channels: Channels, payment: str, amount: str, n: int, photo: bool) -> str:
-    response = channels.post_email(
-        raw_email(
-            subject=f"Refund for order {payment}",
-            text=f"Amount: {amount}\nThe teapot arrived broken.",
-            attachments=[("lid.png", "image/png", PHOTO)] if photo else [],
-            message_id=f"<r{n}@example.com>",
-        )
-    )
-    assert response.status_code == 201, response.text
-    return str(response.json()["case"])
+    return channels.mailed_case(payment, amount, [PHOTO] if photo else [], n)
 
 
 def test_a_photo_sent_again_after_a_retention_erasure_survives_the_erasures_delete_job(

@@ -21,25 +21,12 @@ from refund_desk.storage.audit import Actor
 from refund_desk.storage.crypto import PurgeBusy
 from refund_desk.storage.jobs import ClaimedJob, RetryLater, enqueue
 from refund_desk.storage.models import Job
-from tests.customers.conftest import PNG, Channels, raw_email
+from tests.customers.conftest import OTHER, PHOTO, PNG, Channels
 from tests.helpers import CUSTOMER
-
-PHOTO = b"\x89PNG\r\n\x1a\n" + b"a cracked teapot lid " * 8
-OTHER = b"\x89PNG\r\n\x1a\n" + b"the box it came in " * 8
 
 
 def _mail(channels: Channels, photos: list[bytes], n: int) -> str:
-    payment = channels.payment("30.00")
-    response = channels.post_email(
-        raw_email(
-            subject=f"Refund for order {payment}",
-            text="Amount: 20.00\nThe teapot arrived broken, see the photos.",
-            attachments=[(f"p{i}.png", "image/png", p) for i, p in enumerate(photos)],
-            message_id=f"<race{n}@example.com>",
-        )
-    )
-    assert response.status_code == 201, response.text
-    return str(response.json()["case"])
+    return channels.mailed_case(channels.payment("30.00"), "20.00", photos, n)
 
 
 def _files(channels: Channels) -> set[str]:

@@ -16,11 +16,8 @@ from sqlmodel import col
 from refund_desk import clock
 from refund_desk.customers import evidence
 from refund_desk.storage.models import Job
-from tests.customers.conftest import Channels, raw_email
+from tests.customers.conftest import OTHER, PHOTO, Channels
 from tests.helpers import CUSTOMER
-
-PHOTO = b"\x89PNG\r\n\x1a\n" + b"a cracked teapot lid " * 8
-OTHER = b"\x89PNG\r\n\x1a\n" + b"the box it came in " * 8
 
 
 def _files(channels: Channels) -> list[Path]:
@@ -30,23 +27,9 @@ def _files(channels: Channels) -> list[Path]:
     return sorted(p for p in folder.iterdir() if p.is_file())
 
 
-def _mail(
-    channels: Channels, payment: str, *, amount: str | None, photos: list[bytes], n: int
-) -> Any:
-    lines = (f"Amount: {amount}\n" if amount else "") + "The teapot arrived broken."
-    return channels.post_email(
-        raw_email(
-            subject=f"Refund for order {payment}",
-            text=lines,
-            attachments=[(f"p{i}.png", "image/png", p) for i, p in enumerate(photos)],
-            message_id=f"<m{n}@example.com>",
-        )
-    )
-
-
 def test_a_request_refused_after_its_files_were_written_leaves_none(channels: Channels) -> None:
     payment = channels.payment("30.00")
-    first = _mail(channels, payment, amount="30.00", photos=[PHOTO], n=1)
+    first = channels.mail_request(payment, amount="30.00", photos=[PHOTO], n=1)
     assert first.status_code == 201, first.text
     channels.sweep()
     assert channels.get(first.json()["case"])["status"] == "refunded"
@@ -54,7 +37,7 @@ def test_a_request_refused_after_its_files_were_written_leaves_none(channels: Ch
 
     # Nothing is left to refund: the capture refuses after the files were sealed and written.
     # Its new photo goes; the photo it shares with the refunded case stays.
-    refused = _mail(channels, payment, amount=None, photos=[PHOTO, OTHER], n=2)
+    refused = channels.mail_request(payment, amount=None, photos=[PHOTO, OTHER], n=2)
     assert refused.status_code == 422, refused.text
     assert refused.json()["error"]["code"] == "nothing_refundable"
     assert _files(channels) == [kept]
@@ -70,7 +53,7 @@ def test_a_crash_in_the_capture_leaves_no_file(
     monkeypatch.setattr(evidence, "attach", broken)
     payment = channels.payment("30.00")
     with pytest.raises(RuntimeError):
-        _mail(channels, payment, amount="20.00", photos=[PHOTO], n=1)
+        channels.mail_request(payment, amount="20.00", photos=[PHOTO], n=1)
     assert channels.case_count() == 0
     assert _files(channels) == []
 
@@ -81,7 +64,7 @@ def test_files_of_a_process_that_died_before_its_case_committed_go_an_hour_later
     desk = channels.runtime.desk
     store = evidence.EvidenceStore(channels.runtime.settings.evidence_path())
     payment = channels.payment("30.00")
-    assert _mail(channels, payment, amount="20.00", photos=[PHOTO], n=1).status_code == 201
+    assert channels.mail_request(payment, amount="20.00", photos=[PHOTO], n=1).status_code == 201
     [claimed] = _files(channels)
     # Written, and then nothing: the process died before its capture committed.
     orphan = evidence.check_upload(OTHER)
@@ -118,7 +101,7 @@ def test_a_file_deleted_while_a_capture_was_on_its_way_is_written_again(
 
     monkeypatch.setattr(evidence, "store_files", then_refused_elsewhere)
     payment = channels.payment("30.00")
-    response = _mail(channels, payment, amount="20.00", photos=[PHOTO], n=1)
+    response = channels.mail_request(payment, amount="20.00", photos=[PHOTO], n=1)
     assert response.status_code == 201, response.text
     assert len(_files(channels)) == 1
     assert channels.evidence_file(response.json()["case"]) == PHOTO
