@@ -189,20 +189,15 @@ def mail() -> Iterator[MailServer]:
     server.stop()
 
 
-@pytest.fixture()
-def receiver() -> Iterator[Receiver]:
+def _receiver() -> Iterator[Receiver]:
     fake = Receiver()
     fake.start()
     yield fake
     fake.stop()
 
 
-@pytest.fixture()
-def helpdesk() -> Iterator[Receiver]:
-    fake = Receiver()
-    fake.start()
-    yield fake
-    fake.stop()
+receiver = pytest.fixture(_receiver, name="receiver")  # the integrator's webhook endpoint
+helpdesk = pytest.fixture(_receiver, name="helpdesk")
 
 
 @pytest.fixture()
