@@ -148,9 +148,26 @@ class SandboxProcessor:
                 session.add(row)
             return len(rows)
 
-    def create_payment(self, **payment: Any) -> str:
-        """One payment (the keywords of `create_payments`); its id."""
-        return self.create_payments(1, **payment)[0]
+    def create_payment(
+        self,
+        *,
+        amount: int,
+        currency: str,
+        email: str,
+        name: str | None = None,
+        chargebacks: int = 0,
+        created_at: datetime | None = None,
+    ) -> str:
+        """One payment; its id."""
+        return self.create_payments(
+            1,
+            amount=amount,
+            currency=currency,
+            email=email,
+            name=name,
+            chargebacks=chargebacks,
+            created_at=created_at,
+        )[0]
 
     def create_payments(
         self,
