@@ -145,21 +145,17 @@ def answered_record(question: Question) -> dict[str, Any]:
     }
 
 
-def unanswered(decision: Decision, policy: LoadedPolicy | None) -> Decision:
-    """A question no rule answers goes to a person; it never pays or denies by itself."""
+def to_review(
+    decision: Decision, policy: LoadedPolicy | None, rule: str, **changes: Any
+) -> Decision:
+    """`decision` turned into a review by `rule`, at tier 3 or higher, in the group the policy
+    names for it: it never pays or denies by itself."""
     approvers = decision.approvers
     if approvers is None and policy is not None:
         approvers = policy.doc.approvers_for(policy.doc.default)
-    name = f"guardrail:{ANSWER_RULE}"
+    tier = max(3, decision.tier)
     return replace(
-        decision,
-        outcome="review",
-        rule=name,
-        tier=max(3, decision.tier),
-        approvers=approvers,
-        say=None,
-        counterfactual=None,
-        guardrails=(name, *decision.guardrails),
+        decision, outcome="review", rule=rule, tier=tier, approvers=approvers, say=None, **changes
     )
 
 
@@ -284,24 +280,17 @@ class DayFigures:
 
 
 def format_by_day(session: Session) -> list[DayFigures]:
+    outcome = col(AdvisorCall.outcome)
     rows = session.execute(
         select(
             col(AdvisorCall.day),
             col(AdvisorCall.provider),
-            col(AdvisorCall.outcome),
             func.count(),
+            func.count().filter(outcome.in_(["parsed", "unparsed"])),
+            func.count().filter(outcome == "parsed"),
             func.sum(col(AdvisorCall.prompt_tokens) + col(AdvisorCall.completion_tokens)),
         )
-        .group_by(col(AdvisorCall.day), col(AdvisorCall.provider), col(AdvisorCall.outcome))
+        .group_by(col(AdvisorCall.day), col(AdvisorCall.provider))
         .order_by(col(AdvisorCall.day), col(AdvisorCall.provider))
     ).all()
-    merged: dict[tuple[str, str], list[int]] = {}
-    for day, provider, outcome, n, tokens in rows:
-        calls, answers, parsed, spent = merged.setdefault((day, provider), [0, 0, 0, 0])
-        merged[(day, provider)] = [
-            calls + n,
-            answers + (n if outcome in ("parsed", "unparsed") else 0),
-            parsed + (n if outcome == "parsed" else 0),
-            spent + int(tokens or 0),
-        ]
-    return [DayFigures(d, p, *v) for (d, p), v in merged.items()]
+    return [DayFigures(d, p, n, a, parsed, int(t or 0)) for d, p, n, a, parsed, t in rows]

@@ -14,13 +14,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import bindparam, func, insert, select
+from sqlalchemy import bindparam, insert, select
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col
 
 from refund_desk import clock, money
 from refund_desk.cases import tokens
-from refund_desk.cases.decide import strictest
+from refund_desk.cases.decide import DEFAULT_DENIAL, strictest
 from refund_desk.cases.errors import CaseError, Refused
 from refund_desk.cases.executor import enqueue_execution
 from refund_desk.cases.facts import OPEN_EXECUTION, left_on_record
@@ -29,7 +29,7 @@ from refund_desk.cases.notify import notify
 from refund_desk.cases.people import Directory, is_one_of
 from refund_desk.cases.ports import Provenance
 from refund_desk.cases.quorum import approvals_needed
-from refund_desk.cases.rows import load_for_update
+from refund_desk.cases.rows import load_for_update, on_record
 from refund_desk.governance.versions import LoadedPolicy, control, load_version
 from refund_desk.policy import approver_limit
 from refund_desk.policy.schema import ApproverGroup, Managers
@@ -41,7 +41,6 @@ if TYPE_CHECKING:
     from refund_desk.cases.desk import Desk
 
 DECIDABLE = (Status.awaiting_approval, Status.parked)
-DEFAULT_DENIAL = "We could not approve this refund request."
 
 
 @dataclass(frozen=True)
@@ -115,13 +114,7 @@ def _act(
         raise Refused("stale", _stale_message(session, case))
     if token.policy_version != case.policy_version or token.currency != case.currency:
         raise Refused("token_mismatch", "This button does not match the case any more.")
-    if case.requested_by and case.requested_by == user:
-        raise Refused("own_request", "You filed this case, so someone else must decide it.")
-    if case.appeal_of and user in first_deciders(session, case.appeal_of):
-        raise Refused("first_decider", "You decided the appealed case; someone else must review.")
-    appealed = session.get(Case, case.appeal_of) if case.appeal_of else None
-    if appealed is not None and appealed.requested_by == user:
-        raise Refused("own_request", "You filed the appealed case, so someone else must decide.")
+    _check_duties(session, case, user)
     policy = _authority_policy(session, case)
     if token.action == "escalate":
         return _escalate(desk, session, case, token, user, policy, reason)
@@ -140,6 +133,18 @@ def _act(
 
 
 # ---------------------------------------------------------------- authority
+
+
+def _check_duties(session: Session, case: Case, user: str) -> None:
+    """Segregation of duties: nobody decides a case they filed, nor the appeal of a case they
+    filed or decided."""
+    if case.requested_by and case.requested_by == user:
+        raise Refused("own_request", "You filed this case, so someone else must decide it.")
+    if case.appeal_of and user in first_deciders(session, case.appeal_of):
+        raise Refused("first_decider", "You decided the appealed case; someone else must review.")
+    appealed = session.get(Case, case.appeal_of) if case.appeal_of else None
+    if appealed is not None and appealed.requested_by == user:
+        raise Refused("own_request", "You filed the appealed case, so someone else must decide.")
 
 
 def _authority_policy(session: Session, case: Case) -> LoadedPolicy:
@@ -301,29 +306,15 @@ def may_decide(session: Session, case: Case, user: str, directory: Directory | N
 
     App Home lists what waits for a person with this, so nobody is shown a case their click
     would be refused on (their own request, an appeal of their decision, another group's)."""
-    if case.status not in DECIDABLE or case.requested_by == user:
+    if case.status not in DECIDABLE:
         return False
-    if case.appeal_of:
-        appealed = session.get(Case, case.appeal_of)
-        if user in first_deciders(session, case.appeal_of) or (
-            appealed is not None and appealed.requested_by == user
-        ):
-            return False
     try:
+        _check_duties(session, case, user)
         _check_member(session, case, _authority_policy(session, case), user, directory)
     except Refused:
         return False
-    mine = session.scalar(
-        select(func.count())
-        .select_from(Approval)
-        .where(
-            col(Approval.case_id) == case.id,
-            col(Approval.round) == case.approval_round,
-            col(Approval.approver) == user,
-            col(Approval.decision) == "approve",
-        )
-    )
-    return not mine  # a tier-4 approver who approved waits for the second one
+    # a tier-4 approver who approved waits for the second one
+    return user not in _round_approvers(session, case)
 
 
 def _check_resolved(session: Session, case: Case, pay: int | None) -> None:
@@ -420,6 +411,11 @@ def _record(
     )
 
 
+def _round_approvers(session: Session, case: Case) -> set[str]:
+    round_ = {"case_id": case.id, "round": case.approval_round}
+    return set(session.connection().execute(_ROUND_APPROVERS, round_).scalars())
+
+
 def _approve(
     desk: Desk,
     session: Session,
@@ -430,11 +426,7 @@ def _approve(
     reason: str | None,
 ) -> Outcome:
     actor = Actor("human", user)
-    approvers = set(
-        session.connection()
-        .execute(_ROUND_APPROVERS, {"case_id": case.id, "round": case.approval_round})
-        .scalars()
-    )
+    approvers = _round_approvers(session, case)
     if user in approvers:
         raise Refused("already_approved", "You already approved this case; another approver must.")
     _record(session, case, token, user, "approve", amount, reason)
@@ -446,14 +438,13 @@ def _approve(
         case.revision += 1  # the old card's tokens are now stale; a fresh card is posted
         case.updated_at = clock.now()
         session.add(case)
-        desk.audit.append(
+        on_record(
             session,
-            action="approval.recorded",
-            actor=actor,
-            case_id=case.id,
-            correlation_id=case.correlation_id,
-            policy_version=case.policy_version,
-            payload={"approvals": len(approvers) + 1, "needed": needed, "amount": amount},
+            desk.audit,
+            case,
+            "approval.recorded",
+            actor,
+            {"approvals": len(approvers) + 1, "needed": needed, "amount": amount},
         )
         job = notify(session, event="case.approval_recorded", case_id=case.id, user=user)
         return Outcome(case.id, f"Approval recorded ({len(approvers) + 1} of {needed}).", [job])
@@ -523,14 +514,13 @@ def _escalate(
     case.revision += 1
     case.updated_at = clock.now()
     session.add(case)
-    desk.audit.append(
+    on_record(
         session,
-        action="case.escalated",
-        actor=Actor("human", user),
-        case_id=case.id,
-        correlation_id=case.correlation_id,
-        policy_version=case.policy_version,
-        payload={"level": case.escalation_level, "has_reason": reason is not None},
+        desk.audit,
+        case,
+        "case.escalated",
+        Actor("human", user),
+        {"level": case.escalation_level, "has_reason": reason is not None},
     )
     job = notify(
         session,

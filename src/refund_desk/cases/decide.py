@@ -3,7 +3,7 @@ one short transaction for the advice, the decision and the route; never a call i
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -214,20 +214,22 @@ def _decide(
     if locked.status != Status.advised:
         return None, None
     money = case_facts.refundable(session, payment)
-    history = case_facts.customer_history(
-        session, email_hash=locked.email_hash, now=now, exclude=locked.id
-    )
-    context = case_facts.policy_context(
-        case=locked, payment=payment, money=money, history=history, now=now
-    )
+    context = case_facts.policy_context(session, locked, payment, money, now)
     policy = load_version(session, locked.policy_version) if locked.policy_version else None
     decision = evaluate(policy, context)
     shadow.record(session, locked, context, decision)  # a shadow draft's view; no effect
     if (locked.advice or {}).get("error") and decision.automatic:
-        decision = without_advice(decision, policy)
+        # the advisor failed: what the policy would approve by itself waits for a person
+        failed = "guardrail:advisor-failed"
+        decision = advisory.to_review(
+            decision, policy, failed, guardrails=(*decision.guardrails, failed)
+        )
     question = advisory.policy_question(locked, policy)
-    if question is not None and question.answer is None:
-        decision = advisory.unanswered(decision, policy)
+    if question is not None and question.answer is None:  # no published rule answers it
+        name = f"guardrail:{advisory.ANSWER_RULE}"
+        decision = advisory.to_review(
+            decision, policy, name, counterfactual=None, guardrails=(name, *decision.guardrails)
+        )
     answered = question is not None and question.answer is not None
     locked.facts = context
     locked.decision = (
@@ -261,23 +263,6 @@ def _decide(
         )
         return None, money
     return route(desk, session, locked, decision, policy), money
-
-
-def without_advice(decision: Decision, policy: LoadedPolicy | None) -> Decision:
-    """The advisor failed: what the policy would approve by itself waits for a person, in the
-    tier and group the policy names for it."""
-    group = decision.approvers
-    if group is None and policy is not None:
-        group = policy.doc.approvers_for(policy.doc.default)
-    return replace(
-        decision,
-        outcome="review",
-        rule="guardrail:advisor-failed",
-        tier=max(3, decision.tier),
-        approvers=group,
-        say=None,
-        guardrails=(*decision.guardrails, "guardrail:advisor-failed"),
-    )
 
 
 def strictest(policy: LoadedPolicy | None) -> dict[str, Any]:
@@ -349,6 +334,7 @@ def route(
             payload={"rule": decision.rule},
         )
         return None
+    waiting: dict[str, Any] = {"tier": decision.tier, "approvers": decision.approvers}
     if decision.outcome == "approve" and decision.automatic:
         switches = control(session)
         if switches.mode == "supervised":
@@ -362,21 +348,11 @@ def route(
                 payload={"rule": decision.rule, "basis": "policy"},
             )
             return enqueue_execution(session, case, desk.now())
-        note = (
-            "Shadow mode: the policy would have refunded this automatically."
+        waiting = {
+            "note": "Shadow mode: the policy would have refunded this automatically."
             if switches.mode == "shadow"
             else "Approve-all mode: every refund needs a person."
-        )
-        move(
-            session,
-            desk.audit,
-            case,
-            Status.awaiting_approval,
-            actor=POLICY,
-            action="case.awaiting_approval",
-            payload={"rule": decision.rule, "note": note},
-        )
-        return None
+        }
     move(
         session,
         desk.audit,
@@ -384,7 +360,7 @@ def route(
         Status.awaiting_approval,
         actor=POLICY,
         action="case.awaiting_approval",
-        payload={"rule": decision.rule, "tier": decision.tier, "approvers": decision.approvers},
+        payload={"rule": decision.rule, **waiting},
     )
     return None
 

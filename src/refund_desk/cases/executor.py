@@ -33,10 +33,9 @@ from refund_desk.cases.ports import (
     RefundNotFound,
 )
 from refund_desk.cases.quorum import approval_count, approvals_needed
-from refund_desk.cases.rows import load_for_update
+from refund_desk.cases.rows import load_for_update, on_record
 from refund_desk.governance.review import maybe_sample as sample_for_review
 from refund_desk.governance.versions import (
-    LoadedPolicy,
     control,
     evaluate,
     load_version,
@@ -50,7 +49,6 @@ if TYPE_CHECKING:
     from sqlmodel import Session
 
     from refund_desk.cases.desk import Desk
-    from refund_desk.policy import Decision
 
 PROCESSOR_PATIENCE = 8  # transient failures in a row before the case is parked for a person
 PAUSED_RECHECK_SECONDS = 30.0
@@ -62,15 +60,9 @@ FINAL_REFUND_STATES = ("succeeded", "failed", "canceled")
 class BackToPerson(Exception):
     """Automatic execution stopped (mode or breaker): the case waits for a person instead."""
 
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
 
 class Parked(Exception):
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
+    """The case cannot be paid as it stands; the reason is the park reason."""
 
 
 EXECUTE = "execute"  # job kind: reserve, pay, record
@@ -206,7 +198,7 @@ def _reserve(
             lock_payment(session, payment.id)
             return reserve_in(desk, session, case_id, revision, payment)
     except Parked as parked:
-        _park_waiting(desk, case_id, parked.reason)
+        _park_waiting(desk, case_id, str(parked))
         return None
 
 
@@ -267,7 +259,7 @@ def reserve_in(
             Status.awaiting_approval,
             actor=SYSTEM,
             action="case.awaiting_approval",
-            payload={"note": back.reason},
+            payload={"note": str(back)},
         )
         return None
     execution_id = new_id("ex")
@@ -346,37 +338,18 @@ def _recheck(
     if case.possible_duplicate:
         raise Parked("Possible duplicate: never executed automatically.")
     policy = load_version(session, case.policy_version) if case.policy_version else None
-    decision = (
-        None
-        if decided_on is not None
-        else _evaluate_fresh(desk, session, case, payment, refundable, policy)
-    )
-    if decision is not None and not (decision.outcome == "approve" and decision.automatic):
-        detail = f"{decision.rule}: {decision.outcome}"
-        if decision.error:
-            detail += f"; {decision.error}"
-        raise Parked(f"On fresh facts the policy no longer approves automatically ({detail}).")
+    if decided_on is None:
+        context = case_facts.policy_context(session, case, payment, refundable, desk.now())
+        decision = evaluate(policy, context)
+        if not (decision.outcome == "approve" and decision.automatic):
+            detail = f"{decision.rule}: {decision.outcome}"
+            if decision.error:
+                detail += f"; {decision.error}"
+            raise Parked(f"On fresh facts the policy no longer approves automatically ({detail}).")
     limit = breaker.over_limit(session, policy, case.amount, case.currency)  # locks the switches
     if limit:
         breaker.trip(desk, session, limit)
         raise BackToPerson(f"Automatic refunds stopped: {limit}.")
-
-
-def _evaluate_fresh(
-    desk: Desk,
-    session: Session,
-    case: Case,
-    payment: PaymentFacts,
-    refundable: case_facts.Refundable,
-    policy: LoadedPolicy | None,
-) -> Decision:
-    history = case_facts.customer_history(
-        session, email_hash=case.email_hash, now=desk.now(), exclude=case.id
-    )
-    context = case_facts.policy_context(
-        case=case, payment=payment, money=refundable, history=history, now=desk.now()
-    )
-    return evaluate(policy, context)
 
 
 # ---------------------------------------------------------------- phase 2: pay
@@ -394,7 +367,7 @@ def _pay(desk: Desk, execution: Execution) -> ProcessorRefund | None:
     try:
         sent_at = _send(desk, execution, looked_at)
     except _ModeChanged as changed:
-        _back_to_person(desk, execution.id, looked_at, changed.reason)
+        _back_to_person(desk, execution.id, looked_at, str(changed))
         return None
     if sent_at is None:
         return None  # settled or released meanwhile: nothing to send
@@ -421,9 +394,7 @@ SEND_MARGIN_SECONDS = 5.0
 
 
 class _ModeChanged(Exception):
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
+    """An automatic refund whose mode is no longer `supervised`, caught before its create."""
 
 
 def _in_flight_since(desk: Desk, looked_at: datetime) -> datetime:
@@ -572,12 +543,10 @@ def _record(
         if refund.status == "succeeded":
             row.status, row.finished_at = "succeeded", desk.now()
             breaker.record_success(session)
-            case.customer_message = DEFAULT_REFUNDED.format(
+            say = (case.decision or {}).get("say") if row.automatic else None
+            case.customer_message = say or DEFAULT_REFUNDED.format(
                 amount=money.format_money(row.amount, row.currency)
             )
-            say = (case.decision or {}).get("say") if row.automatic else None
-            if say:
-                case.customer_message = say
             session.add(row)
             move(
                 session,
@@ -607,14 +576,13 @@ def _record(
             )
         elif changed:  # pending / requires_action: on the record once per status, not per poll
             session.add(row)
-            desk.audit.append(
+            on_record(
                 session,
-                action="execution.pending",
-                actor=SYSTEM,
-                case_id=case.id,
-                correlation_id=case.correlation_id,
-                policy_version=case.policy_version,
-                payload={"execution_id": row.id, "refund_id": refund.id, "status": refund.status},
+                desk.audit,
+                case,
+                "execution.pending",
+                SYSTEM,
+                {"execution_id": row.id, "refund_id": refund.id, "status": refund.status},
             )
 
 
@@ -638,15 +606,7 @@ def _record_on_closed_case(
         "status": refund.status,
         "case_status": case.status,
     }
-    desk.audit.append(
-        session,
-        action="execution.settled_after_close",
-        actor=SYSTEM,
-        case_id=case.id,
-        correlation_id=case.correlation_id,
-        policy_version=case.policy_version,
-        payload=payload,
-    )
+    on_record(session, desk.audit, case, "execution.settled_after_close", SYSTEM, payload)
     if refund.status == "succeeded" and case.status == Status.denied:
         notify(
             session,
@@ -820,14 +780,13 @@ def _mark_released(desk: Desk, session: Session, case: Case, row: Execution, why
     row.status, row.finished_at = "failed", desk.now()
     row.error_code, row.error_message = "released", why
     session.add(row)
-    desk.audit.append(
+    on_record(
         session,
-        action="execution.released",
-        actor=SYSTEM,
-        case_id=case.id,
-        correlation_id=case.correlation_id,
-        policy_version=case.policy_version,
-        payload={"execution_id": row.id, "amount": row.amount, "currency": row.currency},
+        desk.audit,
+        case,
+        "execution.released",
+        SYSTEM,
+        {"execution_id": row.id, "amount": row.amount, "currency": row.currency},
     )
 
 
@@ -875,15 +834,7 @@ def _reverse(desk: Desk, execution_id: str, refund: ProcessorRefund) -> bool:
         session.add(row)
         payload = {"execution_id": row.id, "refund_id": refund.id, "status": refund.status}
         if case.status != Status.refunded:
-            desk.audit.append(
-                session,
-                action="execution.reversed",
-                actor=SYSTEM,
-                case_id=case.id,
-                correlation_id=case.correlation_id,
-                policy_version=case.policy_version,
-                payload=payload,
-            )
+            on_record(session, desk.audit, case, "execution.reversed", SYSTEM, payload)
             return True
         case.park_reason = (
             f"The processor reports refund {refund.id} of "

@@ -111,13 +111,10 @@ def customer_history(
 
 
 def policy_context(
-    *,
-    case: Case,
-    payment: PaymentFacts,
-    money: Refundable,
-    history: dict[str, int],
-    now: datetime,
+    session: Session, case: Case, payment: PaymentFacts, money: Refundable, now: datetime
 ) -> dict[str, Any]:
+    """What the policy evaluates for `case`, the customer's other cases read in `session`."""
+    history = customer_history(session, email_hash=case.email_hash, now=now, exclude=case.id)
     advice = case.advice or {}
     return {
         "request": {

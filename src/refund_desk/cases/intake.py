@@ -169,7 +169,6 @@ def submit(
     answer on, an appeal's link), so the case and its channel details commit together.
     """
     fingerprint = request.fingerprint()
-    email_hash = desk.vault.email_hash(str(request.email))
     if idempotency_key and api_key_id is not None:
         with desk.db.read() as session:
             replay = _replay(session, api_key_id, idempotency_key, fingerprint)
@@ -189,7 +188,6 @@ def submit(
         raise InvalidRequest(
             "amount_not_accepted", "The processor cannot refund this amount.", {"amount": refused}
         )
-    verified = case_facts.customer_verified(str(request.email), payment)
     for attempt in range(3):
         try:
             return _capture(
@@ -201,8 +199,6 @@ def submit(
                 idempotency_key,
                 fingerprint,
                 requested_by,
-                email_hash,
-                verified,
                 prepare,
             )
         except IntegrityError:
@@ -248,11 +244,10 @@ def _capture(
     idempotency_key: str | None,
     fingerprint: str,
     requested_by: str | None,
-    email_hash: str,
-    verified: bool,
     prepare: Callable[[Session, Case], None] | None = None,
 ) -> Submitted:
     now = desk.now()
+    email_hash = desk.vault.email_hash(str(request.email))
     case_id, correlation_id = new_id("case"), new_id("req")
     # The case's row, made before the writer is taken; what only the transaction knows is
     # filled in there. It is written as one plain INSERT: no ORM object is built or flushed
@@ -269,7 +264,7 @@ def _capture(
         "reason": request.reason,
         "reason_source": Provenance.customer_input if request.reason else None,
         "email_hash": email_hash,
-        "customer_verified": verified,
+        "customer_verified": case_facts.customer_verified(str(request.email), payment),
         "callback_url": request.callback_url,
         "requested_by": requested_by,
         "created_at": now,

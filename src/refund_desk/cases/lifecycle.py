@@ -12,6 +12,7 @@ from sqlmodel import Session
 from refund_desk import clock
 from refund_desk.cases.errors import Conflict
 from refund_desk.cases.notify import NOTIFY_ON, notify
+from refund_desk.cases.rows import on_record
 from refund_desk.cases.sla import start_clock
 from refund_desk.customers.outcomes import TELL_ON, tell
 from refund_desk.storage.audit import Actor, AuditLog
@@ -34,7 +35,6 @@ class Status(StrEnum):
 
 
 FINAL = frozenset({Status.refunded, Status.denied})
-OPEN = frozenset(Status) - FINAL
 
 _ALLOWED: dict[Status, frozenset[Status]] = {
     Status.received: frozenset({Status.advised}),
@@ -80,14 +80,13 @@ def move(
     case.revision += 1
     case.updated_at = clock.now()
     session.add(case)
-    audit.append(
+    on_record(
         session,
-        action=action or f"case.{to}",
-        actor=actor,
-        case_id=case.id,
-        correlation_id=case.correlation_id,
-        policy_version=case.policy_version,
-        payload={"from": previous, "to": str(to), "revision": case.revision, **(payload or {})},
+        audit,
+        case,
+        action or f"case.{to}",
+        actor,
+        {"from": previous, "to": str(to), "revision": case.revision, **(payload or {})},
     )
     log.info(
         "case %s: %s -> %s",
@@ -154,14 +153,6 @@ def set_amount(
         action, payload = "case.amount_changed", {"from": case.amount, "to": amount}
     else:
         action, payload = "case.amount_confirmed", {"amount": amount}
-    audit.append(
-        session,
-        action=action,
-        actor=actor,
-        case_id=case.id,
-        correlation_id=case.correlation_id,
-        policy_version=case.policy_version,
-        payload={**payload, "source": str(source)},
-    )
+    on_record(session, audit, case, action, actor, {**payload, "source": str(source)})
     case.amount, case.amount_source = amount, str(source)
     case.provenance = {**(case.provenance or {}), "amount": str(source)}

@@ -15,11 +15,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import IO, Any
 
-from sqlalchemy import and_, func, or_, select
+from sqlalchemy import Select, and_, func, or_, select
 from sqlmodel import Session, col
 
-from refund_desk import money
 from refund_desk.cases.errors import InvalidRequest
+from refund_desk.cases.views import major
 from refund_desk.storage.models import Approval, AuditRecord, Case, Execution
 
 PAGE = 100
@@ -79,17 +79,7 @@ def page(
     session: Session, filters: Filters, *, cursor: str | None = None, limit: int = PAGE
 ) -> tuple[list[Case], str | None]:
     """Up to `limit` cases oldest first after `cursor`; the cursor of the next page or None."""
-    stmt = select(Case)
-    if filters.status:
-        stmt = stmt.where(col(Case.status) == filters.status)
-    if filters.since:
-        stmt = stmt.where(col(Case.created_at) >= filters.since)
-    if filters.until:
-        stmt = stmt.where(col(Case.created_at) < filters.until)
-    if filters.email_hash:
-        stmt = stmt.where(col(Case.email_hash) == filters.email_hash)
-    if filters.payment:
-        stmt = stmt.where(col(Case.payment_id) == filters.payment)
+    stmt = _filtered(select(Case), filters)
     if cursor:
         at, case_id = decode_cursor(cursor)
         stmt = stmt.where(
@@ -103,19 +93,22 @@ def page(
     return rows, (encode_cursor(rows[-1]) if more and rows else None)
 
 
-def count(session: Session, filters: Filters) -> int:
-    stmt = select(func.count()).select_from(Case)
+def _filtered(stmt: Select[Any], filters: Filters) -> Select[Any]:
+    if filters.status:
+        stmt = stmt.where(col(Case.status) == filters.status)
     if filters.since:
         stmt = stmt.where(col(Case.created_at) >= filters.since)
     if filters.until:
         stmt = stmt.where(col(Case.created_at) < filters.until)
-    if filters.status:
-        stmt = stmt.where(col(Case.status) == filters.status)
-    return int(session.scalar(stmt) or 0)
+    if filters.email_hash:
+        stmt = stmt.where(col(Case.email_hash) == filters.email_hash)
+    if filters.payment:
+        stmt = stmt.where(col(Case.payment_id) == filters.payment)
+    return stmt
 
 
-def _major(minor: int | None, currency: str) -> str | None:
-    return None if minor is None else str(money.to_major(minor, currency))
+def count(session: Session, filters: Filters) -> int:
+    return int(session.scalar(_filtered(select(func.count()).select_from(Case), filters)) or 0)
 
 
 def export_rows(session: Session, cases: list[Case]) -> list[dict[str, Any]]:
@@ -160,9 +153,9 @@ def export_rows(session: Session, cases: list[Case]) -> list[dict[str, Any]]:
                 "external_id": case.external_id,
                 "payment": case.payment_id,
                 "currency": case.currency,
-                "requested_amount": _major(case.requested_amount, case.currency),
-                "amount": _major(case.amount, case.currency),
-                "refunded_amount": _major(sum(e.amount for e in paid), case.currency),
+                "requested_amount": major(case.requested_amount, case.currency),
+                "amount": major(case.amount, case.currency),
+                "refunded_amount": major(sum(e.amount for e in paid), case.currency),
                 "status": case.status,
                 "rule": decision.get("rule"),
                 "tier": decision.get("tier"),

@@ -1,11 +1,15 @@
-"""Reading a case row for change: locked for the transaction, at the revision the caller saw."""
+"""A case row in a write transaction: read locked for change, and what happened to it put on
+the record in the same transaction."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from sqlalchemy import bindparam, select
 from sqlmodel import Session, col
 
-from refund_desk.cases.errors import Conflict, NotFound
+from refund_desk.cases.errors import NotFound
+from refund_desk.storage.audit import Actor, AuditLog
 from refund_desk.storage.models import Case
 
 # FOR UPDATE on PostgreSQL, where rows are locked one by one; SQLite renders none (its writer
@@ -19,14 +23,24 @@ _LOCK_CASE = (
 )
 
 
-def load_for_update(session: Session, case_id: str, *, revision: int | None = None) -> Case:
-    """Lock the case row for this transaction and, if given, insist on the expected revision."""
+def load_for_update(session: Session, case_id: str) -> Case:
+    """Lock the case row for this transaction."""
     case = session.scalars(_LOCK_CASE, {"case_id": case_id}).first()
     if case is None:
         raise NotFound("case_not_found", f"No case {case_id} exists.")
-    if revision is not None and case.revision != revision:
-        raise Conflict(
-            "stale_revision",
-            f"Case {case_id} changed since you looked (revision {revision}, now {case.revision}).",
-        )
     return case
+
+
+def on_record(
+    session: Session, audit: AuditLog, case: Case, action: str, actor: Actor, payload: Any = None
+) -> None:
+    """An audit record about `case`, appended in the caller's transaction."""
+    audit.append(
+        session,
+        action=action,
+        actor=actor,
+        case_id=case.id,
+        correlation_id=case.correlation_id,
+        policy_version=case.policy_version,
+        payload=payload,
+    )

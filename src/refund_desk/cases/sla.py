@@ -15,7 +15,7 @@ from sqlmodel import Session
 
 from refund_desk import clock
 from refund_desk.cases.notify import notify
-from refund_desk.cases.rows import load_for_update
+from refund_desk.cases.rows import load_for_update, on_record
 from refund_desk.governance.versions import LoadedPolicy, control, load_version
 from refund_desk.policy.durations import add_time, sla_period
 from refund_desk.storage.audit import SYSTEM
@@ -89,14 +89,13 @@ def remind(desk: Desk, job: ClaimedJob) -> None:
         case = load_for_update(session, job.payload["case_id"])
         if not _still_waiting(case, job):
             return
-        desk.audit.append(
+        on_record(
             session,
-            action="sla.reminder",
-            actor=SYSTEM,
-            case_id=case.id,
-            correlation_id=case.correlation_id,
-            policy_version=case.policy_version,
-            payload={"due": case.sla_due_at.isoformat() if case.sla_due_at else None},
+            desk.audit,
+            case,
+            "sla.reminder",
+            SYSTEM,
+            {"due": case.sla_due_at.isoformat() if case.sla_due_at else None},
         )
         notify(session, event="case.reminder", case_id=case.id)
 
@@ -111,14 +110,13 @@ def escalate(desk: Desk, job: ClaimedJob) -> None:
         case.revision += 1  # the cards are re-rendered: managers' buttons carry fresh tokens
         case.updated_at = clock.now()
         session.add(case)
-        desk.audit.append(
+        on_record(
             session,
-            action="case.escalated",
-            actor=SYSTEM,
-            case_id=case.id,
-            correlation_id=case.correlation_id,
-            policy_version=case.policy_version,
-            payload={"level": case.escalation_level, "basis": "sla", "due": job.payload["due"]},
+            desk.audit,
+            case,
+            "case.escalated",
+            SYSTEM,
+            {"level": case.escalation_level, "basis": "sla", "due": job.payload["due"]},
         )
         notify(
             session,
