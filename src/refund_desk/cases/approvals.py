@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -35,7 +34,7 @@ from refund_desk.policy import approver_limit
 from refund_desk.policy.schema import ApproverGroup, Managers
 from refund_desk.storage.audit import Actor
 from refund_desk.storage.models import Approval, Case, Execution
-from refund_desk.text import Person, Text, text
+from refund_desk.text import Person, Text, join, text
 
 if TYPE_CHECKING:
     from refund_desk.cases.desk import Desk
@@ -185,13 +184,14 @@ class Deciders:
     def who(self) -> Text:
         """Everyone they name, each person and each user group once: the group's, then the
         managers'."""
-        named: list[str] = []
-        for people in (self.approvers, self.managers):
-            if people is not None:
-                for id_ in [*people.members, *([people.usergroup] if people.usergroup else [])]:
-                    if id_ not in named:
-                        named.append(id_)
-        return Text.of(*_spaced(Person(id_) for id_ in named))
+        named = [
+            id_
+            for people in (self.approvers, self.managers)
+            if people is not None
+            for id_ in (*people.members, people.usergroup)
+            if id_
+        ]
+        return join(" ", [Person(id_) for id_ in dict.fromkeys(named)])
 
     def to_json(self) -> dict[str, Any]:
         """For the API: the group (None once handed to the managers), whether the managers
@@ -210,13 +210,6 @@ class Deciders:
         if self.managers is not None:
             return f"Only the {self.group} group or the managers may decide this case."
         return f"Only the {self.group} group may decide this case."
-
-
-def _spaced(parts: Iterable[Person]) -> list[str | Person]:
-    out: list[str | Person] = []
-    for part in parts:
-        out += [" ", part] if out else [part]
-    return out
 
 
 # Who escalated a case by a click: a person's escalation is an approval row of its own (the SLA

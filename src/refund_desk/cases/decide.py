@@ -262,7 +262,7 @@ def _decide(
             payload={"tier": 1, "cited_rules": locked.decision["cited_rules"]},
         )
         return None, money
-    return route(desk, session, locked, decision, policy), money
+    return route(desk, session, locked, decision), money
 
 
 def strictest(policy: LoadedPolicy | None) -> dict[str, Any]:
@@ -293,9 +293,7 @@ def decision_record(decision: Decision) -> dict[str, Any]:
     return record
 
 
-def route(
-    desk: Desk, session: Session, case: Case, decision: Decision, policy: LoadedPolicy | None
-) -> int | None:
+def route(desk: Desk, session: Session, case: Case, decision: Decision) -> int | None:
     """Move a decided case on; returns the execution job to run, if any."""
     failed = (case.advice or {}).get("error")
     if failed and decision.outcome != "deny":
