@@ -9,6 +9,7 @@ before it was cut or changed, even by someone with database access.
 from __future__ import annotations
 
 import logging
+from contextlib import suppress
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
@@ -51,8 +52,5 @@ def run(desk: Desk, job: ClaimedJob) -> None:
 
 def ensure_scheduled(desk: Desk) -> None:
     """Put the recurring anchor job in the jobs table once (replicas race harmlessly)."""
-    try:
-        with desk.db.write() as session:
-            enqueue(session, kind=JOB, payload={}, dedupe_key="audit.anchor:scheduled")
-    except IntegrityError:
-        pass
+    with suppress(IntegrityError), desk.db.write() as session:
+        enqueue(session, kind=JOB, payload={}, dedupe_key="audit.anchor:scheduled")

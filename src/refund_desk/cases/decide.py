@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any
 
 from refund_desk.cases import advisory
 from refund_desk.cases import facts as case_facts
-from refund_desk.cases.errors import NotFound
 from refund_desk.cases.executor import enqueue_execution, pay_reserved, reserve_early
 from refund_desk.cases.lifecycle import Status, mark_possible_duplicate, move, set_amount
 from refund_desk.cases.ports import (
@@ -29,7 +28,7 @@ from refund_desk.governance.versions import (
     strictest_route,
 )
 from refund_desk.policy import Decision
-from refund_desk.storage.audit import MODEL, POLICY, SYSTEM, Actor
+from refund_desk.storage.audit import MODEL, POLICY, SYSTEM
 from refund_desk.storage.crypto import hold_key_of_case
 from refund_desk.storage.db import lock_payment
 from refund_desk.storage.jobs import ClaimedJob, RetryLater, backoff
@@ -49,16 +48,7 @@ def advance(desk: Desk, job: ClaimedJob) -> None:
     any transaction; then one transaction records the advice, the decision and the route (and
     queues the execution). If the processor cannot be asked, the advice is recorded alone, so
     a retry never asks the advisor again."""
-    try:
-        _advance(desk, job, job.payload["case_id"])
-    except NotFound as missing:
-        if missing.code != "case_not_found":
-            raise
-        # no such case: nothing to advise
-
-
-def _advance(desk: Desk, job: ClaimedJob, case_id: str) -> None:
-    # The advisor is asked before the write transaction: no lock is held for its answer.
+    case_id = job.payload["case_id"]
     request: AdviceRequest | None = None
     with desk.db.read() as session:
         case = session.get(Case, case_id)
@@ -363,7 +353,7 @@ def route(desk: Desk, session: Session, case: Case, decision: Decision) -> int |
     return None
 
 
-def _park(desk: Desk, case_id: str, reason: str, *, actor: Actor = SYSTEM) -> None:
+def _park(desk: Desk, case_id: str, reason: str) -> None:
     with desk.db.write() as session:
         case = load_for_update(session, case_id)
         if case.status in (Status.refunded, Status.denied, Status.parked):
@@ -372,4 +362,4 @@ def _park(desk: Desk, case_id: str, reason: str, *, actor: Actor = SYSTEM) -> No
         if case.decision is None:  # who decides is still the policy's: its strictest authority
             pinned = load_version(session, case.policy_version) if case.policy_version else None
             case.decision = strictest(pinned)
-        move(session, desk.audit, case, Status.parked, actor=actor, payload={"reason": reason})
+        move(session, desk.audit, case, Status.parked, actor=SYSTEM, payload={"reason": reason})

@@ -691,17 +691,13 @@ def _park_waiting(desk: Desk, case_id: str, reason: str) -> None:
             return
         execution = _open_execution(session, case_id)
         if execution is not None:
-            enqueue_resolve(session, case, execution)
-
-
-def enqueue_resolve(session: Session, case: Case, execution: Execution) -> None:
-    enqueue(
-        session,
-        kind="execute",
-        payload={"case_id": case.id, "resolve": execution.id},
-        dedupe_key=f"resolve:{execution.id}:{case.revision}",
-        due_at=clock.now() + timedelta(seconds=RESOLVE_AFTER_SECONDS),
-    )
+            enqueue(
+                session,
+                kind=EXECUTE,
+                payload={"case_id": case.id, "resolve": execution.id},
+                dedupe_key=f"resolve:{execution.id}:{case.revision}",
+                due_at=clock.now() + timedelta(seconds=RESOLVE_AFTER_SECONDS),
+            )
 
 
 # ---------------------------------------------------------------- resolving a reservation

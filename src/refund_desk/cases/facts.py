@@ -85,13 +85,9 @@ def left_on_record(session: Session, payment_id: str) -> int | None:
     row = session.get(Payment, payment_id)
     if row is None:
         return None
-    ours = session.scalar(
-        select(func.coalesce(func.sum(col(Execution.amount)), 0)).where(
-            col(Execution.payment_id) == payment_id,
-            col(Execution.status).in_([OPEN_EXECUTION, "succeeded"]),
-        )
-    )
-    return max(0, row.amount - row.refunded - int(ours or 0))
+    session.flush()
+    ours = session.connection().execute(_OUR_MONEY_OUT, {"payment_id": payment_id}).all()
+    return max(0, row.amount - row.refunded - sum(r[1] for r in ours))
 
 
 def customer_verified(email: str, payment: PaymentFacts) -> bool:

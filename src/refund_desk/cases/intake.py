@@ -43,7 +43,6 @@ SOURCES = ("api", "web_form", "shopify", "zendesk", "gorgias", "slack", "email")
 # that job's external id. The API refuses both (`refuse_internal`).
 INTERNAL_SOURCES = frozenset({"slack"})
 SLACK_JOB = "slack-job-"
-INTERNAL_EXTERNAL_IDS = (SLACK_JOB,)
 
 
 class RefundRequest(BaseModel):
@@ -132,10 +131,8 @@ def refuse_internal(request: RefundRequest) -> None:
     if request.source in INTERNAL_SOURCES:
         allowed = ", ".join(s for s in SOURCES if s not in INTERNAL_SOURCES)
         fields["source"] = f"{request.source!r} is the system's own; one of {allowed}"
-    ext = request.external_id or ""
-    if ext.lower().startswith(INTERNAL_EXTERNAL_IDS):
-        reserved = ", ".join(f"{p}…" for p in INTERNAL_EXTERNAL_IDS)
-        fields["external_id"] = f"ids of the form {reserved} are the system's own"
+    if (request.external_id or "").lower().startswith(SLACK_JOB):
+        fields["external_id"] = f"ids of the form {SLACK_JOB}… are the system's own"
     if fields:
         raise InvalidRequest("invalid_request", "The request has invalid fields.", fields)
 

@@ -3,12 +3,7 @@
 A notification is a job (kind `notify`) written in the same transaction as the change it
 announces, so a crash or a Slack outage delays the message and never loses it. The Slack
 surface registers the handler that renders and posts it; without Slack the handler records
-nothing more and completes.
-
-Events (payload `event`):
-    case.<status>         a case entered a status people care about (`NOTIFY_ON`): post the
-                          card when it waits for a person, update it and the thread after
-    finance.finding       reconciliation found something (no case; `data` has the finding)
+nothing more and completes. The events are listed in docs/architecture.md.
 """
 
 from __future__ import annotations

@@ -24,7 +24,6 @@ class Directory(Protocol):
     def members(self, usergroup: str) -> frozenset[str]:
         """The user ids in `usergroup`, as read at most 60 seconds ago; raises
         `DirectoryUnavailable` when it has no such reading."""
-        ...
 
 
 def in_usergroup(usergroup: str, user: str, directory: Directory | None) -> bool:

@@ -121,13 +121,11 @@ class Processor(Protocol):
 
     def refusal(self, amount: int, currency: str) -> str | None:
         """Why the processor would refuse a refund of this amount, before asking it; or None."""
-        ...
 
     def list_refunds_since(
         self, since: datetime, until: datetime | None = None
     ) -> list[ProcessorRefund]:
         """Every refund the processor holds created in [since, until), for any payment."""
-        ...
 
 
 # ---------------------------------------------------------------- advisor

@@ -40,7 +40,7 @@ def _tier(case: Case) -> int:
     return int((case.decision or {}).get("tier") or 3)
 
 
-def start_clock(session: Session, case: Case, *, now: datetime | None = None) -> None:
+def start_clock(session: Session, case: Case) -> None:
     """Set the deadline of a case that now waits for a person and queue its reminder and
     first escalation (inside the caller's transaction)."""
     policy = _policy(session, case)
@@ -48,7 +48,7 @@ def start_clock(session: Session, case: Case, *, now: datetime | None = None) ->
     if policy is None or period is None:
         case.sla_due_at = None
         return
-    start = now or clock.now()
+    start = clock.now()
     case.sla_due_at = add_time(policy.doc, start, period)
     share = policy.doc.reminder_at if policy.doc.reminder_at is not None else DEFAULT_REMINDER_AT
     remind_at = add_time(policy.doc, start, period * share)
