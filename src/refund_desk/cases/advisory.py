@@ -3,7 +3,7 @@ and the log of advisor calls (format adherence per day, tokens per case).
 
 Advice is data with provenance `model_inference` (DESIGN invariant 1). Here it is only ever
 *shown* (the explanation, labelled advisory), used to *answer* a question from the policy's
-own words (tier 1, no money), or counted. Pure functions plus two small queries.
+own words (tier 1, no money), or counted.
 """
 
 from __future__ import annotations
@@ -26,8 +26,6 @@ ANSWER_RULE = "policy-question"
 ADVISORY = "Advisory (AI-generated, not a decision)"
 ERASED = "[erased]"  # what stands where an erased customer's words were
 
-# ---------------------------------------------------------------- provenance
-
 
 def provenance(case: Case) -> dict[str, str | None]:
     """Where each consequential field of the case came from."""
@@ -42,9 +40,6 @@ def provenance(case: Case) -> dict[str, str | None]:
         "possible_duplicate": Provenance.system_of_record,
         "advice": Provenance.model_inference,  # confidence, flags, summary, read ids/amounts
     }
-
-
-# ---------------------------------------------------------------- tier 1: policy questions
 
 
 def policy_texts(doc: PolicyDocument | None) -> tuple[PolicyText, ...]:
@@ -159,8 +154,6 @@ def to_review(
     )
 
 
-# ---------------------------------------------------------------- explanation for approvers
-
 _GUARDRAILS = {
     "possible-duplicate": "another open case or a recent refund of this amount exists",
     "unverified-customer": "the requester's email is not the payer's",
@@ -219,9 +212,6 @@ def explanation(
     if advice.get("injection_suspected"):
         lines.append("Flag: the message tries to instruct the system; it was treated as data.")
     return " ".join(lines)
-
-
-# ---------------------------------------------------------------- the advisor-call log
 
 
 def record_call(

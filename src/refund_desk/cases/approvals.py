@@ -131,9 +131,6 @@ def _act(
     return _approve(desk, session, case, token, user, pay, reason)
 
 
-# ---------------------------------------------------------------- authority
-
-
 def _check_duties(session: Session, case: Case, user: str) -> None:
     """Segregation of duties: nobody decides a case they filed, nor the appeal of a case they
     filed or decided."""
@@ -376,9 +373,6 @@ def _partial_amount(
     return minor
 
 
-# ---------------------------------------------------------------- decisions
-
-
 def _record(
     session: Session,
     case: Case,
@@ -524,9 +518,6 @@ def _escalate(
         reason=reason,
     )
     return Outcome(case.id, "Escalated to the managers.", [job])
-
-
-# ---------------------------------------------------------------- refusals
 
 
 def _stale_message(session: Session, case: Case) -> Text:

@@ -84,7 +84,6 @@ def advance(desk: Desk, job: ClaimedJob) -> None:
             if exec_job is not None and not desk.jobs_elsewhere:
                 # Approved by the policy: reserve now, on the facts just read, and take the
                 # execute job here; it only pays and records. This job ends in this commit.
-                # queued at the case's revision as this transaction left it (`route`, last)
                 assert money is not None  # decided here
                 reserved = reserve_early(desk, session, locked, payment, money)
                 claimed = desk.jobs.claim_in(session, exec_job)

@@ -43,11 +43,9 @@ class Desk:
         return self.clock()
 
     def start(self, job_id: int | None) -> bool:
-        """Work this process just committed (due at once): where the jobs run in processes of
-        their own, one of them takes it; where this process has a worker (a server's sweeper),
-        the worker takes it and the caller goes on; otherwise (a CLI, a test, a job's own
-        follow-up) it runs here, now. A crash loses nothing: the job is a committed row, which
-        a sweep takes once its lease, if any, runs out. True if it was left to a worker."""
+        """Work this process just committed: left to the job processes, to this process's
+        worker, or else (a CLI, a test, a job's own follow-up) run here, now. A crash loses
+        nothing: the job is a committed row. True if it was left to a worker."""
         if self.jobs_elsewhere:
             return job_id is not None
         if job_id is not None:

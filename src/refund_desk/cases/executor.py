@@ -74,12 +74,9 @@ def idempotency_key(execution_id: str) -> str:
 
 
 def enqueue_execution(session: Session, case: Case, due_at: datetime | None = None) -> int:
-    """Queue the refund of an approved case, once per approval (the revision it was approved at).
-
-    The dedupe key makes a second queueing of the same approval fail instead of running two
-    executors side by side for one case. It is due at once: whoever queues it starts it
-    (`Desk.start`), or a job process takes it.
-    """
+    """Queue the refund of an approved case, once per approval (the revision it was approved at):
+    the dedupe key makes a second queueing of the same approval fail instead of running two
+    executors side by side for one case."""
     return queue(
         session,
         kind=EXECUTE,
@@ -90,12 +87,9 @@ def enqueue_execution(session: Session, case: Case, due_at: datetime | None = No
 
 
 def pay_reserved(desk: Desk, job: ClaimedJob, execution: Execution, correlation_id: str) -> None:
-    """The execute job of `execution`, run right after the commit that reserved it (and
-    claimed the job): that transaction left the case `executing` with this reservation open at
-    the case's amount, so the job does not read them again; the pay step's barrier (`_send`)
-    reads the kill switch and the mode afresh before any create, as on every path. A retry
-    of the job is an ordinary `execute`. `correlation_id` is the case's, which its lines carry
-    as if the job had read the case."""
+    """The execute job of `execution`, run right after the commit that reserved it and claimed
+    the job, so it does not read the case again; the barrier (`_send`) still reads the kill
+    switch and the mode afresh before the create. A retry is an ordinary `execute`."""
     logs.case_loaded(execution.case_id, correlation_id)
     _pay_and_record(desk, job, execution.case_id, execution)
 
@@ -419,10 +413,9 @@ def _send(desk: Desk, execution: Execution, looked_at: datetime) -> datetime | N
       parked automatic refund resumed by a person's click) it is theirs, and pays in every
       mode.
 
-    Returns the mark (`sent_at`), or None: the execution is no longer reserved (settled or
-    released meanwhile). Raises RetryLater while paused or while an earlier create may be in
-    flight, and `_ModeChanged` for an automatic refund whose mode is no longer `supervised`;
-    nothing is written then."""
+    Returns the mark (`sent_at`), or None if the execution is no longer reserved. Raises
+    RetryLater (paused, or an earlier create may be in flight) or `_ModeChanged`, writing
+    nothing."""
     sent_at = desk.now()
     with desk.db.write() as session:
         marked = session.connection().execute(
@@ -459,11 +452,9 @@ def _send(desk: Desk, execution: Execution, looked_at: datetime) -> datetime | N
 
 
 def _answered(desk: Desk, execution_id: str, sent_at: datetime) -> None:
-    """The create marked at `sent_at` came back with an error or a timeout: it is in flight
-    no more (a timed-out create is in the processor's listing from now on). The mark moves
-    back so that it ends now: an attempt whose lookup runs from now on goes at once, and one
-    that looked before this answer (a replica that took the job over) still waits and looks
-    again. Only this create's own mark is moved."""
+    """The create marked at `sent_at` came back with an error or a timeout, so it is in flight
+    no more: its own mark moves back to end now. A lookup from now on sees it; one made before
+    this answer (a replica that took the job over) still waits and looks again."""
     ended = _in_flight_since(desk, desk.now())
     with desk.db.write() as session:
         session.execute(

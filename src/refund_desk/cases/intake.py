@@ -346,9 +346,8 @@ def _capture(
                     created_at=now,
                 )
             )
-        # Started by the caller (`Desk.start`); due at once, for a sweep anywhere otherwise.
-        # The payment's id lets `advance` ask the processor before it reads the case (and
-        # its log lines name the request from the start).
+        # Started by the caller (`Desk.start`). The payment's id lets `advance` ask the
+        # processor before it reads the case.
         job_id = queue(
             session,
             kind=ADVANCE,
@@ -382,9 +381,8 @@ _INSERT_CASE = (
 )
 
 
-# The capture's statements on the payments table, built once (SQLAlchemy reuses their
-# compiled form). They name the table, so no `Payment` object is loaded or kept: nothing in
-# the capture reads one, and its row is only the lock refunds against the payment take.
+# The capture's statements on the payments table: no `Payment` object is loaded or kept, as
+# nothing in the capture reads one; its row is only the lock refunds against the payment take.
 _PAYMENTS = Payment.__table__  # type: ignore[attr-defined]
 _INSERT_PAYMENT = InsertIfNew(_PAYMENTS, _PAYMENTS.c.id)  # only the id may conflict
 _SEEN_AGAIN = (

@@ -33,9 +33,6 @@ class Provenance(StrEnum):
     human_entry = "human_entry"
 
 
-# ---------------------------------------------------------------- processor
-
-
 @dataclass(frozen=True)
 class ProcessorRefund:
     id: str
@@ -127,8 +124,6 @@ class Processor(Protocol):
     ) -> list[ProcessorRefund]:
         """Every refund the processor holds created in [since, until), for any payment."""
 
-
-# ---------------------------------------------------------------- advisor
 
 REASONS = POLICY_REASONS  # one list: the reasons the policy can speak of
 
