@@ -8,7 +8,6 @@ from __future__ import annotations
 import pytest
 
 from refund_desk.cases import decide
-from refund_desk.runtime import Runtime
 from tests.cases.advance_common import (
     CountingLocal,
     NetworkLike,
@@ -21,13 +20,6 @@ from tests.cases.advance_common import (
 from tests.helpers import Harness
 
 PATHS = pytest.mark.parametrize("local", [True, False], ids=["local", "network"])
-
-
-@pytest.fixture()
-def desk(any_runtime: Runtime) -> Harness:
-    harness = Harness(any_runtime)
-    harness.publish()
-    return harness
 
 
 def _queued(desk: Harness, payment: str, amount: str = "20.00") -> str:

@@ -7,8 +7,7 @@ import threading
 from typing import Any
 
 import pytest
-from sqlalchemy import select, text
-from sqlalchemy.exc import OperationalError
+from sqlalchemy import select
 
 from refund_desk.advisor.offline import OfflineAdvisor
 from refund_desk.cases.ports import Advice, AdviceRequest
@@ -65,27 +64,6 @@ def test_on_sqlite_a_local_advisor_is_asked_before_the_writer_is_taken(desk: Har
     case = desk.get(body["id"])
     assert case["status"] == "refunded"
     assert probe.writer_free == [True]  # another writer went while the advisor ran
-
-
-class _LockProbe:
-    """Answers as the offline advisor does and, while it is asked, looks from another
-    connection whether the payment's row is locked (PostgreSQL)."""
-
-    def __init__(self, db: Database) -> None:
-        self.db, self.local, self.name = db, True, "probe"
-        self.payment_locked: list[bool] = []
-        self._offline = OfflineAdvisor()
-
-    def advise(self, request: AdviceRequest) -> Advice:
-        with self.db.engine.connect() as other:
-            try:
-                other.execute(text("SET lock_timeout = '100ms'"))
-                other.execute(text("SELECT id FROM payments FOR UPDATE"))
-                self.payment_locked.append(False)
-            except OperationalError:
-                self.payment_locked.append(True)
-            other.rollback()
-        return self._offline.advise(request)
 
 
 def test_a_job_queued_without_the_payments_id_reads_the_case_first(desk: Harness) -> None:

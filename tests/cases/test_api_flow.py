@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from refund_desk.cases import approvals
 from refund_desk.runtime import Runtime
 from refund_desk.storage.audit import verify_chain
+from refund_desk.storage.models import Case
 from tests.conftest import TEST_SECRET
-from tests.helpers import Harness
+from tests.helpers import Harness, button_token
 
 
 @pytest.fixture()
@@ -15,6 +17,18 @@ def desk(runtime: Runtime) -> Harness:
     harness = Harness(runtime)
     harness.publish()
     return harness
+
+
+def _approve_with_the_button(desk: Harness, case_id: str) -> None:
+    """A person of the group the case was decided for clicks Approve on its card."""
+    rt = desk.runtime.desk
+    with desk.runtime.db.read() as session:
+        case = session.get(Case, case_id)
+        assert case is not None
+        token = button_token(rt, case, "approve")
+        user = {"finance": "U0FIN1", "support-leads": "U0LEAD2"}[(case.decision or {})["approvers"]]
+    for job in approvals.act(rt, token_value=token, user=user).jobs:
+        rt.jobs.run_now(job)
 
 
 def test_small_damaged_request_is_refunded_automatically_once(desk: Harness) -> None:
@@ -89,10 +103,6 @@ def test_words_asking_for_less_than_is_left_make_a_case_for_that_a_person_confir
     """No amount in the fields means what is left, unless the message asks for less: then the
     case is for the amount asked, as the model read it, and nothing is paid until a person
     confirms it (never the whole payment when the customer asked for part of it)."""
-    from refund_desk.cases import approvals
-    from refund_desk.storage.models import Case
-    from tests.helpers import button_token
-
     payment = desk.payment("30.00")
     message = "The lid arrived cracked. Keep the rest, just refund 5.00 for the lid please."
     body = desk.post(desk.request(payment, amount=None, message=message)).json()
@@ -103,15 +113,7 @@ def test_words_asking_for_less_than_is_left_make_a_case_for_that_a_person_confir
     assert body["decision"]["rule"] == "guardrail:model-amount"
     assert desk.refunds_at_processor(payment) == []
 
-    rt = desk.runtime.desk
-    with desk.runtime.db.read() as session:
-        case = session.get(Case, body["id"])
-        assert case is not None
-        token = button_token(rt, case, "approve")
-        group = (case.decision or {})["approvers"]
-    user = {"finance": "U0FIN1", "support-leads": "U0LEAD2"}[group]
-    for job in approvals.act(rt, token_value=token, user=user).jobs:
-        rt.jobs.run_now(job)
+    _approve_with_the_button(desk, body["id"])
     after = desk.get(body["id"])
     assert (after["status"], after["amount_source"]) == ("refunded", "human_entry")
     assert [r["amount"] for r in desk.refunds_at_processor(payment)] == [500]
@@ -121,21 +123,11 @@ def test_words_asking_for_less_than_is_left_make_a_case_for_that_a_person_confir
 def test_the_same_words_again_after_that_refund_are_a_possible_duplicate(desk: Harness) -> None:
     """The duplicate check is made again on the amount the words ask for: 5.00 refunded
     minutes ago and asked again is flagged for the approver, as a typed 5.00 would be."""
-    from refund_desk.cases import approvals
-    from refund_desk.storage.models import Case
-    from tests.helpers import button_token
-
     payment = desk.payment("30.00")
     message = "The lid arrived cracked. Keep the rest, just refund 5.00 for the lid please."
     first = desk.post(desk.request(payment, amount=None, message=message)).json()
-    rt = desk.runtime.desk
-    with desk.runtime.db.read() as session:
-        case = session.get(Case, first["id"])
-        assert case is not None and not case.possible_duplicate
-        token = button_token(rt, case, "approve")
-        user = {"finance": "U0FIN1", "support-leads": "U0LEAD2"}[(case.decision or {})["approvers"]]
-    for job in approvals.act(rt, token_value=token, user=user).jobs:
-        rt.jobs.run_now(job)
+    assert first["possible_duplicate"] is False
+    _approve_with_the_button(desk, first["id"])
     assert desk.get(first["id"])["status"] == "refunded"
 
     second = desk.post(desk.request(payment, amount=None, message=message)).json()
@@ -193,56 +185,25 @@ def test_unknown_fact_routes_to_a_person_with_the_error(desk: Harness) -> None:
     assert desk.refunds_at_processor(payment) == []
 
 
+_OK = {"payment": "py_1", "email": "ada@example.com", "currency": "USD"}
+
+
 @pytest.mark.parametrize(
     ("body", "field"),
     [
         ({"email": "ada@example.com", "currency": "USD"}, "payment"),
         ({"payment": "py_1", "currency": "USD"}, "email"),
-        ({"payment": "py_1", "email": "not-an-email", "currency": "USD"}, "email"),
-        ({"payment": "py_1", "email": "ada@example.com", "currency": "XXQ"}, "currency"),
-        (
-            {"payment": "py_1", "email": "ada@example.com", "currency": "USD", "amount": "12.345"},
-            "amount",
-        ),
-        (
-            {"payment": "py_1", "email": "ada@example.com", "currency": "USD", "amount": "-5"},
-            "amount",
-        ),
-        (
-            {"payment": "py_1", "email": "ada@example.com", "currency": "USD", "amount": "abc"},
-            "amount",
-        ),
-        (
-            {"payment": "py_1", "email": "ada@example.com", "currency": "JPY", "amount": "10.5"},
-            "amount",
-        ),
+        ({**_OK, "email": "not-an-email"}, "email"),
+        ({**_OK, "currency": "XXQ"}, "currency"),
+        ({**_OK, "amount": "12.345"}, "amount"),
+        ({**_OK, "amount": "-5"}, "amount"),
+        ({**_OK, "amount": "abc"}, "amount"),
+        ({**_OK, "currency": "JPY", "amount": "10.5"}, "amount"),
         # beyond what a database integer holds, and beyond what the policy compares exactly
-        (
-            {
-                "payment": "py_1",
-                "email": "ada@example.com",
-                "currency": "USD",
-                "amount": "9223372036854775807",
-            },
-            "amount",
-        ),
-        (
-            {
-                "payment": "py_1",
-                "email": "ada@example.com",
-                "currency": "USD",
-                "amount": "92233720368547758.07",
-            },
-            "amount",
-        ),
-        (
-            {"payment": "py_1", "email": "ada@example.com", "currency": "USD", "colour": "red"},
-            "colour",
-        ),
-        (
-            {"payment": "py_1", "email": "ada@example.com", "currency": "USD", "source": "fax"},
-            "source",
-        ),
+        ({**_OK, "amount": "9223372036854775807"}, "amount"),
+        ({**_OK, "amount": "92233720368547758.07"}, "amount"),
+        ({**_OK, "colour": "red"}, "colour"),
+        ({**_OK, "source": "fax"}, "source"),
     ],
 )
 def test_malformed_requests_get_422_per_field_and_leave_no_trace(
@@ -382,7 +343,6 @@ def test_the_capture_names_every_column_of_the_case_and_it_reads_back_so(desk: H
     # (one added later with a default factory, say) would be left to the database.
     from refund_desk.cases.intake import parse_request, submit
     from refund_desk.storage.audit import Actor
-    from refund_desk.storage.models import Case
 
     request = parse_request(desk.request(desk.payment(), "20.00", name="Ada", reason="damaged"))
     submitted = submit(desk.runtime.desk, request, actor=Actor("api", "test"))

@@ -5,22 +5,22 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import select
 
-from refund_desk.runtime import Runtime
-from refund_desk.storage.models import Execution, Job
+from refund_desk.storage.models import Control, Execution, Job
 from tests.conftest import SimulatedCrash
 from tests.helpers import Harness
-
-
-@pytest.fixture()
-def desk(any_runtime: Runtime) -> Harness:
-    harness = Harness(any_runtime)
-    harness.publish()
-    return harness
 
 
 def _executions(desk: Harness, case_id: str) -> list[Execution]:
     with desk.runtime.db.read() as session:
         return list(session.scalars(select(Execution).where(Execution.case_id == case_id)).all())
+
+
+def _pause(desk: Harness, paused: bool) -> None:
+    with desk.runtime.db.write() as session:
+        switches = session.get(Control, 1)
+        assert switches is not None
+        switches.paused = paused
+        session.add(switches)
 
 
 def test_timeout_after_success_ends_with_one_refund(desk: Harness) -> None:
@@ -133,23 +133,13 @@ def test_processor_down_too_long_parks(desk: Harness) -> None:
 
 
 def test_kill_switch_holds_execution_until_resumed(desk: Harness) -> None:
-    from refund_desk.storage.models import Control
-
-    with desk.runtime.db.write() as session:
-        switches = session.get(Control, 1)
-        assert switches is not None
-        switches.paused = True
-        session.add(switches)
+    _pause(desk, True)
     payment = desk.payment("30.00")
     body = desk.post(desk.request(payment, "20.00")).json()
     assert body["status"] == "approved"
     desk.sweep()
     assert desk.refunds_at_processor(payment) == []
-    with desk.runtime.db.write() as session:
-        switches = session.get(Control, 1)
-        assert switches is not None
-        switches.paused = False
-        session.add(switches)
+    _pause(desk, False)
     desk.sweep()
     assert desk.get(body["id"])["status"] == "refunded"
     assert len(desk.refunds_at_processor(payment)) == 1
@@ -157,24 +147,14 @@ def test_kill_switch_holds_execution_until_resumed(desk: Harness) -> None:
 
 def test_recheck_parks_when_refundable_shrank(desk: Harness) -> None:
     payment = desk.payment("30.00")
-    from refund_desk.storage.models import Control
-
-    with desk.runtime.db.write() as session:
-        switches = session.get(Control, 1)
-        assert switches is not None
-        switches.paused = True
-        session.add(switches)
+    _pause(desk, True)
     body = desk.post(desk.request(payment, "20.00")).json()
     assert body["status"] == "approved"
     # Meanwhile someone refunds 15.00 outside Refund Desk, straight at the processor.
     desk.sandbox.create_refund(
         payment_id=payment, amount=1500, currency="usd", idempotency_key="outside", metadata={}
     )
-    with desk.runtime.db.write() as session:
-        switches = session.get(Control, 1)
-        assert switches is not None
-        switches.paused = False
-        session.add(switches)
+    _pause(desk, False)
     desk.sweep()
     case = desk.get(body["id"])
     assert case["status"] == "parked"

@@ -15,7 +15,6 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-import pytest
 from sqlalchemy import event
 
 from refund_desk import clock
@@ -29,13 +28,6 @@ from refund_desk.storage.crypto import destroy_customer_key
 from refund_desk.storage.models import Approval
 from tests.cases.advance_common import case_row, executions
 from tests.helpers import CUSTOMER, Harness
-
-
-@pytest.fixture()
-def desk(any_runtime: Runtime) -> Harness:
-    harness = Harness(any_runtime)
-    harness.publish()
-    return harness
 
 
 def test_the_approval_count_includes_an_approval_added_in_this_transaction(
@@ -125,12 +117,3 @@ def test_sqlite_a_returning_customer_after_an_erasure_gets_a_new_key(runtime: Ru
         assert vault.decrypt(new_case.email_enc, session=session) == CUSTOMER
         assert not vault.decrypt(old_case.message_enc, session=session)
     assert case_row(desk, new["id"]).status == "refunded"
-
-
-def _gc_after_flush(session: Any) -> None:
-    """The session's changes written, and any ORM row nobody holds dropped from its identity
-    map (which holds rows weakly): what a later read sees must not hang on a row kept."""
-    import gc
-
-    session.flush()
-    gc.collect()
