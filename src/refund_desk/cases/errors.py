@@ -52,19 +52,14 @@ class Unavailable(CaseError):
     status = 503
 
 
-NOT_MATCHED = (
-    "We could not match this email address to that payment or order reference. "
-    "Please check both and try again."
-)
-
-
 class NotMatched(InvalidRequest):
     """The customer is not who the system of record says; the answer reveals nothing more."""
 
     def __init__(self) -> None:
         super().__init__(
             "not_matched",
-            NOT_MATCHED,
+            "We could not match this email address to that payment or order reference. "
+            "Please check both and try again.",
             {"email": "does not match the reference", "payment": "does not match the email"},
         )
 

@@ -21,7 +21,6 @@ from sqlmodel import col
 from refund_desk import clock, logs, money
 from refund_desk.cases import breaker
 from refund_desk.cases import facts as case_facts
-from refund_desk.cases.errors import Conflict
 from refund_desk.cases.intake import new_id
 from refund_desk.cases.lifecycle import Status, move
 from refund_desk.cases.notify import notify
@@ -676,10 +675,7 @@ def _park_waiting(desk: Desk, case_id: str, reason: str) -> None:
         if case.status not in (Status.approved, Status.executing):
             return
         case.park_reason = reason
-        try:
-            move(session, desk.audit, case, Status.parked, actor=SYSTEM, payload={"reason": reason})
-        except Conflict:
-            return
+        move(session, desk.audit, case, Status.parked, actor=SYSTEM, payload={"reason": reason})
         execution = _open_execution(session, case_id)
         if execution is not None:
             enqueue(

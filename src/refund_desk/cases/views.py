@@ -57,7 +57,7 @@ def _view(
     decision = case.decision or {}
     wanted = case.asked()
     refunded = sum(e.amount for e in executions if e.status == "succeeded")
-    view: dict[str, Any] = {
+    return {
         "id": case.id,
         "status": case.status,
         "revision": case.revision,
@@ -106,7 +106,6 @@ def _view(
         "erased_at": case.erased_at.isoformat() if case.erased_at else None,
         "slack": slack,
     }
-    return view
 
 
 def _add_audit(session: Session, view: dict[str, Any], case: Case, vault: Vault | None) -> None:
