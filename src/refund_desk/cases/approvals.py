@@ -115,12 +115,13 @@ def _act(
         raise Refused("token_mismatch", "This button does not match the case any more.")
     _check_duties(session, case, user)
     policy = _authority_policy(session, case)
+    click = _Click(desk, session, case, token, user)
     if token.action == "escalate":
-        return _escalate(desk, session, case, token, user, policy, reason)
+        return _escalate(click, policy, reason)
     if token.action == "deny":
         _check_member(session, case, policy, user, desk.directory)
         _check_resolved(session, case, None)
-        return _deny(desk, session, case, token, user, reason)
+        return _deny(click, reason)
     pay = case.amount
     if token.action == "approve_partial":
         pay = _partial_amount(amount, token, case, left_on_record(session, case.payment_id))
@@ -128,7 +129,7 @@ def _act(
         raise Refused("token_mismatch", "This button was made for another amount.")
     _check_authority(session, case, policy, user, pay, desk.directory)
     _check_resolved(session, case, pay)
-    return _approve(desk, session, case, token, user, pay, reason)
+    return _approve(click, pay, reason)
 
 
 def _check_duties(session: Session, case: Case, user: str) -> None:
@@ -373,29 +374,31 @@ def _partial_amount(
     return minor
 
 
-def _record(
-    session: Session,
-    case: Case,
-    token: tokens.ActionToken,
-    user: str,
-    decision: str,
-    amount: int | None,
-    reason: str | None,
-) -> None:
-    # The nonce is consumed here: a concurrent click fails on the unique key.
-    session.connection().execute(
-        _ADD_APPROVAL,
-        {
-            "case_id": case.id,
-            "round": case.approval_round,
-            "approver": user,
-            "decision": decision,
-            "amount": amount,
-            "reason": reason,
-            "token_nonce": token.nonce,
-            "created_at": clock.now(),
-        },
-    )
+@dataclass(frozen=True)
+class _Click:
+    """A person's click on a verified token, in its transaction, the case locked."""
+
+    desk: Desk
+    session: Session
+    case: Case
+    token: tokens.ActionToken
+    user: str
+
+    def record(self, decision: str, amount: int | None, reason: str | None) -> None:
+        # The nonce is consumed here: a concurrent click fails on the unique key.
+        self.session.connection().execute(
+            _ADD_APPROVAL,
+            {
+                "case_id": self.case.id,
+                "round": self.case.approval_round,
+                "approver": self.user,
+                "decision": decision,
+                "amount": amount,
+                "reason": reason,
+                "token_nonce": self.token.nonce,
+                "created_at": clock.now(),
+            },
+        )
 
 
 def _round_approvers(session: Session, case: Case) -> set[str]:
@@ -403,20 +406,13 @@ def _round_approvers(session: Session, case: Case) -> set[str]:
     return set(session.connection().execute(_ROUND_APPROVERS, round_).scalars())
 
 
-def _approve(
-    desk: Desk,
-    session: Session,
-    case: Case,
-    token: tokens.ActionToken,
-    user: str,
-    amount: int,
-    reason: str | None,
-) -> Outcome:
+def _approve(click: _Click, amount: int, reason: str | None) -> Outcome:
+    desk, session, case, user = click.desk, click.session, click.case, click.user
     actor = Actor("human", user)
     approvers = _round_approvers(session, case)
     if user in approvers:
         raise Refused("already_approved", "You already approved this case; another approver must.")
-    _record(session, case, token, user, "approve", amount, reason)
+    click.record("approve", amount, reason)
     # A typed amount, or the model's reading the approver saw marked as such, is now theirs.
     if amount != case.amount or case.amount_source == Provenance.model_inference:
         set_amount(session, desk.audit, case, amount, Provenance.human_entry, actor=actor)
@@ -448,39 +444,26 @@ def _approve(
     return Outcome(case.id, "Approved: the refund is on its way.", [job])
 
 
-def _deny(
-    desk: Desk,
-    session: Session,
-    case: Case,
-    token: tokens.ActionToken,
-    user: str,
-    reason: str | None,
-) -> Outcome:
-    _record(session, case, token, user, "deny", None, reason)
+def _deny(click: _Click, reason: str | None) -> Outcome:
+    desk, session, case = click.desk, click.session, click.case
+    click.record("deny", None, reason)
     case.customer_message = (reason or "").strip() or DEFAULT_DENIAL
     move(
         session,
         desk.audit,
         case,
         Status.denied,
-        actor=Actor("human", user),
+        actor=Actor("human", click.user),
         action="case.denied",
         payload={"basis": "approval", "has_reason": bool(reason)},
     )
     return Outcome(case.id, "Denied; the customer will be told.")
 
 
-def _escalate(
-    desk: Desk,
-    session: Session,
-    case: Case,
-    token: tokens.ActionToken,
-    user: str,
-    policy: LoadedPolicy,
-    reason: str | None,
-) -> Outcome:
+def _escalate(click: _Click, policy: LoadedPolicy, reason: str | None) -> Outcome:
     """Up to the managers, once: they are the top of the chain, and nobody escalates to
     themselves."""
+    desk, session, case, user = click.desk, click.session, click.case, click.user
     _check_member(session, case, policy, user, desk.directory)
     managers = policy.doc.managers
     if managers is None:
@@ -496,7 +479,7 @@ def _escalate(
             "You are the only manager, so escalating would send it back to you: decide it here.",
         )
     reason = (reason or "").strip() or None
-    _record(session, case, token, user, "escalate", None, reason)
+    click.record("escalate", None, reason)
     case.escalation_level += 1
     case.revision += 1
     case.updated_at = clock.now()
