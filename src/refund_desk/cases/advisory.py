@@ -80,11 +80,8 @@ def summary_text(vault: Vault, advice: dict[str, Any], *, session: Session | Non
 
 
 def amount_asked_in_words(case: Case, advice: dict[str, Any]) -> int | None:
-    """The smaller amount the message asks for when the request's fields named none.
-
-    Only an amount in the case's currency (a bare number is read in it) and below what the
-    case stands for: a message naming the price paid, or more than is left, changes nothing.
-    """
+    """The smaller amount the message asks for when the request's fields named none: only in
+    the case's currency and below what the case stands for (the price paid changes nothing)."""
     if case.requested_amount is not None or case.amount_source != Provenance.system_of_record:
         return None
     minor, currency = advice.get("amount_minor"), advice.get("currency")
@@ -98,11 +95,8 @@ def amount_asked_in_words(case: Case, advice: dict[str, Any]) -> int | None:
 
 
 def policy_question(case: Case, policy: LoadedPolicy | None) -> Question | None:
-    """The case is a tier-1 question, not a request for money.
-
-    Only when the advisor says so *and* the requester typed no amount and no reason: anyone
-    who asked for money in the request's own fields gets a decision, not an answer.
-    """
+    """The case is a tier-1 question, not a request for money: only when the advisor says so
+    *and* the requester typed no amount and no reason."""
     advice = case.advice or {}
     if advice.get("intent") != "policy_question":
         return None

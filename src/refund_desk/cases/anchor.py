@@ -1,9 +1,8 @@
 """The audit head, anchored outside the database on a schedule.
 
-Every hour the head (count and hash) is written to the log and announced to the policy's
-`audit` channel, if it names one (`channels: {audit: C0...}`). Whoever keeps it can later run
-`refund-desk audit verify --anchor HASH`: the chain must still contain that record, so nothing
-before it was cut or changed, even by someone with database access.
+Every hour the head (count and hash) is logged and announced to the policy's `audit` channel,
+if it names one. `refund-desk audit verify --anchor HASH` later proves nothing before it was cut
+or changed, even by someone with database access.
 """
 
 from __future__ import annotations

@@ -293,10 +293,8 @@ def _check_authority(
 
 
 def may_decide(session: Session, case: Case, user: str, directory: Directory | None = None) -> bool:
-    """Whether ``user`` could decide ``case`` now: the checks a click makes, without one.
-
-    App Home lists what waits for a person with this, so nobody is shown a case their click
-    would be refused on (their own request, an appeal of their decision, another group's)."""
+    """Whether ``user`` could decide ``case`` now: the checks a click makes, without one (App
+    Home shows nobody a case their click would be refused on)."""
     if case.status not in DECIDABLE:
         return False
     try:

@@ -1,9 +1,8 @@
 """The circuit breaker: automatic refunds stop themselves when something looks wrong.
 
-If the processor fails N times in a row, or automatic refunds per hour or money per hour would
-exceed the policy's `breaker` limits, the autonomy mode switches to `approve-all` (every refund
-needs a person), the leads are told, and a lead turns `supervised` back on. The switch, its
-reason and its audit record commit together.
+Too many processor failures in a row, or automatic refunds or money per hour over the
+policy's `breaker` limits, switch the mode to `approve-all` and tell the leads; the switch,
+its reason and its audit record commit together.
 """
 
 from __future__ import annotations
@@ -107,11 +106,9 @@ _AUTOMATIC_IN_WINDOW = select(
 
 
 def lock_switches(session: Session) -> Control:
-    """The control row read afresh and locked until the transaction ends (`FOR UPDATE`;
-    SQLite's one writer, taken at `BEGIN IMMEDIATE`, already excludes every other change).
-    A pause, a mode change and a breaker trip each write this row: one committed while this
-    transaction waited for the lock is in what this returns, and `control(session)` gives the
-    same fresh row for the rest of the transaction."""
+    """The control row read afresh and locked until the transaction ends (`FOR UPDATE`; on
+    SQLite the one writer): a pause, a mode change or a trip committed while this waited is in
+    what this returns, and `control(session)` gives the same row for the rest of it."""
     row: Control = session.scalars(_LOCK_CONTROL).one()  # the migration seeds it
     return row
 
@@ -131,11 +128,8 @@ def switches_shared(session: Session) -> Any:
 def over_limit(
     session: Session, policy: LoadedPolicy | None, amount: int, currency: str
 ) -> str | None:
-    """Would one more automatic refund of `amount` break the hourly limits? Says why.
-
-    The switches are locked first (`lock_switches`), with or without limits: replicas count
-    and reserve one at a time (two could each see room for one more), and the caller reads
-    the mode as committed now."""
+    """Would one more automatic refund of `amount` break the hourly limits? Says why. The
+    switches are locked first, limits or not: replicas count and reserve one at a time."""
     lock_switches(session)
     breaker = policy.doc.breaker if policy else None
     if breaker is None or policy is None:

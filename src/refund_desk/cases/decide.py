@@ -44,10 +44,9 @@ PROCESSOR_PATIENCE = 8  # attempts before a case waiting on a down processor is 
 
 
 def advance(desk: Desk, job: ClaimedJob) -> None:
-    """Advise, decide and route a case. The advisor and the processor are asked first, outside
-    any transaction; then one transaction records the advice, the decision and the route (and
-    queues the execution). If the processor cannot be asked, the advice is recorded alone, so
-    a retry never asks the advisor again."""
+    """Advise, decide and route a case: the advisor and the processor are asked outside any
+    transaction, then one transaction records it all. If the processor cannot be asked, the
+    advice is recorded alone, so a retry never asks the advisor again."""
     case_id = job.payload["case_id"]
     request: AdviceRequest | None = None
     with desk.db.read() as session:
@@ -63,10 +62,8 @@ def advance(desk: Desk, job: ClaimedJob) -> None:
     except ProcessorError as exc:
         if asked is not None:
             with desk.db.write() as session:
-                locked = _record_advice(desk, session, case_id, asked)
-                undecided = locked.status == Status.advised
-            if not undecided:
-                return  # decided meanwhile (a run of this job whose lease had run out)
+                if _record_advice(desk, session, case_id, asked).status != Status.advised:
+                    return  # decided meanwhile (a run of this job whose lease had run out)
         if exc.transient and job.failures + 1 < PROCESSOR_PATIENCE:
             raise RetryLater(backoff(job.failures + 1), f"{exc.code}: {exc.message}") from None
         _park(desk, case_id, f"The processor could not be asked about the payment ({exc.code}).")
@@ -162,7 +159,6 @@ def _record_advice(desk: Desk, session: Session, case_id: str, asked: _Asked) ->
     if locked.erased_at is not None:  # erased while the advisor read it: keep no quote of it
         advice = {**advice, "summary": advisory.ERASED}
     locked.advice = advisory.seal_summary(desk.vault, session, locked, advice)
-    locked.provenance = advisory.provenance(locked)
     if locked.reason is None:
         locked.reason, locked.reason_source = advice["reason"], Provenance.model_inference
     in_words = advisory.amount_asked_in_words(locked, advice)

@@ -1,8 +1,7 @@
 """The workflow core wired together: capture → advise → decide → route → execute.
 
-`Desk` is plain data: the ports and storage. The steps live in their own modules and take the
-desk; every step that must survive a crash runs as a job (the table of job kinds is
-`runtime.job_table`), so a restart simply resumes.
+`Desk` is plain data: the ports and storage. Every step that must survive a crash runs as a
+job (`runtime.job_table`), so a restart simply resumes.
 """
 
 from __future__ import annotations
@@ -34,9 +33,8 @@ class Desk:
     directory: Directory | None = None  # who is in a Slack user group (set with Slack)
     # Set by the scheduler: take this job now, in the background (see `start`).
     worker: Callable[[int], None] | None = None
-    # Set in a server whose jobs run in processes of their own (`serve --job-processes N`),
-    # or by a test that drives the sweeps itself: work committed here is left to the sweeps,
-    # and a decision leaves its refund to the execute job (no reservation in its transaction).
+    # Jobs run in processes of their own (or a test drives the sweeps): work committed here is
+    # left to them, and a decision leaves its refund to the execute job.
     jobs_elsewhere: bool = False
 
     def now(self) -> datetime:

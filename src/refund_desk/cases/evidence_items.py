@@ -1,8 +1,7 @@
 """Evidence items on a case as the people who may read the case see them.
 
-An item's kind, hashes, type, size and provenance are in clear (the policy counts them); what
-the customer chose (`PERSONAL`: a link's URL, a file's own name) is sealed under their data
-key by `customers/evidence.py`. Items written before those were sealed hold them as they came.
+What the customer chose (`PERSONAL`) is sealed under their data key; the rest is in clear
+(the policy counts it).
 """
 
 from __future__ import annotations

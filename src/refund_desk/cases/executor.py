@@ -311,10 +311,8 @@ def _recheck(
     decided_on: case_facts.Refundable | None = None,
 ) -> None:
     """Re-validate against the processor's current facts; anything off parks the case.
-
-    `decided_on`: the policy approved the case in this transaction, on these facts (the
-    payment as just read, the same rows, this remainder), so its decision stands without a
-    second evaluation; every other check here still runs."""
+    `decided_on`: the policy approved the case in this transaction on these very facts, so its
+    decision is not evaluated again; every other check still runs."""
     if payment.currency.upper() != case.currency:
         raise Parked("The payment's currency no longer matches the case.")
     refundable = decided_on or case_facts.refundable(session, payment)
@@ -637,12 +635,9 @@ _WAITING_ON_PAYMENT = select(col(Case.id)).where(
 
 def _refresh_waiting_cards(session: Session, case: Case) -> None:
     """Money left the payment: the other cases waiting on it show what is still refundable."""
-    waiting = (
-        session.connection()
-        .execute(_WAITING_ON_PAYMENT, {"payment_id": case.payment_id, "case_id": case.id})
-        .scalars()
-    )  # other cases: none of them is changed in this transaction
-    for other in waiting:
+    # other cases: none of them is changed in this transaction
+    others = {"payment_id": case.payment_id, "case_id": case.id}
+    for other in session.connection().execute(_WAITING_ON_PAYMENT, others).scalars():
         notify(session, event="case.payment_changed", case_id=other)
 
 
@@ -667,9 +662,7 @@ def _mark_failed(
 
 def _park_waiting(desk: Desk, case_id: str, reason: str) -> None:
     """Park a case that has not reached the processor, or whose outcome a person must settle.
-
-    A reservation still open is looked up at the processor (a `resolve` job) before anyone may
-    deny the case or approve another amount: money may have left already."""
+    An open reservation is looked up (a `resolve` job): money may have left already."""
     with desk.db.write() as session:
         case = load_for_update(session, case_id)
         if case.status not in (Status.approved, Status.executing):
@@ -691,13 +684,9 @@ def _park_waiting(desk: Desk, case_id: str, reason: str) -> None:
 
 
 def resolve(desk: Desk, execution_id: str) -> str:
-    """Settle an open reservation of a case that no executor is working on, by lookup.
-
-    If the processor has the refund, it is recorded (the case is refunded). If it has none and
-    the case is parked, the reservation is released and a person may decide again. Returns
-    `settled` (nothing open), `recorded`, `released` or `open` (the executor owns it).
-    Raises ProcessorError when the processor cannot be asked.
-    """
+    """Settle by lookup an open reservation of a case no executor is working on: a refund the
+    processor has is recorded; with none, a parked case's reservation is released. Returns
+    `settled` (nothing open), `recorded`, `released` or `open` (the executor owns it)."""
     with desk.db.read() as session:
         row = session.get(Execution, execution_id)
     if row is None or row.status != case_facts.OPEN_EXECUTION:
@@ -777,13 +766,9 @@ def _mark_released(desk: Desk, session: Session, case: Case, row: Execution, why
 
 
 def settle(desk: Desk, refund: ProcessorRefund) -> str:
-    """Apply what the processor now says about one of our refunds (a webhook, reconciliation).
-
-    An open execution is recorded as the executor would; a refund that had succeeded and is
-    now failed or canceled reopens its case for a person (the compensation: nothing is re-sent
-    automatically). A final state never moves back. Returns `recorded`, `reversed`,
-    `unchanged` or `not_ours`.
-    """
+    """Apply what the processor now says about one of our refunds (a webhook, reconciliation):
+    an open execution is recorded; a success now failed or canceled reopens its case for a
+    person (nothing is re-sent). Returns `recorded`, `reversed`, `unchanged` or `not_ours`."""
     execution_id = refund.metadata.get("execution_id")
     with desk.db.read() as session:
         row = session.get(Execution, execution_id) if execution_id else None

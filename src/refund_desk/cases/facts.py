@@ -55,13 +55,11 @@ class Refundable:
 
 def refundable(session: Session, payment: PaymentFacts, *, unseen: bool = False) -> Refundable:
     """captured - the processor's refunds that are not ours - every execution of ours that
-    moved money or may (succeeded, or reserved: sent or about to be).
+    moved money or may (succeeded, or reserved).
 
-    Called under the payment's lock: our record is read there, so an execution of another
-    case that succeeded (or was reserved) after `payment` was read from the processor counts,
-    and a refund of ours that the processor already lists is counted once, from our record.
-    `unseen`: the payment's row was inserted by this transaction, so no execution of ours
-    can refer to it (a foreign key) and nothing is read.
+    Called under the payment's lock, so an execution of another case made after `payment` was
+    read counts, and a refund of ours the processor lists is counted once, from our record.
+    `unseen`: the payment's row was inserted by this transaction; no execution refers to it.
     """
     if unseen:
         return Refundable(
@@ -76,12 +74,8 @@ def refundable(session: Session, payment: PaymentFacts, *, unseen: bool = False)
 
 
 def left_on_record(session: Session, payment_id: str) -> int | None:
-    """What is still refundable by our own record, without asking the processor.
-
-    Captured, less what was refunded elsewhere when the payment was last seen, less our own
-    refunds and open reservations. It overstates only by refunds made elsewhere since that
-    sighting; the executor re-checks against the processor before paying.
-    """
+    """What is still refundable by our own record, without asking the processor: it overstates
+    only by refunds made elsewhere since the payment was last seen; the executor re-checks."""
     row = session.get(Payment, payment_id)
     if row is None:
         return None

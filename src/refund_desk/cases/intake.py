@@ -395,13 +395,11 @@ _OUR_REFUNDS = select(col(Execution.id)).where(col(Execution.payment_id) == bind
 
 def _upsert_payment(desk: Desk, session: Session, payment: PaymentFacts) -> bool:
     """Record what the processor said about the payment, and lock its row; True if this is
-    its first sighting (then no case and no execution of ours can refer to it yet: both
-    reference the row by a foreign key).
+    its first sighting (then no case and no execution of ours can refer to it yet).
 
-    The insert comes first (a payment is most often seen first with its refund request):
-    the row this transaction inserts is its own until it commits (PostgreSQL: as if locked);
-    a row already there is left as it is (a concurrent first sighting's, which the insert
-    waits for) and locked for update, then brought up to date."""
+    The insert comes first: the row this transaction inserts is its own until it commits; a
+    row already there (a concurrent first sighting's, which the insert waits for) is locked
+    for update, then brought up to date."""
     now = desk.now()
     inserted = _INSERT_PAYMENT.into(
         session,

@@ -1,8 +1,6 @@
-"""Cases in pages: the integrators' listing (`GET /api/v1/cases`) and finance's export
-(`refund-desk cases export`). Keyset pages over (created_at, id), so a page costs the same at
-the millionth case as at the first, and a case created meanwhile never shifts a page.
-
-Neither carries personal data: a customer is found by a keyed hash of their email.
+"""Cases in pages: the API's listing and finance's export. Keyset pages over (created_at, id):
+a page costs the same at any depth, and a case created meanwhile never shifts one. Neither
+carries personal data.
 """
 
 from __future__ import annotations

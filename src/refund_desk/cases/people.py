@@ -1,12 +1,9 @@
 """Who someone is in the policy: a person named by id, or a member of a Slack user group.
 
-An approver group, the managers, the leads and the operators may name a Slack user group
-(`usergroup: S0123ABCD`) instead of, or besides, `members`. The policy keeps the group, its
-limit and its tier; the people come from the directory (the `Directory` port, Slack's
-`usergroups.users.list` in the bot), so someone removed from the group can no longer act, even
-on cases opened before. The directory answers from what it read at most 60 seconds ago and
-never calls out itself: the bot refreshes it before a listener's transaction (no network call
-is ever made while a transaction is open), and a group it cannot vouch for counts as nobody.
+A group's people come from the directory (the `Directory` port), so someone removed from the
+group can no longer act, even on cases opened before. The directory answers from readings at
+most 60 seconds old and never calls out itself (no network call inside a transaction); a group
+it cannot vouch for counts as nobody.
 """
 
 from __future__ import annotations

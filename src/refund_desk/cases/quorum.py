@@ -30,9 +30,5 @@ def approval_count(session: Session, case: Case) -> int:
     pending approval is flushed first: the case's own pending changes wait for the commit,
     to go out as one UPDATE."""
     session.flush()
-    found = (
-        session.connection()
-        .execute(_APPROVALS, {"case_id": case.id, "round": case.approval_round})
-        .scalar()
-    )
-    return int(found or 0)
+    round_ = {"case_id": case.id, "round": case.approval_round}
+    return int(session.connection().execute(_APPROVALS, round_).scalar() or 0)

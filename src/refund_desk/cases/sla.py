@@ -1,9 +1,8 @@
 """SLA clocks: a waiting case is reminded, then escalated to the managers, level by level.
 
-The clock starts when a case goes to a person (awaiting approval, or parked). Its reminder and
-its escalation are jobs with due times, keyed by the case's approval round, so a replica that
-dies loses nothing and two replicas never send the same reminder twice. A timeout never
-approves or denies anything: it only calls more people.
+The reminder and the escalation are jobs keyed by the case's approval round, so a replica
+that dies loses nothing and none is sent twice. A timeout never approves or denies anything:
+it only calls more people.
 """
 
 from __future__ import annotations
