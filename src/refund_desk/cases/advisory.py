@@ -1,8 +1,6 @@
 """What the workflow does with advice: provenance, the approver's explanation, tier-1 answers,
-and the log of advisor calls (format adherence per day, tokens per case).
-
-Advice is data with provenance `model_inference` (DESIGN invariant 1). Here it is only ever
-*shown* (the explanation, labelled advisory), used to *answer* a question from the policy's
+and the log of advisor calls. Advice is data with provenance `model_inference` (DESIGN
+invariant 1): only ever shown (labelled advisory), used to answer a question from the policy's
 own words (tier 1, no money), or counted.
 """
 

@@ -1,9 +1,8 @@
 """People deciding cases: approve, approve partially, deny, escalate.
 
-One call is one short transaction: verify the token, lock the case, check the revision, the
-authority and segregation of duties, consume the token's nonce by recording the decision, move
-the case and queue what follows. A refusal moves nothing and is recorded in its own
-transaction, so every refused click leaves an audit record.
+One click is one short transaction: the token, the revision, the authority and segregation of
+duties checked, the token's nonce consumed by recording the decision. A refusal moves nothing
+and is recorded in a transaction of its own.
 """
 
 from __future__ import annotations
@@ -28,7 +27,7 @@ from refund_desk.cases.notify import notify
 from refund_desk.cases.people import Directory, is_one_of
 from refund_desk.cases.ports import Provenance
 from refund_desk.cases.quorum import approvals_needed
-from refund_desk.cases.rows import load_for_update, on_record
+from refund_desk.cases.rows import load_for_update, new_revision, on_record
 from refund_desk.governance.versions import LoadedPolicy, control, load_version
 from refund_desk.policy import approver_limit
 from refund_desk.policy.schema import ApproverGroup, Managers
@@ -58,10 +57,9 @@ def act(
     amount: str | None = None,
 ) -> Outcome:
     """Carry out a button's action for `user`, or raise `Refused` after recording why."""
-    now = desk.now()
     case_id: str | None = None
     try:
-        token = tokens.verify(desk.secret, token_value, now=now)
+        token = tokens.verify(desk.secret, token_value, now=desk.now())
         case_id = token.case_id
         # a person's click, before Slack's ack(): ahead of the writers that can wait
         with desk.db.write(urgent=True) as session:
@@ -161,12 +159,8 @@ def _group(case: Case, policy: LoadedPolicy) -> str:
 
 @dataclass(frozen=True)
 class Deciders:
-    """Who may decide a case now: the one answer the click, the card, App Home and the API
-    use (`deciders`).
-
-    A case waits for the approver group it was decided for. When its deadline passes (an SLA
-    escalation) the managers are called in beside that group; when a person escalates it, it
-    is handed to the managers and the group no longer decides it."""
+    """Who may decide a case now (`deciders`): the one answer the click, the card, App Home and
+    the API use."""
 
     group: str | None  # the approver group that may decide, by name; None: not the group
     approvers: ApproverGroup | None  # that group's people as the policy names them
@@ -416,9 +410,7 @@ def _approve(click: _Click, amount: int, reason: str | None) -> Outcome:
         set_amount(session, desk.audit, case, amount, Provenance.human_entry, actor=actor)
     needed = approvals_needed(case)
     if len(approvers) + 1 < needed:
-        case.revision += 1  # the old card's tokens are now stale; a fresh card is posted
-        case.updated_at = clock.now()
-        session.add(case)
+        new_revision(session, case)
         on_record(
             session,
             desk.audit,
@@ -479,9 +471,7 @@ def _escalate(click: _Click, policy: LoadedPolicy, reason: str | None) -> Outcom
     reason = (reason or "").strip() or None
     click.record("escalate", None, reason)
     case.escalation_level += 1
-    case.revision += 1
-    case.updated_at = clock.now()
-    session.add(case)
+    new_revision(session, case)
     on_record(
         session,
         desk.audit,

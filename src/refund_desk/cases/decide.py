@@ -111,16 +111,15 @@ class _Asked:
 def _request(desk: Desk, session: Session, case: Case) -> AdviceRequest:
     """What the advisor may see, with the pinned policy's rule texts for tier-1 questions."""
     pinned = load_version(session, case.policy_version) if case.policy_version else None
-    vault = desk.vault
-    name, email = (
-        vault.decrypt(case.name_enc, session=session),
-        vault.decrypt(case.email_enc, session=session),
+    name, email, message = (
+        desk.vault.decrypt(field, session=session)
+        for field in (case.name_enc, case.email_enc, case.message_enc)
     )
     return AdviceRequest(
-        message=vault.decrypt(case.message_enc, session=session) or "",
+        message=message or "",
         currency=case.currency,
-        known_names=tuple(n for n in [name] if n),
-        known_emails=tuple(e for e in [email] if e),
+        known_names=(name,) if name else (),
+        known_emails=(email,) if email else (),
         policy=advisory.policy_texts(pinned.doc if pinned else None),
     )
 
@@ -215,13 +214,9 @@ def _decide(
         decision = advisory.to_review(
             decision, policy, name, counterfactual=None, guardrails=(name, *decision.guardrails)
         )
-    answered = question is not None and question.answer is not None
+    answered = question if question is not None and question.answer is not None else None
     locked.facts = context
-    locked.decision = (
-        advisory.answered_record(question)
-        if question is not None and answered
-        else decision_record(decision)
-    )
+    locked.decision = advisory.answered_record(answered) if answered else decision_record(decision)
     locked.advice = {
         **(locked.advice or {}),
         "explanation": advisory.explanation(locked, context, locked.decision, policy),

@@ -7,7 +7,7 @@ job (`runtime.job_table`), so a restart simply resumes.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 
 from refund_desk import clock
@@ -28,7 +28,6 @@ class Desk:
     advisor: Advisor
     jobs: JobQueue
     secret: str  # signs action tokens
-    clock: Callable[[], datetime] = field(default=clock.now)
     wake: Callable[[], None] | None = None  # set by the scheduler: sweep soon, work is waiting
     directory: Directory | None = None  # who is in a Slack user group (set with Slack)
     # Set by the scheduler: take this job now, in the background (see `start`).
@@ -38,7 +37,7 @@ class Desk:
     jobs_elsewhere: bool = False
 
     def now(self) -> datetime:
-        return self.clock()
+        return clock.now()
 
     def start(self, job_id: int | None) -> bool:
         """Work this process just committed: left to the job processes, to this process's

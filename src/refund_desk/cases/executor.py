@@ -32,7 +32,7 @@ from refund_desk.cases.ports import (
     RefundNotFound,
 )
 from refund_desk.cases.quorum import approval_count, approvals_needed
-from refund_desk.cases.rows import load_for_update, on_record
+from refund_desk.cases.rows import load_for_update, new_revision, on_record
 from refund_desk.governance.review import maybe_sample as sample_for_review
 from refund_desk.governance.versions import (
     control,
@@ -66,10 +66,6 @@ class Parked(Exception):
 
 EXECUTE = "execute"  # job kind: reserve, pay, record
 DEFAULT_REFUNDED = "Your refund of {amount} has been issued."
-
-
-def idempotency_key(execution_id: str) -> str:
-    return f"refund-desk-{execution_id}"
 
 
 def enqueue_execution(session: Session, case: Case, due_at: datetime | None = None) -> int:
@@ -258,7 +254,7 @@ def reserve_in(
     execution_id = new_id("ex")
     execution = Execution(
         id=execution_id,
-        idempotency_key=idempotency_key(execution_id),
+        idempotency_key=f"refund-desk-{execution_id}",
         case_id=case.id,
         payment_id=case.payment_id,
         amount=case.amount,
@@ -405,10 +401,8 @@ def _send(desk: Desk, execution: Execution, looked_at: datetime) -> datetime | N
     - then the pause and the mode are read afresh with the control row locked (`FOR SHARE`;
       SQLite's one writer): a pause, a mode change or a breaker trip writes that row, so it
       committed before this read, and stops the create, or commits after this transaction,
-      and the create was under way before it. A reservation the policy made alone is paid
-      on the policy's word only in `supervised` mode; once a person approved the case (a
-      parked automatic refund resumed by a person's click) it is theirs, and pays in every
-      mode.
+      and the create was under way before it. A reservation the policy made alone pays only
+      in `supervised` mode; once a person approved the case it pays in every mode.
 
     Returns the mark (`sent_at`), or None if the execution is no longer reserved. Raises
     RetryLater (paused, or an earlier create may be in flight) or `_ModeChanged`, writing
@@ -734,10 +728,8 @@ def _release(desk: Desk, execution_id: str, looked_at: datetime) -> bool:
             "for this case: nothing was paid and the reservation is released. "
             "A person may decide again."
         )
-        case.revision += 1  # cards made before the release are stale; a fresh one is posted
-        case.approval_round += 1  # and approvals start afresh
-        case.updated_at = clock.now()
-        session.add(case)
+        case.approval_round += 1  # approvals start afresh
+        new_revision(session, case)
         notify(session, event="case.parked", case_id=case.id)
         return True
 

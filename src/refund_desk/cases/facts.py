@@ -1,7 +1,5 @@
 """Assemble the policy context from the system of record, our own ledger and the advice.
-
-Money facts are integer minor units; the policy engine converts them for its expressions.
-"""
+Money facts are integer minor units; the policy engine converts them for its expressions."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
 """Capture: a validated request becomes a case in one transaction, or nothing is written.
-
-The payment's row is locked while the case is created, so concurrent requests for the same
-payment line up: the first opens a case, the rest see it and are held as possible duplicates.
-"""
+The payment's row is locked meanwhile, so concurrent requests for one payment line up: the
+first opens a case, the rest see it and are held as possible duplicates."""
 
 from __future__ import annotations
 
@@ -81,14 +79,12 @@ class RefundRequest(BaseModel):
             return None
         try:
             minor = money.to_minor(self.amount, self.currency)
+            if minor <= 0:
+                raise ValueError("must be more than zero")
         except ValueError as exc:
             raise InvalidRequest(
                 "invalid_amount", "The amount is not valid.", {"amount": str(exc)}
             ) from None
-        if minor <= 0:
-            raise InvalidRequest(
-                "invalid_amount", "The amount is not valid.", {"amount": "must be more than zero"}
-            )
         return minor
 
     def fingerprint(self) -> str:
@@ -161,10 +157,8 @@ def submit(
     prepare: Callable[[Session, Case], None] | None = None,
 ) -> Submitted:
     """Capture a request as a case; `requested_by` is the person who filed it, if one did.
-
     `prepare` runs in the capture's transaction once the case exists (evidence, the channel to
-    answer on, an appeal's link), so the case and its channel details commit together.
-    """
+    answer on, an appeal's link), so the case and its channel details commit together."""
     fingerprint = request.fingerprint()
     if idempotency_key and api_key_id is not None:
         with desk.db.read() as session:

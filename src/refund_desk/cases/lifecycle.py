@@ -9,10 +9,9 @@ from typing import Any
 
 from sqlmodel import Session
 
-from refund_desk import clock
 from refund_desk.cases.errors import Conflict
 from refund_desk.cases.notify import NOTIFY_ON, notify
-from refund_desk.cases.rows import on_record
+from refund_desk.cases.rows import new_revision, on_record
 from refund_desk.cases.sla import start_clock
 from refund_desk.customers.outcomes import TELL_ON, tell
 from refund_desk.storage.audit import Actor, AuditLog
@@ -69,9 +68,7 @@ def move(
     case.status = to
     if to in (Status.awaiting_approval, Status.parked):
         case.approval_round += 1  # a new round: earlier approvals do not count towards it
-    case.revision += 1
-    case.updated_at = clock.now()
-    session.add(case)
+    new_revision(session, case)
     on_record(
         session,
         audit,

@@ -8,6 +8,7 @@ from typing import Any
 from sqlalchemy import bindparam, select
 from sqlmodel import Session, col
 
+from refund_desk import clock
 from refund_desk.cases.errors import NotFound
 from refund_desk.storage.audit import Actor, AuditLog
 from refund_desk.storage.models import Case
@@ -29,6 +30,13 @@ def load_for_update(session: Session, case_id: str) -> Case:
     if case is None:
         raise NotFound("case_not_found", f"No case {case_id} exists.")
     return case
+
+
+def new_revision(session: Session, case: Case) -> None:
+    """The case changed: cards made before carry stale tokens, and a fresh one is drawn."""
+    case.revision += 1
+    case.updated_at = clock.now()
+    session.add(case)
 
 
 def on_record(

@@ -14,7 +14,7 @@ from sqlmodel import Session
 
 from refund_desk import clock
 from refund_desk.cases.notify import notify
-from refund_desk.cases.rows import load_for_update, on_record
+from refund_desk.cases.rows import load_for_update, new_revision, on_record
 from refund_desk.governance.versions import LoadedPolicy, control, load_version
 from refund_desk.policy.durations import add_time, sla_period
 from refund_desk.storage.audit import SYSTEM
@@ -77,10 +77,8 @@ def _queue_escalation(session: Session, case: Case, *, due: datetime, level: int
     )
 
 
-def _still_waiting(case: Case | None, job: ClaimedJob) -> bool:
-    return (
-        case is not None and case.status in WAITING and case.approval_round == job.payload["round"]
-    )
+def _still_waiting(case: Case, job: ClaimedJob) -> bool:
+    return case.status in WAITING and case.approval_round == job.payload["round"]
 
 
 def remind(desk: Desk, job: ClaimedJob) -> None:
@@ -106,9 +104,7 @@ def escalate(desk: Desk, job: ClaimedJob) -> None:
         if not _still_waiting(case, job):
             return
         case.escalation_level += 1
-        case.revision += 1  # the cards are re-rendered: managers' buttons carry fresh tokens
-        case.updated_at = clock.now()
-        session.add(case)
+        new_revision(session, case)  # the managers' buttons carry fresh tokens
         on_record(
             session,
             desk.audit,

@@ -43,7 +43,6 @@ def issue(
     revision: int,
     policy_version: int | None,
     now: datetime,
-    lifetime: timedelta = TOKEN_LIFETIME,
 ) -> str:
     if action not in ACTIONS:
         raise ValueError(f"unknown action {action!r}")
@@ -54,7 +53,7 @@ def issue(
         currency=currency,
         revision=revision,
         policy_version=policy_version,
-        expires=int((now + lifetime).timestamp()),
+        expires=int((now + TOKEN_LIFETIME).timestamp()),
         nonce=secrets.token_urlsafe(12),
     )
     body = base64.urlsafe_b64encode(
