@@ -11,7 +11,7 @@ CaseError                 code + message
 │   ├── EvidenceRefused   evidence refused (type, size, who may vouch)
 │   └── AppealRefused     an appeal refused (used, expired, not a denial)
 ├── NotFound              no such case (404)
-├── Conflict              an Idempotency-Key reused with another body, a stale revision (409)
+├── Conflict              an Idempotency-Key reused with another body, an invalid transition (409)
 └── Unavailable           a dependency is down; nothing was written, try again (503)
 """
 
