@@ -204,6 +204,21 @@ def sqlite_url(sqlite_template: Path, tmp_path: Path) -> str:
     return fresh_sqlite(sqlite_template, tmp_path)
 
 
+@pytest.fixture()
+def db(any_db_url: str) -> Iterator[Database]:
+    """A `Database` on each real database (PostgreSQL alone: `pg_db`)."""
+    database = Database.from_url(any_db_url)
+    yield database
+    database.dispose()
+
+
+@pytest.fixture()
+def pg_db(pg_url: str) -> Iterator[Database]:
+    database = Database.from_url(pg_url)
+    yield database
+    database.dispose()
+
+
 def make_settings(url: str, **extra: object) -> Settings:
     return Settings.model_validate(
         {"DATABASE_URL": url, "REFUND_DESK_SECRET": TEST_SECRET, **extra}

@@ -12,20 +12,20 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from refund_desk.advisor.offline import OfflineAdvisor
-from refund_desk.cases import anchor, decide, executor, intake, sla
+from refund_desk.cases import anchor, decide, evidence, executor, intake, sla
 from refund_desk.cases.desk import Desk
+from refund_desk.cases.evidence import EvidenceStore
 from refund_desk.cases.notify import NOTIFY
 from refund_desk.cases.ports import Advisor, Processor
-from refund_desk.customers import appeals, couriers, erasure, evidence, unclaimed
-from refund_desk.customers.evidence import EvidenceStore
+from refund_desk.crypto import Vault
+from refund_desk.customers import appeals, couriers, erasure, unclaimed
 from refund_desk.customers.outcomes import TELL, Delivery
+from refund_desk.jobs.queue import Handler, JobQueue, nothing_to_do
 from refund_desk.payments import reconcile, webhooks
 from refund_desk.payments.sandbox import SandboxProcessor
 from refund_desk.settings import ConfigError, Settings
 from refund_desk.storage.audit import AuditLog
-from refund_desk.storage.crypto import Vault
 from refund_desk.storage.db import Database, Deployment
-from refund_desk.storage.jobs import Handler, JobQueue, nothing_to_do
 from refund_desk.storage.migrate import upgrade
 from refund_desk.web.metrics import TimedProcessor
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 from refund_desk.bot.blocks.evidence import evidence_blocks
-from refund_desk.customers import evidence
+from refund_desk.cases import evidence
 from refund_desk.storage.models import Case
 
 

@@ -21,8 +21,8 @@ from sqlmodel import col
 
 from refund_desk.bot.listeners.refund_command import FILE_CASE, file_case
 from refund_desk.cases.intake import parse_request, submit
+from refund_desk.jobs.queue import ClaimedJob, queue
 from refund_desk.storage.audit import Actor
-from refund_desk.storage.jobs import ClaimedJob, queue
 from refund_desk.storage.models import Case, Job
 from tests.bot.helpers import typed
 from tests.helpers import ACME

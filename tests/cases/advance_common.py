@@ -10,7 +10,7 @@ from sqlmodel import col
 
 from refund_desk.advisor.offline import OfflineAdvisor
 from refund_desk.cases.ports import Advice, AdviceRequest
-from refund_desk.storage.jobs import ClaimedJob
+from refund_desk.jobs.queue import ClaimedJob
 from refund_desk.storage.models import AdvisorCall, Case, Execution, Job
 from tests.helpers import Harness
 

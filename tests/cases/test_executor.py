@@ -116,8 +116,8 @@ def test_processor_down_too_long_parks(desk: Harness) -> None:
     with desk.runtime.db.write() as session:
         from refund_desk.cases.lifecycle import Status, move
         from refund_desk.cases.rows import load_for_update
+        from refund_desk.jobs.queue import enqueue
         from refund_desk.storage.audit import Actor
-        from refund_desk.storage.jobs import enqueue
 
         case = load_for_update(session, body["id"])
         move(session, desk.runtime.desk.audit, case, Status.approved, actor=Actor("human", "U1"))

@@ -20,11 +20,11 @@ from sqlalchemy import event
 from refund_desk import clock
 from refund_desk.cases.quorum import approval_count
 from refund_desk.cases.rows import load_for_update
+from refund_desk.crypto import destroy_customer_key
 from refund_desk.customers import erasure
 from refund_desk.governance.versions import control
 from refund_desk.runtime import Runtime
 from refund_desk.storage.audit import Actor
-from refund_desk.storage.crypto import destroy_customer_key
 from refund_desk.storage.models import Approval
 from tests.cases.advance_common import case_row, executions
 from tests.helpers import CUSTOMER, Harness

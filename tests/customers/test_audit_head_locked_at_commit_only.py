@@ -20,7 +20,7 @@ import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.exc import OperationalError
 
-from refund_desk.customers import evidence
+from refund_desk.cases import evidence
 from tests.customers.conftest import PHOTO, Channels, raw_email
 
 

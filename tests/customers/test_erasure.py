@@ -21,20 +21,20 @@ from sqlmodel import col
 from typer.testing import CliRunner
 
 from refund_desk import clock
+from refund_desk.cases.evidence import EvidenceStore
 from refund_desk.cases.listing import Filters, iter_export
 from refund_desk.cli.main import app
-from refund_desk.customers import erasure
-from refund_desk.customers.erasure import retention
-from refund_desk.customers.evidence import EvidenceStore
-from refund_desk.runtime import Runtime
-from refund_desk.settings import load_settings
-from refund_desk.storage.audit import Actor, iter_records, verify_chain
-from refund_desk.storage.crypto import (
-    PurgeBusy,
+from refund_desk.crypto import (
     derive_key,
     destroy_customer_key,
     purge_destroyed_keys,
 )
+from refund_desk.customers import erasure
+from refund_desk.customers.erasure import retention
+from refund_desk.runtime import Runtime
+from refund_desk.settings import load_settings
+from refund_desk.storage.audit import Actor, iter_records, verify_chain
+from refund_desk.storage.db import PurgeBusy
 from refund_desk.storage.models import Approval, Case, CustomerKey, Job
 from tests.conftest import TEST_SECRET, make_runtime
 from tests.customers.conftest import PNG, Channels, raw_email

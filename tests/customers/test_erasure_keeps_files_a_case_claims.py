@@ -15,7 +15,8 @@ from sqlalchemy import select
 from sqlmodel import col
 
 from refund_desk import clock
-from refund_desk.customers import erasure, evidence
+from refund_desk.cases import evidence
+from refund_desk.customers import erasure
 from refund_desk.storage.models import Job
 from tests.customers.conftest import PHOTO, Channels
 

@@ -8,9 +8,9 @@ import pytest
 from cryptography.fernet import Fernet
 
 from refund_desk import clock
+from refund_desk.cases import evidence, ratelimit
 from refund_desk.cases.errors import InvalidRequest
-from refund_desk.customers import evidence, ratelimit
-from refund_desk.storage.crypto import CustomerCipher
+from refund_desk.crypto import CustomerCipher
 from refund_desk.storage.db import Database
 from tests.conftest import make_settings
 

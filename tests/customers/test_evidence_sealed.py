@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
+from refund_desk.cases import evidence
 from refund_desk.cases.advisory import ERASED
-from refund_desk.cases.evidence_items import shown
-from refund_desk.customers import evidence
+from refund_desk.cases.evidence import shown
 from refund_desk.storage.models import Case
 from tests.customers.conftest import PNG, Channels, raw_email
 from tests.customers.test_erasure import _erase, _file_bytes

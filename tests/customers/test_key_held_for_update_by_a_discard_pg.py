@@ -13,8 +13,8 @@ import pytest
 from sqlalchemy import func, select, text
 from sqlalchemy.exc import OperationalError
 
+from refund_desk.crypto import lock_customer_key
 from refund_desk.runtime import Runtime
-from refund_desk.storage.crypto import lock_customer_key
 from refund_desk.storage.models import CustomerKey
 from tests.conftest import make_runtime
 from tests.customers.conftest import open_write

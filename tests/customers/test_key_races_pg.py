@@ -12,8 +12,8 @@ from collections.abc import Iterator
 import pytest
 from sqlalchemy import func, select, text
 
+from refund_desk.crypto import destroy_customer_key
 from refund_desk.runtime import Runtime
-from refund_desk.storage.crypto import destroy_customer_key
 from refund_desk.storage.models import CustomerKey
 from tests.conftest import make_runtime
 

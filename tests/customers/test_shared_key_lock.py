@@ -14,8 +14,8 @@ import threading
 import pytest
 from sqlalchemy.exc import OperationalError
 
+from refund_desk.crypto import lock_customer_key
 from refund_desk.runtime import Runtime
-from refund_desk.storage.crypto import lock_customer_key
 from refund_desk.storage.models import CustomerKey
 from tests.customers.conftest import open_write
 from tests.helpers import CUSTOMER, Harness

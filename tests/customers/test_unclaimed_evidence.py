@@ -14,7 +14,7 @@ from sqlalchemy import select
 from sqlmodel import col
 
 from refund_desk import clock
-from refund_desk.customers import evidence
+from refund_desk.cases import evidence
 from refund_desk.storage.models import Job
 from tests.customers.conftest import OTHER, PHOTO, Channels
 from tests.helpers import CUSTOMER

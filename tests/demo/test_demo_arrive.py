@@ -9,8 +9,8 @@ from sqlalchemy import select
 from sqlmodel import col
 
 from refund_desk.demo.runner import ARRIVE, arrive
+from refund_desk.jobs.queue import enqueue
 from refund_desk.runtime import Runtime
-from refund_desk.storage.jobs import enqueue
 from refund_desk.storage.models import Case
 from tests.helpers import CUSTOMER, Harness
 

@@ -13,8 +13,8 @@ import pytest
 from sqlalchemy import select
 
 from refund_desk.cases import executor
+from refund_desk.jobs.queue import ClaimedJob
 from refund_desk.payments.stripe_api import StripeProcessor
-from refund_desk.storage.jobs import ClaimedJob
 from refund_desk.storage.models import Execution, Job
 from tests.conftest import SimulatedCrash
 from tests.fakes.stripe_fake import FakeStripeServer

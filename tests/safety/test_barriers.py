@@ -25,9 +25,9 @@ from refund_desk import clock
 from refund_desk.cases import breaker, executor
 from refund_desk.cases.ports import PaymentFacts, ProcessorRefund
 from refund_desk.governance.admin import set_mode, set_paused
+from refund_desk.jobs.queue import JobQueue
 from refund_desk.runtime import Runtime
 from refund_desk.storage.audit import Actor
-from refund_desk.storage.jobs import JobQueue
 from refund_desk.storage.models import AuditRecord, Case, Execution, Job
 from tests.conftest import make_runtime
 from tests.helpers import Harness

@@ -24,12 +24,12 @@ from refund_desk.cases.ports import (
 )
 from refund_desk.governance.admin import rollback, set_mode, set_paused, set_second_lead
 from refund_desk.governance.versions import control
+from refund_desk.jobs.queue import JobQueue
 from refund_desk.payments.reconcile import reconcile
 from refund_desk.payments.sandbox import SandboxProcessor
 from refund_desk.runtime import Runtime, build
 from refund_desk.storage.audit import Actor
 from refund_desk.storage.db import Database
-from refund_desk.storage.jobs import JobQueue
 from refund_desk.storage.models import Case, Execution, Job
 from refund_desk.web.app import create_app
 from tests.conftest import _raise_crash, make_runtime, make_settings

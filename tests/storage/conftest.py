@@ -1,5 +1,4 @@
-"""A `Database` on each real database (any_db_url) and on PostgreSQL alone (pg_db); two on one
-SQLite file, standing for a job process and a server (two_processes)."""
+"""Two `Database`s on one database, standing for a job process and a server."""
 
 from __future__ import annotations
 
@@ -10,20 +9,6 @@ import pytest
 from sqlalchemy import text
 
 from refund_desk.storage.db import Database
-
-
-@pytest.fixture()
-def db(any_db_url: str) -> Iterator[Database]:
-    database = Database.from_url(any_db_url)
-    yield database
-    database.dispose()
-
-
-@pytest.fixture()
-def pg_db(pg_url: str) -> Iterator[Database]:
-    database = Database.from_url(pg_url)
-    yield database
-    database.dispose()
 
 
 @pytest.fixture()

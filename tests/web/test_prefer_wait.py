@@ -17,8 +17,8 @@ from sqlalchemy import select
 
 from refund_desk import clock
 from refund_desk.cases.intake import ADVANCE
+from refund_desk.jobs.queue import JobQueue
 from refund_desk.runtime import Runtime
-from refund_desk.storage.jobs import JobQueue
 from refund_desk.storage.models import Job
 from refund_desk.web.app import create_app
 from refund_desk.web.waiting import preferred_wait

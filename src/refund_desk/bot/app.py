@@ -32,8 +32,8 @@ from refund_desk.bot.listeners.refund_command import FILE_CASE
 from refund_desk.bot.outbox import SLACK_CALL, SLACK_TELL, Outbox
 from refund_desk.cases.desk import Desk
 from refund_desk.cases.notify import NOTIFY
+from refund_desk.jobs.queue import Handler
 from refund_desk.settings import Settings
-from refund_desk.storage.jobs import Handler
 from refund_desk.web.metrics import SLACK_ACK_SECONDS
 
 log = logging.getLogger(__name__)

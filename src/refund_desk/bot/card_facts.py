@@ -16,7 +16,7 @@ from refund_desk.cases import advisory
 from refund_desk.cases.advisory import why
 from refund_desk.cases.approvals import deciders
 from refund_desk.cases.desk import Desk
-from refund_desk.cases.evidence_items import shown
+from refund_desk.cases.evidence import shown
 from refund_desk.cases.facts import left_on_record
 from refund_desk.cases.quorum import approval_count, approvals_needed
 from refund_desk.governance.versions import LoadedPolicy, control

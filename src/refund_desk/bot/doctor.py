@@ -13,9 +13,9 @@ from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 
 from refund_desk.bot.outbox import active_doc, enqueue_once, run_now
+from refund_desk.jobs.queue import ClaimedJob, queue
 from refund_desk.policy.schema import PolicyDocument, usergroups
 from refund_desk.settings import Settings
-from refund_desk.storage.jobs import ClaimedJob, queue
 
 if TYPE_CHECKING:
     from refund_desk.bot.app import Surface

@@ -39,7 +39,7 @@ from refund_desk.cases.facts import left_on_record
 from refund_desk.cases.people import Directory, is_lead, may_read
 from refund_desk.cases.quorum import approval_count, approvals_needed
 from refund_desk.governance.versions import control
-from refund_desk.storage.jobs import ClaimedJob, queue
+from refund_desk.jobs.queue import ClaimedJob, queue
 from refund_desk.storage.models import Case, SlackMessage
 from refund_desk.web.metrics import DRIFT_ALERT, reason_drift
 

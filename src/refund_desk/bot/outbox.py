@@ -30,9 +30,9 @@ from refund_desk.cases.approvals import deciders
 from refund_desk.cases.desk import Desk
 from refund_desk.cases.notify import notify
 from refund_desk.governance.versions import LoadedPolicy, control, load_version
+from refund_desk.jobs.queue import ClaimedJob, RetryLater, queue
 from refund_desk.policy.schema import PolicyDocument
 from refund_desk.storage.audit import SYSTEM
-from refund_desk.storage.jobs import ClaimedJob, RetryLater, queue
 from refund_desk.storage.models import Approval, Case, Execution, Job, SlackMessage
 from refund_desk.text import Text
 

@@ -32,9 +32,9 @@ from refund_desk.governance.drafts import (
 )
 from refund_desk.governance.proof import proof_against_active, proof_summary
 from refund_desk.governance.versions import load_version
+from refund_desk.jobs.queue import ClaimedJob, RetryLater, queue
 from refund_desk.policy import policy_hash
 from refund_desk.storage.audit import Actor
-from refund_desk.storage.jobs import ClaimedJob, RetryLater, queue
 from refund_desk.storage.models import Case, ReviewSample, SlackMessage
 from refund_desk.text import Text, lines, text
 

@@ -15,9 +15,9 @@ from sqlmodel import Session, col
 
 from refund_desk import logs, money
 from refund_desk.cases.ports import Advisor, AdvisorError, PolicyText, Provenance
+from refund_desk.crypto import Vault
 from refund_desk.governance.versions import LoadedPolicy
 from refund_desk.policy import Decision, PolicyDocument
-from refund_desk.storage.crypto import Vault
 from refund_desk.storage.models import AdvisorCall, Case
 
 ANSWER_RULE = "policy-question"

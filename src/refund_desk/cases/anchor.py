@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 from sqlalchemy.exc import IntegrityError
 
 from refund_desk.cases.notify import notify
+from refund_desk.jobs.queue import ClaimedJob, RetryLater, enqueue
 from refund_desk.storage.audit import head
-from refund_desk.storage.jobs import ClaimedJob, RetryLater, enqueue
 from refund_desk.text import Code, text
 
 if TYPE_CHECKING:

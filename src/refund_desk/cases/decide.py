@@ -19,6 +19,7 @@ from refund_desk.cases.ports import (
     Provenance,
 )
 from refund_desk.cases.rows import load_for_update
+from refund_desk.crypto import hold_key_of_case
 from refund_desk.governance import shadow
 from refund_desk.governance.versions import (
     LoadedPolicy,
@@ -27,11 +28,10 @@ from refund_desk.governance.versions import (
     load_version,
     strictest_route,
 )
+from refund_desk.jobs.queue import ClaimedJob, RetryLater, backoff
 from refund_desk.policy import Decision
 from refund_desk.storage.audit import MODEL, POLICY, SYSTEM
-from refund_desk.storage.crypto import hold_key_of_case
 from refund_desk.storage.db import lock_payment
-from refund_desk.storage.jobs import ClaimedJob, RetryLater, backoff
 from refund_desk.storage.models import Case, Execution
 
 if TYPE_CHECKING:

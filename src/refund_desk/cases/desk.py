@@ -13,10 +13,10 @@ from datetime import datetime
 from refund_desk import clock
 from refund_desk.cases.people import Directory
 from refund_desk.cases.ports import Advisor, Processor
+from refund_desk.crypto import Vault
+from refund_desk.jobs.queue import ClaimedJob, Handler, JobQueue
 from refund_desk.storage.audit import AuditLog
-from refund_desk.storage.crypto import Vault
 from refund_desk.storage.db import Database
-from refund_desk.storage.jobs import ClaimedJob, Handler, JobQueue
 
 
 @dataclass

@@ -39,9 +39,9 @@ from refund_desk.governance.versions import (
     evaluate,
     load_version,
 )
+from refund_desk.jobs.queue import ClaimedJob, RetryLater, backoff, enqueue, queue
 from refund_desk.storage.audit import SYSTEM
 from refund_desk.storage.db import lock_payment
-from refund_desk.storage.jobs import ClaimedJob, RetryLater, backoff, enqueue, queue
 from refund_desk.storage.models import Case, Execution
 
 if TYPE_CHECKING:

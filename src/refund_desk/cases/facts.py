@@ -13,7 +13,7 @@ from sqlmodel import Session, col
 from refund_desk import clock
 from refund_desk.cases.lifecycle import FINAL, Status
 from refund_desk.cases.ports import PaymentFacts
-from refund_desk.storage.crypto import normalize_email
+from refund_desk.crypto import normalize_email
 from refund_desk.storage.models import Case, Execution, Payment
 
 OPEN_EXECUTION = "reserved"

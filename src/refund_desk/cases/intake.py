@@ -23,9 +23,9 @@ from refund_desk.cases.errors import Conflict, InvalidRequest, Unavailable
 from refund_desk.cases.lifecycle import Status, record_possible_duplicate
 from refund_desk.cases.ports import PaymentFacts, PaymentNotFound, ProcessorError, Provenance
 from refund_desk.governance.versions import ACTIVE_VERSION, active_version
+from refund_desk.jobs.queue import queue
 from refund_desk.storage.audit import Actor, canonical
 from refund_desk.storage.db import InsertIfNew, lock_payment
-from refund_desk.storage.jobs import queue
 from refund_desk.storage.models import Case, Execution, IntakeKey, Payment, row_defaults
 
 if TYPE_CHECKING:

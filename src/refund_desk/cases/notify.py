@@ -12,7 +12,7 @@ from typing import Any
 
 from sqlmodel import Session
 
-from refund_desk.storage.jobs import queue
+from refund_desk.jobs.queue import queue
 from refund_desk.text import Text
 
 NOTIFY = "notify"

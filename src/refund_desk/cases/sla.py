@@ -16,9 +16,9 @@ from refund_desk import clock
 from refund_desk.cases.notify import notify
 from refund_desk.cases.rows import load_for_update, new_revision, on_record
 from refund_desk.governance.versions import LoadedPolicy, control, load_version
+from refund_desk.jobs.queue import ClaimedJob, enqueue
 from refund_desk.policy.durations import add_time, sla_period
 from refund_desk.storage.audit import SYSTEM
-from refund_desk.storage.jobs import ClaimedJob, enqueue
 from refund_desk.storage.models import Case
 
 if TYPE_CHECKING:

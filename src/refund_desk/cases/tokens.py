@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 
 from refund_desk.cases.errors import TokenRefused
-from refund_desk.storage.crypto import keyed_hash, same
+from refund_desk.crypto import keyed_hash, same
 
 TOKEN_LIFETIME = timedelta(days=7)
 ACTIONS = ("approve", "approve_partial", "deny", "escalate")

@@ -11,9 +11,9 @@ from sqlmodel import Session, col
 from refund_desk import money
 from refund_desk.cases.advisory import summary_text
 from refund_desk.cases.errors import NotFound
-from refund_desk.cases.evidence_items import shown
+from refund_desk.cases.evidence import shown
+from refund_desk.crypto import Vault
 from refund_desk.storage.audit import record_json
-from refund_desk.storage.crypto import Vault
 from refund_desk.storage.models import AuditRecord, Case, Execution, SlackMessage
 
 

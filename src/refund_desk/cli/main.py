@@ -364,8 +364,8 @@ def customer_erase(
     Their data key, email, name, messages and evidence files go. Amounts, decisions,
     approvals and the audit chain stay (audit verify still passes); the erasure is an audit
     record without the personal data."""
+    from refund_desk.cases.evidence import EvidenceStore
     from refund_desk.customers.erasure import erase_customer
-    from refund_desk.customers.evidence import EvidenceStore
 
     if not yes and sys.stdin.isatty():
         typer.confirm(f"Erase every personal field of {email}? This cannot be undone", abort=True)

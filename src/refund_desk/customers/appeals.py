@@ -18,14 +18,14 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import select
 from sqlmodel import Session, col
 
+from refund_desk.cases import evidence
 from refund_desk.cases.errors import AppealRefused
 from refund_desk.cases.intake import Submitted, to_major_text
 from refund_desk.cases.lifecycle import Status, move, set_amount
-from refund_desk.customers import evidence
+from refund_desk.crypto import keyed_hash, same
 from refund_desk.customers import intake as channels
 from refund_desk.governance.versions import load_version
 from refund_desk.storage.audit import SYSTEM, Actor
-from refund_desk.storage.crypto import keyed_hash, same
 from refund_desk.storage.models import Case
 
 if TYPE_CHECKING:

@@ -16,10 +16,10 @@ from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 import httpx
 
+from refund_desk import crypto
 from refund_desk.customers import addresses
 from refund_desk.customers.outcomes import Courier, DeliveryFailed, Outbound
 from refund_desk.settings import Settings
-from refund_desk.storage import crypto
 
 TIMEOUT = 5.0
 SIGNATURE_HEADER = "X-Refund-Desk-Signature"

@@ -33,18 +33,17 @@ from sqlmodel import Session, col
 
 from refund_desk.cases import advisory
 from refund_desk.cases.errors import NotFound
-from refund_desk.cases.evidence_items import PERSONAL
+from refund_desk.cases.evidence import PERSONAL, EvidenceStore, discard, stored_name, unreferenced
 from refund_desk.cases.lifecycle import FINAL
 from refund_desk.cases.notify import notify
-from refund_desk.customers.evidence import EvidenceStore, discard, stored_name, unreferenced
-from refund_desk.storage.audit import SYSTEM, Actor
-from refund_desk.storage.crypto import (
-    PurgeBusy,
+from refund_desk.crypto import (
     destroy_customer_key,
     lock_customer_key,
     purge_destroyed_keys,
 )
-from refund_desk.storage.jobs import ClaimedJob, RetryLater, backoff, enqueue
+from refund_desk.jobs.queue import ClaimedJob, RetryLater, backoff, enqueue
+from refund_desk.storage.audit import SYSTEM, Actor
+from refund_desk.storage.db import PurgeBusy
 from refund_desk.storage.models import Case, CustomerMessage, Job, SlackMessage
 
 if TYPE_CHECKING:

@@ -18,6 +18,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col
 
 from refund_desk import clock
+from refund_desk.cases import evidence
 from refund_desk.cases.errors import Conflict, InvalidRequest, NotMatched
 from refund_desk.cases.facts import customer_verified
 from refund_desk.cases.intake import (
@@ -28,7 +29,7 @@ from refund_desk.cases.intake import (
 )
 from refund_desk.cases.notify import notify
 from refund_desk.cases.rows import load_for_update
-from refund_desk.customers import evidence, unclaimed
+from refund_desk.customers import unclaimed
 from refund_desk.storage.audit import Actor
 from refund_desk.storage.models import ApiKey, Case, CustomerMessage, IntakeKey
 

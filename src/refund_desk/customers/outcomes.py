@@ -21,9 +21,9 @@ from sqlmodel import Session, col
 
 from refund_desk import clock, money
 from refund_desk.cases.notify import notify
+from refund_desk.jobs.queue import ClaimedJob, RetryLater, backoff, queue
 from refund_desk.storage.audit import SYSTEM, AuditLog
 from refund_desk.storage.db import deployment
-from refund_desk.storage.jobs import ClaimedJob, RetryLater, backoff, queue
 from refund_desk.storage.models import Approval, Case, CustomerMessage
 
 if TYPE_CHECKING:

@@ -18,8 +18,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from refund_desk.customers.evidence import EvidenceStore, Stored, discard
-from refund_desk.storage.jobs import ClaimedJob
+from refund_desk.cases.evidence import EvidenceStore, Stored, discard
+from refund_desk.jobs.queue import ClaimedJob
 
 if TYPE_CHECKING:
     from refund_desk.cases.desk import Desk

@@ -34,11 +34,11 @@ from refund_desk.cases.intake import parse_request, submit
 from refund_desk.customers.intake import channel_key
 from refund_desk.demo.slack import Channel, SlackEmulator, User
 from refund_desk.governance.versions import control, publish
+from refund_desk.jobs.queue import ClaimedJob, enqueue
 from refund_desk.policy import PolicyDocument, parse_policy
 from refund_desk.runtime import Runtime, build, install_jobs
 from refund_desk.settings import Settings, settle_secret
 from refund_desk.storage.audit import Actor
-from refund_desk.storage.jobs import ClaimedJob, enqueue
 from refund_desk.storage.models import IntakeKey
 
 ARRIVE = "demo.request"

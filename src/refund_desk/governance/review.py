@@ -17,8 +17,8 @@ from sqlmodel import Session, col
 from refund_desk import clock
 from refund_desk.cases.errors import InvalidRequest, NotFound
 from refund_desk.governance.versions import control, load_version
+from refund_desk.jobs.queue import enqueue
 from refund_desk.storage.audit import Actor, AuditLog
-from refund_desk.storage.jobs import enqueue
 from refund_desk.storage.models import Case, ReviewSample
 
 if TYPE_CHECKING:

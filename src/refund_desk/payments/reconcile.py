@@ -24,9 +24,9 @@ from refund_desk import money
 from refund_desk.cases.facts import OPEN_EXECUTION
 from refund_desk.cases.notify import notify
 from refund_desk.cases.ports import ProcessorError, ProcessorRefund, RefundNotFound
+from refund_desk.jobs.queue import ClaimedJob, RetryLater, enqueue
 from refund_desk.money import format_money
 from refund_desk.storage.audit import SYSTEM, Actor
-from refund_desk.storage.jobs import ClaimedJob, RetryLater, enqueue
 from refund_desk.storage.models import Case, Execution, ProcessorFinding
 
 if TYPE_CHECKING:

@@ -20,10 +20,10 @@ from refund_desk import money
 from refund_desk.cases.executor import settle
 from refund_desk.cases.notify import notify
 from refund_desk.cases.ports import ProcessorError
+from refund_desk.jobs.queue import ClaimedJob, RetryLater, backoff, enqueue
 from refund_desk.payments.stripe_api import WebhookRejected, verify_event
 from refund_desk.payments.stripe_currency import from_stripe
 from refund_desk.storage.audit import SYSTEM
-from refund_desk.storage.jobs import ClaimedJob, RetryLater, backoff, enqueue
 from refund_desk.storage.models import Case, ProcessorEvent
 
 if TYPE_CHECKING:

@@ -18,7 +18,7 @@ from sqlalchemy import bindparam, event, insert, orm, select, update
 from sqlmodel import Session, col
 
 from refund_desk import clock
-from refund_desk.storage.crypto import keyed_hash, same
+from refund_desk.crypto import keyed_hash, same
 from refund_desk.storage.models import AuditHead, AuditRecord
 from refund_desk.text import Person
 

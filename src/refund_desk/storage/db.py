@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import select as io_select
 import tempfile
 import threading
@@ -24,10 +25,10 @@ try:
 except ImportError:  # pragma: no cover - not on Windows: SQLite's busy handler alone
     fcntl = None  # type: ignore[assignment]
 
-from sqlalchemy import URL, Connection, Engine, bindparam, create_engine, event, select
+from sqlalchemy import URL, Connection, Engine, bindparam, create_engine, event, select, text
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-from sqlalchemy.exc import DisconnectionError
+from sqlalchemy.exc import DisconnectionError, OperationalError
 from sqlmodel import Session
 
 from refund_desk import logs
@@ -287,6 +288,14 @@ class WriteLock:
             self._fds.clear()
 
 
+PURGE_LOCK_TIMEOUT = "2s"
+_KEPT = re.compile(r"(\d+) dead row versions cannot be removed yet")
+
+
+class PurgeBusy(Exception):
+    """Old row versions could not be removed now (readers, a long transaction): try later."""
+
+
 @dataclass(frozen=True)
 class Deployment:
     """What this deployment has configured, for code that holds only a session (a transition
@@ -388,6 +397,40 @@ class Database:
         finally:
             raw.close()
         return busy is not None and not busy[0]
+
+    def purge_old_versions(self, table: str) -> None:
+        """Make the old versions of `table`'s rows unrecoverable from the files, outside any
+        transaction (an erased customer's destroyed key). PostgreSQL keeps them as dead tuples,
+        and plain `VACUUM` frees a tuple without overwriting its bytes (measured: they stay in
+        the page's free space), so the table is rewritten (`VACUUM FULL`: one short exclusive
+        lock, which `lock_timeout` keeps from queueing in front of writers behind a long
+        transaction). SQLite overwrites freed space (`secure_delete`) but keeps old pages in its
+        write-ahead log until a checkpoint, folded in here. Raises PurgeBusy when it could not
+        finish now."""
+        if self.is_sqlite:
+            if not self.checkpoint():
+                raise PurgeBusy("readers kept the write-ahead log from being folded in")
+            return
+        kept: list[int] = []
+
+        def tally(notice: Any) -> None:  # VERBOSE says how many dead versions it had to keep
+            found = _KEPT.search(str(notice.message_detail or ""))
+            if found:
+                kept.append(int(found.group(1)))
+
+        with self.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            driver = conn.connection.driver_connection
+            driver.add_notice_handler(tally)  # type: ignore[union-attr]
+            try:
+                conn.execute(text(f"SET lock_timeout = '{PURGE_LOCK_TIMEOUT}'"))
+                conn.execute(text(f"VACUUM (FULL, VERBOSE) {table}"))
+            except OperationalError as exc:
+                raise PurgeBusy(f"could not rewrite {table}: {exc.orig}") from exc
+            finally:
+                driver.remove_notice_handler(tally)  # type: ignore[union-attr]
+                conn.execute(text("RESET lock_timeout"))
+        if any(kept):  # a transaction older than the erasure still sees them
+            raise PurgeBusy(f"{sum(kept)} old row versions of {table} are still in use")
 
     def _info(self) -> dict[str, Any]:
         return {_DEPLOYMENT: self.deployment, _SHARED: self._shared}

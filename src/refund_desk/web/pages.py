@@ -16,7 +16,7 @@ from fastapi import Request
 from fastapi.responses import HTMLResponse, Response
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 
-from refund_desk.storage.crypto import keyed_hash, same
+from refund_desk.crypto import keyed_hash, same
 
 CSRF_COOKIE = "rd_form"
 CSRF_MAX_AGE = 2 * 3600

@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from refund_desk.cases.lifecycle import Status
-from refund_desk.storage.jobs import ClaimedJob
+from refund_desk.jobs.queue import ClaimedJob
 
 MAX_WAIT_SECONDS = 10.0
 POLL_SECONDS = 0.5

@@ -15,10 +15,10 @@ from sqlmodel import col
 from refund_desk.cases import breaker, tokens
 from refund_desk.cases.approvals import act
 from refund_desk.governance.admin import set_mode, set_paused
+from refund_desk.jobs.queue import JobQueue
 from refund_desk.payments.sandbox import SandboxProcessor
 from refund_desk.runtime import Runtime, install_jobs
 from refund_desk.storage.audit import Actor
-from refund_desk.storage.jobs import JobQueue
 from refund_desk.storage.models import Case, Control, Execution, SandboxPayment, SandboxRefund
 from tests.conftest import make_runtime
 

@@ -12,12 +12,13 @@ from typing import Any
 
 import pytest
 
-from refund_desk.customers import erasure, evidence
+from refund_desk.cases import evidence
+from refund_desk.crypto import CustomerCipher
+from refund_desk.customers import erasure
 from refund_desk.customers.intake import ChannelRequest, receive
 from refund_desk.payments.sandbox import SandboxProcessor
 from refund_desk.runtime import Runtime, build
 from refund_desk.storage.audit import Actor
-from refund_desk.storage.crypto import CustomerCipher
 from refund_desk.storage.db import Database
 from refund_desk.storage.models import CustomerKey
 from tests.conftest import make_runtime, make_settings

@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING, Any
 from refund_desk.bot import mrkdwn
 from refund_desk.bot.blocks.evidence import ACTION
 from refund_desk.bot.listeners.actions import channel_of, tell
+from refund_desk.cases import evidence
 from refund_desk.cases.errors import CaseError
 from refund_desk.cases.notify import notify
-from refund_desk.customers import evidence
 from refund_desk.text import Person, Text, text
 
 if TYPE_CHECKING:

@@ -44,10 +44,10 @@ from refund_desk.governance import admin as policy_admin
 from refund_desk.governance import drafts, review, shadow
 from refund_desk.governance.proof import proof_against_active
 from refund_desk.governance.versions import control, history, load_version
+from refund_desk.jobs.queue import queue
 from refund_desk.policy import policy_hash
 from refund_desk.policy.diff import diff_policies, diff_text
 from refund_desk.storage.audit import Actor
-from refund_desk.storage.jobs import queue
 from refund_desk.storage.models import Case, PolicyVersion, ReviewSample, ShadowDecision
 from refund_desk.text import Text, text
 

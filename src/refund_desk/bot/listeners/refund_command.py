@@ -23,8 +23,8 @@ from refund_desk.cases.errors import CaseError, InvalidRequest
 from refund_desk.cases.intake import SLACK_JOB, parse_request, submit
 from refund_desk.cases.people import may_read
 from refund_desk.customers.intake import channel_key
+from refund_desk.jobs.queue import ClaimedJob, queue
 from refund_desk.storage.audit import Actor
-from refund_desk.storage.jobs import ClaimedJob, queue
 from refund_desk.storage.models import Case, Payment
 
 if TYPE_CHECKING:

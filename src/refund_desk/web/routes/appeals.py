@@ -13,11 +13,12 @@ from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 from refund_desk import money
+from refund_desk.cases import evidence
 from refund_desk.cases.advisory import ERASED
 from refund_desk.cases.desk import Desk
 from refund_desk.cases.errors import CaseError
-from refund_desk.cases.evidence_items import shown
-from refund_desk.customers import appeals, evidence
+from refund_desk.cases.evidence import shown
+from refund_desk.customers import appeals
 from refund_desk.runtime import Runtime
 from refund_desk.storage.models import Case
 from refund_desk.web import pages

@@ -21,13 +21,13 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from starlette.datastructures import UploadFile
 
-from refund_desk import clock
+from refund_desk import clock, crypto
+from refund_desk.cases import evidence
 from refund_desk.cases.errors import CaseError, InvalidRequest
 from refund_desk.cases.ports import REASONS
-from refund_desk.customers import evidence, mail
 from refund_desk.customers import intake as channels
+from refund_desk.customers import mail
 from refund_desk.runtime import Runtime
-from refund_desk.storage import crypto
 from refund_desk.storage.audit import Actor
 from refund_desk.storage.models import Case
 from refund_desk.web.admission import admitted

@@ -22,11 +22,11 @@ from refund_desk.api_keys import Presented, hash_key, mark_used, presented, usab
 from refund_desk.cases import listing
 from refund_desk.cases.approvals import waiting_for
 from refund_desk.cases.errors import InvalidRequest, Unauthorized
+from refund_desk.cases.evidence import EvidenceStore
 from refund_desk.cases.intake import RefundRequest, refuse_internal, submit
 from refund_desk.cases.lifecycle import Status
 from refund_desk.cases.views import case_view, new_case_view
 from refund_desk.customers import addresses, erasure
-from refund_desk.customers.evidence import EvidenceStore
 from refund_desk.runtime import Runtime
 from refund_desk.storage.audit import Actor
 from refund_desk.storage.models import Case

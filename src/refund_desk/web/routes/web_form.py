@@ -20,14 +20,15 @@ from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import FormData, UploadFile
 
 from refund_desk import money
+from refund_desk.cases import evidence
 from refund_desk.cases.errors import CaseError
 from refund_desk.cases.ports import REASONS
 from refund_desk.cases.views import case_view
-from refund_desk.customers import evidence, ratelimit
+from refund_desk.crypto import keyed_hash
 from refund_desk.customers import intake as channels
+from refund_desk.customers import ratelimit
 from refund_desk.runtime import Runtime
 from refund_desk.storage.audit import Actor
-from refund_desk.storage.crypto import keyed_hash
 from refund_desk.web import pages
 from refund_desk.web.admission import admitted
 from refund_desk.web.errors import error_response

@@ -21,8 +21,8 @@ from sqlalchemy.orm import make_transient_to_detached
 from sqlmodel import Session
 
 from refund_desk import clock, logs, tracing
+from refund_desk.jobs.leases import LeaseKeeper
 from refund_desk.storage.db import Database, on_commit
-from refund_desk.storage.leases import LeaseKeeper
 from refund_desk.storage.models import Job
 
 log = logging.getLogger(__name__)
@@ -292,7 +292,7 @@ class JobQueue:
     def held(self, job: ClaimedJob) -> Iterator[None]:
         """Keep the job's lease while a slow call (the processor) is in flight: renewed every
         third of the lease, so no other replica takes the job over meanwhile (one thread for
-        all the jobs held here, `storage/leases.py`). A process that dies stops renewing, and
+        all the jobs held here, `jobs/leases.py`). A process that dies stops renewing, and
         its lease runs out as before."""
         key = (job.id, job.attempt)
         self._leases.hold(key, job, every=self.lease.total_seconds() / 3)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from refund_desk.storage.crypto import Vault, derive_key, keyed_hash
+from refund_desk.crypto import Vault, derive_key, keyed_hash
 from tests.conftest import TEST_SECRET
 
 OTHER_SECRET = "other-secret-" + "z" * 40

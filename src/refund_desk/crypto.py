@@ -9,17 +9,15 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-import re
 from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from cryptography.fernet import Fernet, InvalidToken
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
-from sqlalchemy import bindparam, select, text
-from sqlalchemy.exc import OperationalError
+from sqlalchemy import bindparam, select
 from sqlmodel import Session, col
 
 from refund_desk import clock
@@ -197,51 +195,12 @@ def destroy_customer_key(session: Session, email_hash: str, now: datetime) -> bo
     return True
 
 
-PURGE_LOCK_TIMEOUT = "2s"
-_KEPT = re.compile(r"(\d+) dead row versions cannot be removed yet")
-
-
-class PurgeBusy(Exception):
-    """The key table could not be rewritten now (readers, a long transaction): try later."""
-
-
 def purge_destroyed_keys(db: Database) -> None:
-    """Physically remove the old versions of destroyed keys, outside any transaction.
-
-    A destroyed key's old row version is the one copy that still decrypts (its wrapping key
-    comes from the deployment secret, which lives on). PostgreSQL keeps it as a dead tuple,
-    and plain `VACUUM` frees the tuple without overwriting its bytes (measured: they stay in
-    the page's free space), so the key table is rewritten (`VACUUM FULL`, one short exclusive
-    lock on a table of one row per customer; `lock_timeout` keeps it from queueing in front of
-    intakes behind a long transaction). SQLite overwrites freed space (`secure_delete`) but
-    keeps old pages in its write-ahead log until a checkpoint, folded in here.
-    Raises PurgeBusy when it could not finish now.
-    """
-    table = CustomerKey.__tablename__
-    if db.is_sqlite:
-        if not db.checkpoint():
-            raise PurgeBusy("readers kept the write-ahead log from being folded in")
-        return
-    kept: list[int] = []
-
-    def tally(notice: Any) -> None:  # VERBOSE says how many dead versions it had to keep
-        found = _KEPT.search(str(notice.message_detail or ""))
-        if found:
-            kept.append(int(found.group(1)))
-
-    with db.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-        driver = conn.connection.driver_connection
-        driver.add_notice_handler(tally)  # type: ignore[union-attr]
-        try:
-            conn.execute(text(f"SET lock_timeout = '{PURGE_LOCK_TIMEOUT}'"))
-            conn.execute(text(f"VACUUM (FULL, VERBOSE) {table}"))
-        except OperationalError as exc:
-            raise PurgeBusy(f"could not rewrite {table}: {exc.orig}") from exc
-        finally:
-            driver.remove_notice_handler(tally)  # type: ignore[union-attr]
-            conn.execute(text("RESET lock_timeout"))
-    if any(kept):  # a transaction older than the erasure still sees them
-        raise PurgeBusy(f"{sum(kept)} old row versions of {table} are still in use")
+    """Physically remove the old versions of destroyed keys, outside any transaction: a
+    destroyed key's old row version is the one copy that still decrypts (its wrapping key
+    comes from the deployment secret, which lives on). Raises PurgeBusy when it could not
+    finish now."""
+    db.purge_old_versions(CustomerKey.__tablename__)
 
 
 def lock_customer_key(session: Session, email_hash: str) -> CustomerKey | None:

@@ -11,8 +11,8 @@ import pytest
 from sqlalchemy import event, select
 
 from refund_desk import clock
+from refund_desk.jobs.queue import ClaimedJob, JobQueue, RetryLater, enqueue, nothing_to_do
 from refund_desk.storage.db import Database
-from refund_desk.storage.jobs import ClaimedJob, JobQueue, RetryLater, enqueue, nothing_to_do
 from refund_desk.storage.models import Job
 
 LEASE = 60.0

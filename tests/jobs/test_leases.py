@@ -6,10 +6,10 @@ import threading
 import time
 from datetime import timedelta
 
+from refund_desk.jobs.leases import LeaseKeeper
+from refund_desk.jobs.queue import JobQueue
 from refund_desk.storage.db import Database
-from refund_desk.storage.jobs import JobQueue
-from refund_desk.storage.leases import LeaseKeeper
-from tests.storage.test_jobs import add_job, load
+from tests.jobs.test_queue import add_job, load
 
 LEASE = 0.6  # seconds: renewed every 0.2 s while held
 

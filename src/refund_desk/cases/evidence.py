@@ -8,7 +8,7 @@ name tells nothing about the content, and nothing is shared across customers. Th
 the hash, the stored name, the sniffed type and the size in clear (what the policy counts needs
 no key); what the customer chose, a link's URL and a file's own name, is sealed on the item
 under their key (the same `c1.` token as their other fields) and opened for those who may
-read it (`cases/evidence_items.shown`). The type is decided by the file's first bytes.
+read it (`shown`). The type is decided by the file's first bytes.
 Evidence starts as the customer's word (`customer_input`) and becomes a `verified_document`
 only when a person marks it checked.
 
@@ -34,11 +34,9 @@ from sqlmodel import col
 
 from refund_desk.cases.advisory import ERASED
 from refund_desk.cases.errors import EvidenceRefused, InvalidRequest, NotFound
-from refund_desk.cases.evidence_items import PERSONAL, shown
 from refund_desk.cases.ports import Provenance
 from refund_desk.cases.rows import load_for_update
-from refund_desk.storage.audit import Actor
-from refund_desk.storage.crypto import (
+from refund_desk.crypto import (
     CUSTOMER_TOKEN,
     CustomerCipher,
     Vault,
@@ -46,8 +44,9 @@ from refund_desk.storage.crypto import (
     lock_customer_key,
     same,
 )
+from refund_desk.jobs.queue import queue
+from refund_desk.storage.audit import Actor
 from refund_desk.storage.db import on_commit
-from refund_desk.storage.jobs import queue
 from refund_desk.storage.models import Case
 
 if TYPE_CHECKING:
@@ -55,6 +54,7 @@ if TYPE_CHECKING:
 
     from refund_desk.cases.desk import Desk
 
+PERSONAL = ("url", "filename", "name")  # an item's parts the customer chose ("name": none yet)
 MAX_BYTES = 10 * 1024 * 1024
 MAX_FILES = 5
 MAX_LINKS = 5
@@ -64,6 +64,25 @@ MAX_FILENAME = 200
 UNCLAIMED_JOB = "evidence.unclaimed"  # files written for a request: gone unless a case holds them
 CLAIM_WITHIN = timedelta(hours=1)
 SEALED = CUSTOMER_TOKEN + "."  # how a value sealed under the customer's key begins
+
+
+def shown(
+    vault: Vault | None, items: Iterable[dict[str, Any]] | None, *, session: Session | None = None
+) -> list[dict[str, Any]]:
+    """Evidence items as a person who may read them sees them: the customer's link and file
+    name opened, ERASED once their key is gone, as stored when written before they were
+    sealed. Without a vault those parts are left out (None)."""
+    out = []
+    for item in items or []:
+        opened = dict(item)
+        for key in PERSONAL:
+            value = opened.get(key)
+            if isinstance(value, str):
+                opened[key] = (
+                    None if vault is None else vault.unseal(value, session=session) or ERASED
+                )
+        out.append(opened)
+    return out
 
 
 def sniff(data: bytes) -> str | None:

@@ -1,0 +1,1 @@
+"""Durable work: the jobs table (`queue`) and the leases held across a processor call."""
