@@ -26,9 +26,8 @@ _APPROVALS = (  # built once: SQLAlchemy compiles it once
 
 
 def approval_count(session: Session, case: Case) -> int:
-    """The approvals on record in the case's round, this transaction's own included. Only a
-    pending approval is flushed first: the case's own pending changes wait for the commit,
-    to go out as one UPDATE."""
+    """The approvals on record in the case's round, this transaction's own included (the
+    session is flushed first)."""
     session.flush()
     round_ = {"case_id": case.id, "round": case.approval_round}
     return int(session.connection().execute(_APPROVALS, round_).scalar() or 0)
