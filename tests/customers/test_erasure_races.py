@@ -16,10 +16,10 @@ from sqlmodel import col
 from refund_desk import clock
 from refund_desk.bot.outbox import SLACK_CALL, Outbox
 from refund_desk.cases import evidence as evidence_mod
-from refund_desk.crypto import PurgeBusy
 from refund_desk.customers import erasure
 from refund_desk.jobs.queue import ClaimedJob, RetryLater, enqueue
 from refund_desk.storage.audit import Actor
+from refund_desk.storage.db import PurgeBusy
 from refund_desk.storage.models import Job
 from tests.customers.conftest import OTHER, PHOTO, PNG, Channels
 from tests.helpers import CUSTOMER

@@ -8,9 +8,10 @@ import pytest
 from cryptography.fernet import Fernet
 
 from refund_desk import clock
-from refund_desk.cases import evidence, ratelimit
+from refund_desk.cases import evidence
 from refund_desk.cases.errors import InvalidRequest
 from refund_desk.crypto import CustomerCipher
+from refund_desk.customers import ratelimit
 from refund_desk.storage.db import Database
 from tests.conftest import make_settings
 
