@@ -139,8 +139,9 @@ class ServedRequests:
     named for the database, for PostgreSQL. It coordinates the processes that share a host's
     cores, which is what an intake burst and the jobs compete for: on another host the jobs
     take other cores. Measured on two cores: without it a job process took half a core during
-    an intake burst (3-5 % with it), and intake took a quarter fewer requests a second
-    (SQLite, PostgreSQL). Without a file (SQLite in memory) requests count in their process."""
+    an intake burst (3-9 % with it), and intake took about half the requests a second on SQLite,
+    a quarter fewer on PostgreSQL. Without a file (SQLite in memory) requests count in their
+    process."""
 
     def __init__(self, path: str | None) -> None:
         self._lock = threading.Lock()
