@@ -11,7 +11,7 @@ import os
 import queue
 import shutil
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,6 +24,7 @@ from refund_desk.runtime import Runtime, build
 from refund_desk.settings import Settings, load_settings
 from refund_desk.storage.db import Database
 from refund_desk.storage.migrate import upgrade
+from tests.helpers import Harness, published
 
 TEST_SECRET = "test-secret-" + "x" * 40
 PG_URL = os.environ.get("REFUND_DESK_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
@@ -225,11 +226,11 @@ def make_settings(url: str, **extra: object) -> Settings:
     )
 
 
-def make_runtime(url: str) -> Runtime:
+def make_runtime(url: str, **extra: object) -> Runtime:
     db = Database.from_url(url)
     sandbox = SandboxProcessor(db, crash=_raise_crash)
     sandbox.honour_idempotency_keys = False  # exactly-once must come from our record alone
-    return build(make_settings(url), db=db, processor=sandbox)
+    return build(make_settings(url, **extra), db=db, processor=sandbox)
 
 
 @pytest.fixture()
@@ -246,6 +247,19 @@ def any_runtime(any_db_url: str) -> Iterator[Runtime]:
     rt.db.dispose()
 
 
+@pytest.fixture()
+def pg_runtime(pg_url: str) -> Iterator[Runtime]:
+    rt = make_runtime(pg_url)
+    yield rt
+    rt.db.dispose()
+
+
+@pytest.fixture()
+def desk(any_runtime: Runtime) -> Harness:
+    """A desk on each real database, with the acme policy published."""
+    return published(any_runtime)
+
+
 # ---------------------------------------------------------------- the CLI
 
 
@@ -256,32 +270,3 @@ def cli_db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     load_settings.cache_clear()
     yield tmp_path
     load_settings.cache_clear()
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def fresh_runtimes(
-    request: pytest.FixtureRequest, sqlite_template: Path, tmp_path: Path
-) -> Iterator[Callable[[], Runtime]]:
-    """Fresh runtimes on new databases of one kind (SQLite, PostgreSQL): `make()` gives one
-    more, for runs of one flow to be compared."""
-    made: list[Runtime] = []
-    dbs: list[str] = []
-    kind = request.param
-    databases = request.getfixturevalue("pg_databases") if kind == "postgres" else None
-
-    def make() -> Runtime:
-        if databases is None:
-            url = fresh_sqlite(sqlite_template, tmp_path)
-        else:
-            dbs.append(databases.take())
-            url = _pg_test_url(dbs[-1])
-        rt = make_runtime(url)
-        made.append(rt)
-        return rt
-
-    make.kind = kind  # type: ignore[attr-defined]
-    yield make
-    for rt in made:
-        rt.db.dispose()
-    for name in dbs:
-        databases.drop(name)  # type: ignore[union-attr]

@@ -114,6 +114,13 @@ class Harness:
         )
 
 
+def published(runtime: Runtime) -> Harness:
+    """A harness on `runtime` with the acme policy published."""
+    harness = Harness(runtime)
+    harness.publish()
+    return harness
+
+
 class LiveServer:
     """The real app under uvicorn on a loopback port, in a background thread; with
     `scheduler`, its sweeper and worker thread run the jobs as a server's do."""

@@ -3,7 +3,6 @@ Slack emulator (the demo's, served on loopback) as the workspace the app talks t
 
 from __future__ import annotations
 
-import copy
 import json
 import time
 from pathlib import Path
@@ -178,7 +177,3 @@ class SlackHarness(Harness):
 
     def refusals(self, case_id: str) -> list[dict[str, Any]]:
         return [r for r in self.get(case_id)["audit"] if r["action"] == "approval.refused"]
-
-
-def copy_payload(payload: dict[str, Any]) -> dict[str, Any]:
-    return copy.deepcopy(payload)

@@ -13,7 +13,7 @@ commits inside it); the steps outside any transaction run on both databases.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -29,27 +29,15 @@ from refund_desk.jobs.queue import JobQueue
 from refund_desk.runtime import Runtime
 from refund_desk.storage.audit import Actor
 from refund_desk.storage.models import AuditRecord, Case, Execution, Job
-from tests.conftest import make_runtime
-from tests.helpers import Harness
+from tests.helpers import Harness, published
 from tests.safety.test_findings import act_no_run
 
 LEAD = Actor("slack", "U0LEAD1")
 
 
 @pytest.fixture()
-def desk(any_runtime: Runtime) -> Harness:
-    harness = Harness(any_runtime)
-    harness.publish()
-    return harness
-
-
-@pytest.fixture()
-def pg_desk(pg_url: str) -> Iterator[Harness]:
-    runtime = make_runtime(pg_url)
-    harness = Harness(runtime)
-    harness.publish()
-    yield harness
-    runtime.db.dispose()
+def pg_desk(pg_runtime: Runtime) -> Harness:
+    return published(pg_runtime)
 
 
 def commit(desk: Harness, change: Callable[[Any], object]) -> None:

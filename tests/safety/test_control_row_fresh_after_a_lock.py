@@ -19,17 +19,14 @@ from refund_desk.runtime import Runtime
 from refund_desk.storage.audit import Actor
 from refund_desk.storage.models import AuditRecord, Control
 from tests.cases.test_breaker import policy_with, small_request
-from tests.conftest import make_runtime
 from tests.helpers import Harness
 
 pytestmark = pytest.mark.postgres
 
 
 @pytest.fixture()
-def desk(pg_url: str) -> Any:
-    rt: Runtime = make_runtime(pg_url)
-    yield Harness(rt)
-    rt.db.dispose()
+def desk(pg_runtime: Runtime) -> Harness:
+    return Harness(pg_runtime)
 
 
 def _tripped(desk: Harness) -> list[AuditRecord]:

@@ -33,7 +33,7 @@ from refund_desk.storage.db import Database
 from refund_desk.storage.models import Case, Execution, Job
 from refund_desk.web.app import create_app
 from tests.conftest import _raise_crash, make_runtime, make_settings
-from tests.helpers import ACME, Harness, button_token
+from tests.helpers import ACME, Harness, button_token, published
 
 # ---------------------------------------------------------------- finding 1: Socket Mode
 
@@ -92,13 +92,6 @@ def test_finding_01_http_route_needs_a_signing_secret(sqlite_url: str) -> None:
 
 
 # ---------------------------------------------------------------- shared: a desk, clicks
-
-
-@pytest.fixture()
-def desk(any_runtime: Runtime) -> Harness:
-    harness = Harness(any_runtime)
-    harness.publish()
-    return harness
 
 
 def act(desk: Harness, case_id: str, action: str, user: str, **kw: str) -> approvals.Outcome:
@@ -291,8 +284,7 @@ def test_finding_04_unreadable_facts_route_to_the_strictest_tier_and_group(
 def test_finding_08_a_slow_processor_call_keeps_its_lease(sqlite_url: str) -> None:
     rt = make_runtime(sqlite_url)
     try:
-        desk = Harness(rt)
-        desk.publish()
+        desk = published(rt)
         rt.desk.jobs.lease = timedelta(seconds=1)
         other = JobQueue(rt.db, owner="replica-b", lease_seconds=1)
         other.handlers = dict(rt.desk.jobs.handlers)

@@ -9,7 +9,6 @@ was told "no refund is paid until resume", so the barrier before the create must
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -18,25 +17,16 @@ from refund_desk.cases import executor
 from refund_desk.governance.admin import set_paused
 from refund_desk.runtime import Runtime
 from refund_desk.storage.audit import Actor
-from tests.conftest import make_runtime
-from tests.helpers import Harness
-
-
-@pytest.fixture()
-def pg_runtime(pg_url: str) -> Iterator[Runtime]:
-    """PostgreSQL only: on SQLite the reservation holds the one writer, so no pause can
-    commit inside it."""
-    runtime = make_runtime(pg_url)
-    yield runtime
-    runtime.db.dispose()
+from tests.helpers import published
 
 
 def test_a_pause_that_committed_before_the_reservation_stops_the_refund(
     pg_runtime: Runtime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # PostgreSQL only: on SQLite the reservation holds the one writer, so no pause can
+    # commit inside it.
     any_runtime = pg_runtime
-    desk = Harness(any_runtime)
-    desk.publish()
+    desk = published(any_runtime)
     payment = desk.payment("30.00")
     real_recheck = executor._recheck
     paused: list[bool] = []

@@ -13,7 +13,7 @@ from refund_desk.cases.approvals import may_vouch
 from refund_desk.customers.couriers import HelpdeskCourier
 from refund_desk.runtime import Runtime
 from refund_desk.storage.models import Case
-from tests.helpers import Harness
+from tests.helpers import Harness, published
 
 
 @pytest.mark.parametrize("channel", ["zendesk", "gorgias"])
@@ -52,8 +52,7 @@ def test_the_demo_warns_when_it_listens_beyond_loopback(monkeypatch: pytest.Monk
 
 
 def test_only_the_cases_own_group_may_vouch_for_its_evidence(any_runtime: Runtime) -> None:
-    desk = Harness(any_runtime)
-    desk.publish()
+    desk = published(any_runtime)
     payment = desk.payment("900.00")
     case_id = desk.post(desk.request(payment, "400.00")).json()["id"]  # support-leads decide
     with any_runtime.db.read() as session:
@@ -76,8 +75,7 @@ def test_only_the_cases_own_group_may_vouch_for_its_evidence(any_runtime: Runtim
     ],
 )
 def test_a_callback_url_must_reach_a_public_host(runtime: Runtime, url: str) -> None:
-    desk = Harness(runtime)
-    desk.publish()
+    desk = published(runtime)
     response = desk.post(desk.request(desk.payment("30.00"), "20.00", callback_url=url))
     assert response.status_code == 422
     assert "callback_url" in response.json()["error"]["fields"]

@@ -20,12 +20,11 @@ from refund_desk.storage.backup import BackupError, backup, libpq_url
 from refund_desk.storage.db import Database
 from tests.cli_helpers import run
 from tests.conftest import PG_URL, TEST_SECRET
-from tests.helpers import Harness
+from tests.helpers import published
 
 
 def _some_history(runtime: Runtime) -> str:
-    desk = Harness(runtime)
-    desk.publish()
+    desk = published(runtime)
     body = desk.post(desk.request(desk.payment("30.00"), "20.00")).json()
     assert body["status"] == "refunded"
     return str(body["id"])

@@ -25,7 +25,7 @@ from refund_desk.cases.ports import ProcessorUnavailable
 from refund_desk.payments import reconcile
 from refund_desk.runtime import Runtime
 from tests.conftest import SimulatedCrash, make_runtime
-from tests.helpers import Harness
+from tests.helpers import Harness, published
 from tests.safety.independent.support import (
     CHANGES,
     FINANCE,
@@ -50,8 +50,7 @@ def pair(any_db_url: str) -> Iterator[tuple[Harness, Runtime, str]]:
     """This process (A, with the HTTP API) and another one (B) on the same database."""
     a = make_runtime(any_db_url)
     b = replica(any_db_url, "replica-b")
-    desk = Harness(a)
-    desk.publish()
+    desk = published(a)
     yield desk, b, any_db_url
     a.db.dispose()
     b.db.dispose()
@@ -62,8 +61,7 @@ def pg_pair(pg_url: str) -> Iterator[tuple[Harness, Runtime, str]]:
     """The same, on PostgreSQL only: for commits made inside the refund's own transactions."""
     a = make_runtime(pg_url)
     b = replica(pg_url, "replica-b")
-    desk = Harness(a)
-    desk.publish()
+    desk = published(a)
     yield desk, b, pg_url
     a.db.dispose()
     b.db.dispose()

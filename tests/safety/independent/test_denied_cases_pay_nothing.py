@@ -11,7 +11,6 @@ import pytest
 from refund_desk.cases.errors import Refused
 from refund_desk.cases.ports import ProcessorUnavailable
 from refund_desk.payments import reconcile
-from refund_desk.runtime import Runtime
 from tests.helpers import Harness
 from tests.safety.independent.support import (
     FINANCE,
@@ -24,13 +23,6 @@ from tests.safety.independent.support import (
     ledger,
     live,
 )
-
-
-@pytest.fixture()
-def desk(any_runtime: Runtime) -> Harness:
-    harness = Harness(any_runtime)
-    harness.publish()
-    return harness
 
 
 def test_a_case_with_an_unresolved_refund_cannot_be_denied_and_a_denied_one_never_pays(

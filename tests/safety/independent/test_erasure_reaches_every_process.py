@@ -22,7 +22,7 @@ from refund_desk.storage.audit import Actor
 from refund_desk.storage.db import Database
 from refund_desk.storage.models import CustomerKey
 from tests.conftest import make_runtime, make_settings
-from tests.helpers import CUSTOMER, Harness
+from tests.helpers import CUSTOMER, published
 
 PHOTO = b"\x89PNG\r\n\x1a\n" + b"a cracked teapot lid " * 8
 
@@ -68,8 +68,7 @@ def test_a_destroyed_key_never_encrypts_after_the_erasure_committed(
     wrapped key that opens it."""
     rt = make_runtime(any_db_url)
     try:
-        desk = Harness(rt)
-        desk.publish()
+        desk = published(rt)
         store = evidence.EvidenceStore(tmp_path / "evidence")
         email_hash = rt.desk.vault.email_hash(CUSTOMER)
         assert desk.post(desk.request(desk.payment())).status_code == 201  # generation 1
@@ -143,8 +142,7 @@ def test_an_intake_stores_nothing_under_a_key_erased_meanwhile(
     the intake's capture transaction."""
     rt = make_runtime(any_db_url)
     try:
-        desk = Harness(rt)
-        desk.publish()
+        desk = published(rt)
         vault = rt.desk.vault
         email_hash = vault.email_hash(CUSTOMER)
         assert desk.post(desk.request(desk.payment())).status_code == 201

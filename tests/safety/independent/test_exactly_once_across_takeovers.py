@@ -22,7 +22,7 @@ from refund_desk.cases.ports import ProcessorUnavailable
 from refund_desk.payments import reconcile
 from refund_desk.runtime import Runtime
 from tests.conftest import SimulatedCrash
-from tests.helpers import Harness
+from tests.helpers import Harness, published
 from tests.safety.independent.support import (
     LEAD,
     CreateWatch,
@@ -46,8 +46,7 @@ def replicas(pg_url: str) -> Iterator[tuple[Harness, Runtime]]:
     """Two replicas on one PostgreSQL database, each its own job owner; A has the API."""
     a = replica(pg_url, "replica-a")
     b = replica(pg_url, "replica-b", lease_seconds=1.0)
-    desk = Harness(a)
-    desk.publish()
+    desk = published(a)
     yield desk, b
     a.db.dispose()
     b.db.dispose()
@@ -91,8 +90,7 @@ def test_one_refund_after_a_fault_when_keys_are_ignored(
 ) -> None:
     """Catches: a retry after an unknown outcome creating again (the processor would happily
     make a second refund for the repeated key), on both ways of ignoring keys."""
-    desk = Harness(any_runtime)
-    desk.publish()
+    desk = published(any_runtime)
     if ignore == "cli-fault":
         desk.sandbox.honour_idempotency_keys = True
         desk.sandbox.set_fault("ignore-idempotency-keys")

@@ -17,7 +17,7 @@ from refund_desk import clock
 from refund_desk.cases import facts as case_facts
 from refund_desk.runtime import Runtime
 from tests.conftest import make_runtime
-from tests.helpers import Harness
+from tests.helpers import Harness, published
 from tests.safety.independent.support import (
     FINANCE,
     LEAD,
@@ -36,8 +36,7 @@ from tests.safety.independent.support import (
 def pair(any_db_url: str) -> Iterator[tuple[Harness, Runtime]]:
     a = make_runtime(any_db_url)
     b = replica(any_db_url, "replica-b")
-    desk = Harness(a)
-    desk.publish()
+    desk = published(a)
     yield desk, b
     a.db.dispose()
     b.db.dispose()
@@ -93,8 +92,7 @@ def test_a_reservation_under_the_lock_holds_off_another_case(
     (reserved counts), so exactly one pays and nothing asks for more than is left."""
     a, b = make_runtime(pg_url), replica(pg_url, "replica-b")
     try:
-        desk = Harness(a)
-        desk.publish()
+        desk = published(a)
         watch = CreateWatch().watch(a, b)
         _, one, two = _two_large_cases(desk)
         [job_one] = click(a, one, "approve", FINANCE)
@@ -131,8 +129,7 @@ def test_our_own_refund_is_counted_once(any_runtime: Runtime) -> None:
     """Catches: our succeeded refund counted twice (from our record and again from the
     processor's list). 10 of 30 refunded; a request for the other 20 is still refundable in
     full, so the policy approves it (a double count would deny it as over the refundable)."""
-    desk = Harness(any_runtime)
-    desk.publish()
+    desk = published(any_runtime)
     watch = CreateWatch().watch(any_runtime)
     payment = desk.payment("30.00")
     assert desk.post(desk.request(payment, "10.00")).json()["status"] == "refunded"
@@ -148,8 +145,7 @@ def test_a_reserved_refund_the_processor_already_has_is_counted_once(
     """Catches: an execution still reserved in our record whose refund the processor already
     holds (timeout-after-success) counted twice. 20 of 30 is out that way; a second case for
     10 (a possible duplicate, so a person approves it) must still find 10 refundable."""
-    desk = Harness(any_runtime)
-    desk.publish()
+    desk = published(any_runtime)
     watch = CreateWatch().watch(any_runtime)
     payment = desk.payment("30.00")
     desk.sandbox.set_fault("timeout-after-success", times=1)
@@ -196,8 +192,7 @@ def test_two_replicas_paying_cases_of_one_payment_at_once(pg_url: str) -> None:
     within the payment and no create may ask for more than is left."""
     a, b = replica(pg_url, "replica-a"), replica(pg_url, "replica-b")
     try:
-        desk = Harness(a)
-        desk.publish()
+        desk = published(a)
         watch = CreateWatch().watch(a, b)
         payment = desk.payment("1500.00")
         ids = [desk.post(desk.request(payment, "600.00")).json()["id"] for _ in range(3)]

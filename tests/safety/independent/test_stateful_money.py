@@ -22,7 +22,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_stat
 from refund_desk.cases.errors import CaseError
 from refund_desk.runtime import Runtime
 from tests.conftest import SimulatedCrash, fresh_sqlite, make_runtime
-from tests.helpers import Harness
+from tests.helpers import published
 from tests.safety.independent.support import (
     CHANGES,
     FINANCE,
@@ -47,8 +47,7 @@ class RefundDesk(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.rt: Runtime = make_runtime(fresh_sqlite(self.template, self.directory))
-        self.desk = Harness(self.rt)
-        self.desk.publish()
+        self.desk = published(self.rt)
         self.watch = CreateWatch().watch(self.rt)
         self.payments: list[tuple[str, str]] = []  # (payment id, customer email)
         self.cases: list[str] = []
