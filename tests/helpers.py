@@ -13,6 +13,7 @@ from refund_desk import clock, money
 from refund_desk.api_keys import create_api_key
 from refund_desk.cases import tokens
 from refund_desk.cases.desk import Desk
+from refund_desk.cases.ports import AdviceRequest, AdvisorError
 from refund_desk.governance.versions import publish
 from refund_desk.payments.sandbox import SandboxProcessor
 from refund_desk.runtime import Runtime
@@ -22,6 +23,14 @@ from refund_desk.web.app import create_app
 
 ACME = Path(__file__).parent / "fixtures" / "acme.yaml"
 CUSTOMER = "ada@example.com"
+
+
+class FailingAdvisor:
+    name = "failing"
+    model = "none"
+
+    def advise(self, request: AdviceRequest) -> Any:
+        raise AdvisorError("advisor_unavailable", "The advisor is down.")
 
 
 class Harness:

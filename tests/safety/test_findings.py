@@ -16,8 +16,6 @@ from refund_desk import clock
 from refund_desk.cases import approvals
 from refund_desk.cases.errors import InvalidRequest
 from refund_desk.cases.ports import (
-    AdviceRequest,
-    AdvisorError,
     PaymentFacts,
     ProcessorRefund,
     ProcessorUnavailable,
@@ -26,14 +24,12 @@ from refund_desk.governance.admin import rollback, set_mode, set_paused, set_sec
 from refund_desk.governance.versions import control
 from refund_desk.jobs.queue import JobQueue
 from refund_desk.payments.reconcile import reconcile
-from refund_desk.payments.sandbox import SandboxProcessor
-from refund_desk.runtime import Runtime, build
+from refund_desk.runtime import Runtime
 from refund_desk.storage.audit import Actor
-from refund_desk.storage.db import Database
 from refund_desk.storage.models import Case, Execution, Job
 from refund_desk.web.app import create_app
-from tests.conftest import _raise_crash, make_runtime, make_settings
-from tests.helpers import ACME, Harness, button_token, published
+from tests.conftest import make_runtime
+from tests.helpers import ACME, FailingAdvisor, Harness, button_token, published
 
 # ---------------------------------------------------------------- finding 1: Socket Mode
 
@@ -41,16 +37,14 @@ from tests.helpers import ACME, Harness, button_token, published
 @pytest.fixture()
 def socket_mode_runtime(sqlite_url: str) -> Iterator[Runtime]:
     """Bot and app-level tokens, no signing secret, and a Slack that cannot be reached."""
-    settings = make_settings(
+    rt = make_runtime(
         sqlite_url,
         SLACK_BOT_TOKEN="xoxb-test",
         SLACK_APP_TOKEN="xapp-test",
         SLACK_API_URL="http://127.0.0.1:9/api/",  # nothing listens on the discard port
     )
-    db = Database.from_url(sqlite_url)
-    rt = build(settings, db=db, processor=SandboxProcessor(db, crash=_raise_crash))
     yield rt
-    db.dispose()
+    rt.db.dispose()
 
 
 def test_finding_01_socket_mode_mounts_no_unsigned_http_route(
@@ -73,9 +67,7 @@ def test_finding_01_socket_mode_mounts_no_unsigned_http_route(
 def test_finding_01_http_route_needs_a_signing_secret(sqlite_url: str) -> None:
     from refund_desk.bot.app import build_surface
 
-    settings = make_settings(sqlite_url, SLACK_BOT_TOKEN="xoxb-test", SLACK_SIGNING_SECRET="s" * 20)
-    db = Database.from_url(sqlite_url)
-    rt = build(settings, db=db, processor=SandboxProcessor(db, crash=_raise_crash))
+    rt = make_runtime(sqlite_url, SLACK_BOT_TOKEN="xoxb-test", SLACK_SIGNING_SECRET="s" * 20)
     try:
         client = TestClient(create_app(rt, scheduler=False))
         unsigned = client.post(
@@ -85,25 +77,30 @@ def test_finding_01_http_route_needs_a_signing_secret(sqlite_url: str) -> None:
         )
         assert unsigned.status_code == 401, "mounted, and every request must be signed"
         assert client.get("/healthz").json() == {"status": "ok", "slack": "http"}
-        surface = build_surface(rt.desk, settings)
+        surface = build_surface(rt.desk, rt.settings)
         assert surface is not None and surface.http
     finally:
-        db.dispose()
+        rt.db.dispose()
 
 
 # ---------------------------------------------------------------- shared: a desk, clicks
 
 
-def act(desk: Harness, case_id: str, action: str, user: str, **kw: str) -> approvals.Outcome:
-    """A click as the Slack listener makes it, with the follow-up jobs run at once."""
+def act_no_run(desk: Harness, case_id: str, action: str, user: str, **kw: str) -> approvals.Outcome:
+    """A click as the Slack listener makes it, on the case's button as it is now."""
     rt = desk.runtime.desk
     with rt.db.read() as session:
         case = session.get(Case, case_id)
         assert case is not None
         value = button_token(rt, case, action)
-    outcome = approvals.act(rt, token_value=value, user=user, **kw)
+    return approvals.act(rt, token_value=value, user=user, **kw)
+
+
+def act(desk: Harness, case_id: str, action: str, user: str, **kw: str) -> approvals.Outcome:
+    """A click, with the follow-up jobs run at once."""
+    outcome = act_no_run(desk, case_id, action, user, **kw)
     for job in outcome.jobs:
-        rt.jobs.run_now(job)
+        desk.runtime.desk.jobs.run_now(job)
     return outcome
 
 
@@ -209,24 +206,7 @@ def test_finding_03_reconcile_resolves_reservations_older_than_the_lease(desk: H
     assert len(desk.refunds_at_processor(payment)) == 1
 
 
-def act_no_run(desk: Harness, case_id: str, action: str, user: str) -> approvals.Outcome:
-    rt = desk.runtime.desk
-    with rt.db.read() as session:
-        case = session.get(Case, case_id)
-        assert case is not None
-        value = button_token(rt, case, action)
-    return approvals.act(rt, token_value=value, user=user)
-
-
 # ---------------------------------------------------------------- finding 4
-
-
-class FailingAdvisor:
-    name = "failing"
-    model = "none"
-
-    def advise(self, request: AdviceRequest) -> Any:
-        raise AdvisorError("advisor_unavailable", "The advisor is down.")
 
 
 def test_finding_04_an_advisor_failure_keeps_the_policys_tier_and_group(desk: Harness) -> None:
@@ -281,42 +261,39 @@ def test_finding_04_unreadable_facts_route_to_the_strictest_tier_and_group(
 # ---------------------------------------------------------------- finding 8
 
 
-def test_finding_08_a_slow_processor_call_keeps_its_lease(sqlite_url: str) -> None:
-    rt = make_runtime(sqlite_url)
-    try:
-        desk = published(rt)
-        rt.desk.jobs.lease = timedelta(seconds=1)
-        other = JobQueue(rt.db, owner="replica-b", lease_seconds=1)
-        other.handlers = dict(rt.desk.jobs.handlers)
-        real = desk.sandbox.create_refund
+def test_finding_08_a_slow_processor_call_keeps_its_lease(runtime: Runtime) -> None:
+    rt = runtime
+    desk = published(rt)
+    rt.desk.jobs.lease = timedelta(seconds=1)
+    other = JobQueue(rt.db, owner="replica-b", lease_seconds=1)
+    other.handlers = dict(rt.desk.jobs.handlers)
+    real = desk.sandbox.create_refund
 
-        def slow(**kw: Any) -> ProcessorRefund:
-            time.sleep(2.5)
-            return real(**kw)
+    def slow(**kw: Any) -> ProcessorRefund:
+        time.sleep(2.5)
+        return real(**kw)
 
-        desk.sandbox.create_refund = slow  # type: ignore[method-assign]
-        rt.desk.jobs_elsewhere = True
-        payment = desk.payment("100.00")  # room for a second refund, were one made
-        case_id = desk.post(desk.request(payment, "20.00")).json()["id"]
-        with rt.db.read() as session:
-            [advance] = [j.id for j in session.scalars(select(Job)).all() if j.kind == "advance"]
-        rt.desk.jobs.run_now(advance)  # decided and approved; the refund job is queued
-        with rt.db.read() as session:
-            [job] = [j.id for j in session.scalars(select(Job)).all() if j.kind == "execute"]
-        with rt.db.write() as session:  # due at once for any replica's sweep
-            row = session.get(Job, job)
-            assert row is not None
-            row.due_at = clock.now() - timedelta(seconds=1)
-        first = threading.Thread(target=rt.desk.jobs.run_now, args=(job,))
-        first.start()
-        time.sleep(1.6)  # the first worker's lease would have run out by now
-        other.sweep(now=clock.now())
-        first.join()
-        other.sweep(now=clock.now())
-        assert len(desk.refunds_at_processor(payment)) == 1
-        assert desk.get(case_id)["status"] == "refunded"
-    finally:
-        rt.db.dispose()
+    desk.sandbox.create_refund = slow  # type: ignore[method-assign]
+    rt.desk.jobs_elsewhere = True
+    payment = desk.payment("100.00")  # room for a second refund, were one made
+    case_id = desk.post(desk.request(payment, "20.00")).json()["id"]
+    with rt.db.read() as session:
+        [advance] = [j.id for j in session.scalars(select(Job)).all() if j.kind == "advance"]
+    rt.desk.jobs.run_now(advance)  # decided and approved; the refund job is queued
+    with rt.db.read() as session:
+        [job] = [j.id for j in session.scalars(select(Job)).all() if j.kind == "execute"]
+    with rt.db.write() as session:  # due at once for any replica's sweep
+        row = session.get(Job, job)
+        assert row is not None
+        row.due_at = clock.now() - timedelta(seconds=1)
+    first = threading.Thread(target=rt.desk.jobs.run_now, args=(job,))
+    first.start()
+    time.sleep(1.6)  # the first worker's lease would have run out by now
+    other.sweep(now=clock.now())
+    first.join()
+    other.sweep(now=clock.now())
+    assert len(desk.refunds_at_processor(payment)) == 1
+    assert desk.get(case_id)["status"] == "refunded"
 
 
 def test_finding_08_the_sandbox_honours_idempotency_keys(desk: Harness) -> None:
@@ -337,13 +314,9 @@ def test_finding_08_the_sandbox_honours_idempotency_keys(desk: Harness) -> None:
 
 
 def test_finding_08_the_lease_outlives_the_processor_timeout(sqlite_url: str) -> None:
-    settings = make_settings(sqlite_url, REFUND_DESK_LEASE_SECONDS="0.5")
-    db = Database.from_url(sqlite_url)
-    try:
-        rt = build(settings, db=db, processor=SandboxProcessor(db, crash=_raise_crash))
-        assert rt.desk.jobs.lease.total_seconds() > rt.desk.processor.timeout_seconds
-    finally:
-        db.dispose()
+    rt = make_runtime(sqlite_url, REFUND_DESK_LEASE_SECONDS="0.5")
+    assert rt.desk.jobs.lease.total_seconds() > rt.desk.processor.timeout_seconds
+    rt.db.dispose()
 
 
 # ---------------------------------------------------------------- finding 9
@@ -364,13 +337,12 @@ def test_finding_09_a_persons_approval_executes_in_every_mode(desk: Harness, mod
 
 # ---------------------------------------------------------------- finding 5
 
+# The leads' limit, 500 in USD, made 50000 in JPY.
+JPY = ACME.read_text().replace("currency: USD", "currency: JPY").replace("500}", "50000}")
+
 
 def test_finding_05_limits_are_never_compared_across_currencies(desk: Harness) -> None:
-    jpy = ACME.read_text().replace("currency: USD", "currency: JPY")
-    jpy = jpy.replace(
-        "{members: [U0LEAD1, U0LEAD2], limit: 500}", "{members: [U0LEAD1, U0LEAD2], limit: 50000}"
-    )
-    desk.publish(jpy)
+    desk.publish(JPY)
     payment = desk.payment("900.00")
     case_id = desk.post(desk.request(payment, "400.00")).json()["id"]
     assert desk.get(case_id)["status"] == "awaiting_approval"
@@ -384,11 +356,7 @@ def test_finding_05_limits_are_never_compared_across_currencies(desk: Harness) -
 
 
 def test_finding_05_a_policy_rate_converts_the_case_amount(desk: Harness) -> None:
-    jpy = ACME.read_text().replace("currency: USD", "currency: JPY")
-    jpy = jpy.replace(
-        "{members: [U0LEAD1, U0LEAD2], limit: 500}", "{members: [U0LEAD1, U0LEAD2], limit: 50000}"
-    )
-    desk.publish(jpy + "rates: {USD: 150}\n")
+    desk.publish(JPY + "rates: {USD: 150}\n")
     payment = desk.payment("900.00")
     big = desk.post(desk.request(payment, "400.00")).json()["id"]  # 60,000 JPY
     with pytest.raises(approvals.Refused) as refused:

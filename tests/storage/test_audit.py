@@ -7,6 +7,7 @@ import itertools
 import json
 import threading
 from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
 
 import pytest
 from sqlalchemy import delete, func, select, text, update
@@ -159,52 +160,38 @@ def test_trigger_refuses_truncate_on_postgres(pg_db: Database, audit: AuditLog) 
 # ---------------------------------------------------------------- tampering detected
 
 
-def test_altered_payload_is_detected_at_that_record(db: Database, audit: AuditLog) -> None:
+def tampered(db: Database, audit: AuditLog, statement: Any, seq: int) -> VerifyResult:
+    """Five records, then `statement` on record `seq` past the append-only triggers; the
+    chain verified."""
     append_n(db, audit, 5)
     drop_triggers(db)
     with db.write() as session:
-        session.execute(
-            update(AuditRecord).where(AuditRecord.seq == 3).values(payload={"i": 999})  # type: ignore[arg-type]
-        )
+        session.execute(statement.where(AuditRecord.seq == seq))
+    return verify(db)
 
-    result = verify(db)
+
+def test_altered_payload_is_detected_at_that_record(db: Database, audit: AuditLog) -> None:
+    result = tampered(db, audit, update(AuditRecord).values(payload={"i": 999}), seq=3)
     assert not result.ok
     assert result.first_bad_seq == 3
     assert result.count == 2
 
 
 def test_altered_action_is_detected_at_that_record(db: Database, audit: AuditLog) -> None:
-    append_n(db, audit, 5)
-    drop_triggers(db)
-    with db.write() as session:
-        session.execute(
-            update(AuditRecord).where(AuditRecord.seq == 4).values(action="refund.forged")  # type: ignore[arg-type]
-        )
-
-    result = verify(db)
+    result = tampered(db, audit, update(AuditRecord).values(action="refund.forged"), seq=4)
     assert not result.ok
     assert result.first_bad_seq == 4
 
 
 def test_deleted_middle_record_is_detected_as_a_gap(db: Database, audit: AuditLog) -> None:
-    append_n(db, audit, 5)
-    drop_triggers(db)
-    with db.write() as session:
-        session.execute(delete(AuditRecord).where(AuditRecord.seq == 3))  # type: ignore[arg-type]
-
-    result = verify(db)
+    result = tampered(db, audit, delete(AuditRecord), seq=3)
     assert not result.ok
     assert result.first_bad_seq == 3
     assert result.problem is not None and "3" in result.problem
 
 
 def test_cut_tail_is_detected_against_the_head(db: Database, audit: AuditLog) -> None:
-    append_n(db, audit, 5)
-    drop_triggers(db)
-    with db.write() as session:
-        session.execute(delete(AuditRecord).where(AuditRecord.seq == 5))  # type: ignore[arg-type]
-
-    result = verify(db)
+    result = tampered(db, audit, delete(AuditRecord), seq=5)
     assert not result.ok
     assert result.first_bad_seq == 5
     assert result.count == 4
