@@ -54,8 +54,6 @@ from refund_desk import clock, money
 from refund_desk.cases import approvals, breaker, executor, tokens
 from refund_desk.cases.errors import CaseError
 from refund_desk.cases.ports import (
-    AdviceRequest,
-    AdvisorError,
     ProcessorError,
     ProcessorTimeout,
 )
@@ -65,9 +63,8 @@ from refund_desk.governance.versions import load_version
 from refund_desk.payments.reconcile import reconcile
 from refund_desk.payments.sandbox import SandboxProcessor
 from refund_desk.policy import approver_limit
-from refund_desk.runtime import Runtime, build
+from refund_desk.runtime import Runtime
 from refund_desk.storage.audit import Actor, verify_chain
-from refund_desk.storage.db import Database
 from refund_desk.storage.models import (
     Approval,
     AuditRecord,
@@ -84,11 +81,10 @@ from tests.conftest import (
     PgDatabases,
     SimulatedCrash,
     _pg_test_url,
-    _raise_crash,
     fresh_sqlite,
+    make_runtime,
 )
-from tests.conftest import make_settings as _make_settings
-from tests.helpers import ACME, CUSTOMER, Harness
+from tests.helpers import ACME, CUSTOMER, FailingAdvisor, Harness
 
 DEEP = os.environ.get("REFUND_DESK_DEEP", "").lower() in ("1", "true", "yes")
 # REFUND_DESK_STATS=1 prints what the runs did (examples, cases by status, refunds, steps).
@@ -103,14 +99,6 @@ POLICY = ACME.read_text().replace("leads: [U0LEAD1]", "leads: [U0LEAD1, U0LEAD2]
 # A second version: smaller limits, another say; the cases keep the version they started with.
 POLICY_B = POLICY.replace("limit: 500}", "limit: 300}").replace("limit: 5000,", "limit: 700,")
 FAULTS = ("down", "timeout-after-success", "decline", "crash-after-success")
-
-
-class FailingAdvisor:
-    name = "failing"
-    model = "none"
-
-    def advise(self, request: AdviceRequest) -> Any:
-        raise AdvisorError("advisor_unavailable", "The advisor is down.")
 
 
 def _money_out(session: Any, *, case_id: str | None = None) -> dict[str, int]:
@@ -129,12 +117,9 @@ class DeskMachine(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        url = self.make_url()
-        db = Database.from_url(url)
-        sandbox = SandboxProcessor(db, crash=_raise_crash)
-        sandbox.honour_idempotency_keys = False  # exactly-once must come from our record
-        self.runtime: Runtime = build(_make_settings(url), db=db, processor=sandbox)
+        self.runtime: Runtime = make_runtime(self.make_url())
         self.desk = Harness(self.runtime)
+        sandbox = self.desk.sandbox
         self.real_advisor = self.runtime.desk.advisor
         self.then_down = False
         self.max_unresolved = 0
@@ -417,8 +402,8 @@ class DeskMachine(RuleBasedStateMachine):
             if user == "member":  # someone of the group the case was decided for
                 policy = load_version(session, case.policy_version or 1)
                 group = (case.decision or {}).get("approvers") or "support-leads"
-                members = sorted(policy.doc.approvers.get(group, policy.doc.approvers[
-                    "support-leads"]).members)  # fmt: skip
+                groups = policy.doc.approvers
+                members = sorted(groups.get(group, groups["support-leads"]).members)
                 user = members[pick % len(members)]
             value = tokens.issue(
                 rt.secret,

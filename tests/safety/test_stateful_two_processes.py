@@ -25,13 +25,10 @@ from refund_desk import clock
 from refund_desk.cases import approvals, tokens
 from refund_desk.cases.errors import CaseError
 from refund_desk.customers import erasure
-from refund_desk.payments.sandbox import SandboxProcessor
-from refund_desk.runtime import Runtime, build
+from refund_desk.runtime import Runtime
 from refund_desk.storage.audit import Actor
-from refund_desk.storage.db import Database
 from refund_desk.storage.models import Approval, Case
-from tests.conftest import _raise_crash
-from tests.conftest import make_settings as _make_settings
+from tests.conftest import make_runtime
 from tests.helpers import CUSTOMER, Harness, button_token
 from tests.safety.test_stateful import (  # noqa: F401 - the fixture
     DEEP,
@@ -46,11 +43,7 @@ pytestmark = pytest.mark.postgres
 class TwoProcesses(DeskMachine):
     def __init__(self) -> None:
         super().__init__()
-        url = self.runtime.settings.database_url
-        db = Database.from_url(url)
-        sandbox = SandboxProcessor(db, crash=_raise_crash)
-        sandbox.honour_idempotency_keys = False
-        self.other: Runtime = build(_make_settings(url), db=db, processor=sandbox)
+        self.other: Runtime = make_runtime(self.runtime.settings.database_url)
         self.other_desk = Harness(self.other)
 
     def teardown(self) -> None:

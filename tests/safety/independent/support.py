@@ -5,14 +5,15 @@ and a watch on every create call the processor receives (with the committed stat
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import select, text
 from sqlmodel import col
 
-from refund_desk.cases import breaker, tokens
+from refund_desk.cases import breaker
 from refund_desk.cases.approvals import act
 from refund_desk.governance.admin import set_mode, set_paused
 from refund_desk.jobs.queue import JobQueue
@@ -21,6 +22,7 @@ from refund_desk.runtime import Runtime, install_jobs
 from refund_desk.storage.audit import Actor
 from refund_desk.storage.models import Case, Control, Execution, SandboxPayment, SandboxRefund
 from tests.conftest import make_runtime
+from tests.helpers import Harness, button_token, published
 
 LEAD = "U0LEAD1"  # support-leads: the default group, limit 500
 FINANCE = "U0FIN1"  # finance: large cases, limit 5000
@@ -39,6 +41,21 @@ def replica(url: str, owner: str, lease_seconds: float | None = None) -> Runtime
     rt.desk.jobs = JobQueue(rt.db, owner=owner, lease_seconds=lease)
     install_jobs(rt)
     return rt
+
+
+@contextmanager
+def two_processes(
+    url: str, a_owner: str | None = None, b_lease: float | None = None
+) -> Iterator[tuple[Harness, Runtime]]:
+    """This process (A, with the HTTP API; a replica of its own if `a_owner` names one) and
+    another one (B) on the same database."""
+    a = replica(url, a_owner) if a_owner else make_runtime(url)
+    b = replica(url, "replica-b", lease_seconds=b_lease)
+    try:
+        yield published(a), b
+    finally:
+        a.db.dispose()
+        b.db.dispose()
 
 
 # ---------------------------------------------------------------- the other process's commits
@@ -121,24 +138,10 @@ def live(refunds: list[SandboxRefund]) -> list[SandboxRefund]:
     return [r for r in refunds if r.status not in ("failed", "canceled")]
 
 
-def token_for(rt: Runtime, case_id: str, action: str) -> str:
-    case = case_row(rt, case_id)
-    return tokens.issue(
-        rt.desk.secret,
-        case_id=case.id,
-        action=action,
-        amount=case.amount,
-        currency=case.currency,
-        revision=case.revision,
-        policy_version=case.policy_version,
-        now=rt.desk.now(),
-    )
-
-
 def click(rt: Runtime, case_id: str, action: str, user: str, **extra: Any) -> list[int]:
     """A person's click, as Slack's listener makes it; the jobs it queued."""
-    outcome = act(rt.desk, token_value=token_for(rt, case_id, action), user=user, **extra)
-    return list(outcome.jobs)
+    token = button_token(rt.desk, case_row(rt, case_id), action)
+    return list(act(rt.desk, token_value=token, user=user, **extra).jobs)
 
 
 # ---------------------------------------------------------------- every create, watched

@@ -24,8 +24,8 @@ from refund_desk.cases import facts as case_facts
 from refund_desk.cases.ports import ProcessorUnavailable
 from refund_desk.payments import reconcile
 from refund_desk.runtime import Runtime
-from tests.conftest import SimulatedCrash, make_runtime
-from tests.helpers import Harness, published
+from tests.conftest import SimulatedCrash
+from tests.helpers import Harness
 from tests.safety.independent.support import (
     CHANGES,
     FINANCE,
@@ -40,31 +40,23 @@ from tests.safety.independent.support import (
     ledger,
     live,
     pause,
-    replica,
     switches,
+    two_processes,
 )
 
 
 @pytest.fixture()
 def pair(any_db_url: str) -> Iterator[tuple[Harness, Runtime, str]]:
     """This process (A, with the HTTP API) and another one (B) on the same database."""
-    a = make_runtime(any_db_url)
-    b = replica(any_db_url, "replica-b")
-    desk = published(a)
-    yield desk, b, any_db_url
-    a.db.dispose()
-    b.db.dispose()
+    with two_processes(any_db_url) as (desk, b):
+        yield desk, b, any_db_url
 
 
 @pytest.fixture()
 def pg_pair(pg_url: str) -> Iterator[tuple[Harness, Runtime, str]]:
     """The same, on PostgreSQL only: for commits made inside the refund's own transactions."""
-    a = make_runtime(pg_url)
-    b = replica(pg_url, "replica-b")
-    desk = published(a)
-    yield desk, b, pg_url
-    a.db.dispose()
-    b.db.dispose()
+    with two_processes(pg_url) as (desk, b):
+        yield desk, b, pg_url
 
 
 def _nth_call(

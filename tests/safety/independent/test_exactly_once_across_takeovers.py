@@ -34,8 +34,8 @@ from tests.safety.independent.support import (
     ledger,
     live,
     mode,
-    replica,
     sandbox_of,
+    two_processes,
 )
 
 WAIT = 20.0  # seconds any one step may wait for the other thread
@@ -44,12 +44,8 @@ WAIT = 20.0  # seconds any one step may wait for the other thread
 @pytest.fixture()
 def replicas(pg_url: str) -> Iterator[tuple[Harness, Runtime]]:
     """Two replicas on one PostgreSQL database, each its own job owner; A has the API."""
-    a = replica(pg_url, "replica-a")
-    b = replica(pg_url, "replica-b", lease_seconds=1.0)
-    desk = published(a)
-    yield desk, b
-    a.db.dispose()
-    b.db.dispose()
+    with two_processes(pg_url, "replica-a", b_lease=1.0) as pair:
+        yield pair
 
 
 def _approved_case(

@@ -16,7 +16,6 @@ import pytest
 from refund_desk import clock
 from refund_desk.cases import facts as case_facts
 from refund_desk.runtime import Runtime
-from tests.conftest import make_runtime
 from tests.helpers import Harness, published
 from tests.safety.independent.support import (
     FINANCE,
@@ -28,18 +27,14 @@ from tests.safety.independent.support import (
     exactly_once_breaks,
     ledger,
     live,
-    replica,
+    two_processes,
 )
 
 
 @pytest.fixture()
 def pair(any_db_url: str) -> Iterator[tuple[Harness, Runtime]]:
-    a = make_runtime(any_db_url)
-    b = replica(any_db_url, "replica-b")
-    desk = published(a)
-    yield desk, b
-    a.db.dispose()
-    b.db.dispose()
+    with two_processes(any_db_url) as pair:
+        yield pair
 
 
 def _two_large_cases(desk: Harness) -> tuple[str, str, str]:
@@ -90,9 +85,8 @@ def test_a_reservation_under_the_lock_holds_off_another_case(
     While case 1's reservation is inside its transaction, about to compute the remainder,
     another process runs case 2's execute job; whichever reserves second must see the first
     (reserved counts), so exactly one pays and nothing asks for more than is left."""
-    a, b = make_runtime(pg_url), replica(pg_url, "replica-b")
-    try:
-        desk = published(a)
+    with two_processes(pg_url) as (desk, b):
+        a = desk.runtime
         watch = CreateWatch().watch(a, b)
         _, one, two = _two_large_cases(desk)
         [job_one] = click(a, one, "approve", FINANCE)
@@ -120,9 +114,6 @@ def test_a_reservation_under_the_lock_holds_off_another_case(
         statuses = sorted([case_row(a, one).status, case_row(a, two).status])
         assert statuses == ["parked", "refunded"], statuses
         assert [r.amount for r in live(ledger(a))] == [60000]
-    finally:
-        a.db.dispose()
-        b.db.dispose()
 
 
 def test_our_own_refund_is_counted_once(any_runtime: Runtime) -> None:
@@ -190,9 +181,8 @@ def test_two_replicas_paying_cases_of_one_payment_at_once(pg_url: str) -> None:
     """Catches: two replicas computing the remainder of one payment side by side (three cases
     of 600 on 1500, all approved, executed by two replicas at once): the money out must stay
     within the payment and no create may ask for more than is left."""
-    a, b = replica(pg_url, "replica-a"), replica(pg_url, "replica-b")
-    try:
-        desk = published(a)
+    with two_processes(pg_url, "replica-a") as (desk, b):
+        a = desk.runtime
         watch = CreateWatch().watch(a, b)
         payment = desk.payment("1500.00")
         ids = [desk.post(desk.request(payment, "600.00")).json()["id"] for _ in range(3)]
@@ -217,6 +207,3 @@ def test_two_replicas_paying_cases_of_one_payment_at_once(pg_url: str) -> None:
         assert case_money_breaks(a) == []
         assert sum(r.amount for r in live(ledger(a))) == 120000
         assert sorted(case_row(a, c).status for c in ids) == ["parked", "refunded", "refunded"]
-    finally:
-        a.db.dispose()
-        b.db.dispose()
