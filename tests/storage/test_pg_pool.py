@@ -9,7 +9,6 @@ goodbye is waiting on its socket.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -23,53 +22,46 @@ pytestmark = pytest.mark.postgres
 
 
 @pytest.fixture()
-def database(pg_url: str) -> Iterator[Database]:
-    database = Database.from_url(pg_url)
-    yield database
-    database.dispose()
-
-
-@pytest.fixture()
-def pings(database: Database, monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+def pings(pg_db: Database, monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     seen: list[Any] = []
-    real = database.engine.dialect.do_ping
+    real = pg_db.engine.dialect.do_ping
 
     def counted(dbapi_connection: Any) -> bool:
         seen.append(dbapi_connection)
         return bool(real(dbapi_connection))
 
-    monkeypatch.setattr(database.engine.dialect, "do_ping", counted)
+    monkeypatch.setattr(pg_db.engine.dialect, "do_ping", counted)
     return seen
 
 
-def _backend_pid(database: Database) -> int:
-    with database.read() as session:
+def _backend_pid(pg_db: Database) -> int:
+    with pg_db.read() as session:
         return int(session.execute(text("SELECT pg_backend_pid()")).scalar_one())
 
 
-def test_a_connection_used_a_moment_ago_is_not_pinged(database: Database, pings: list[Any]) -> None:
-    first = _backend_pid(database)
+def test_a_connection_used_a_moment_ago_is_not_pinged(pg_db: Database, pings: list[Any]) -> None:
+    first = _backend_pid(pg_db)
     for _ in range(5):
-        assert _backend_pid(database) == first  # the same pooled connection each time
+        assert _backend_pid(pg_db) == first  # the same pooled connection each time
     assert pings == []
 
 
 def test_a_connection_idle_past_the_window_is_pinged(
-    database: Database, pings: list[Any], monkeypatch: pytest.MonkeyPatch
+    pg_db: Database, pings: list[Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _backend_pid(database)
+    _backend_pid(pg_db)
     monkeypatch.setattr(db_module, "PING_AFTER_IDLE_SECONDS", 0.05)
     time.sleep(0.1)
-    _backend_pid(database)
+    _backend_pid(pg_db)
     assert len(pings) == 1
 
 
 def test_a_connection_the_server_ended_is_replaced_before_use(
-    database: Database, pings: list[Any]
+    pg_db: Database, pings: list[Any]
 ) -> None:
     """Ended by the server right after it went back to the pool: the next transaction gets a
     live connection and no error, well within the window that skips the ping."""
-    ended = _backend_pid(database)
+    ended = _backend_pid(pg_db)
     admin = _pg_admin_engine()
     try:
         with admin.connect() as conn:
@@ -83,7 +75,7 @@ def test_a_connection_the_server_ended_is_replaced_before_use(
                 time.sleep(0.005)
     finally:
         admin.dispose()
-    with database.write() as session:  # a write, as an intake's capture would be
+    with pg_db.write() as session:  # a write, as an intake's capture would be
         assert session.execute(text("SELECT 1")).scalar() == 1
-    assert _backend_pid(database) != ended
+    assert _backend_pid(pg_db) != ended
     assert len(pings) == 1  # the doubtful connection was pinged, the replacement was not

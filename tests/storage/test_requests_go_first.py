@@ -6,17 +6,9 @@ from __future__ import annotations
 
 import time
 
-import pytest
 from sqlalchemy import text
 
 from refund_desk.storage.db import PATIENCE, Database
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def jobs_and_server(request: pytest.FixtureRequest) -> tuple[Database, Database]:
-    name = "two_processes" if request.param == "sqlite" else "two_pg_processes"
-    pair: tuple[Database, Database] = request.getfixturevalue(name)
-    return pair
 
 
 def test_a_request_served_in_one_process_is_seen_by_another(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import fcntl
 import threading
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -15,7 +14,7 @@ from refund_desk.storage.db import Database
 
 
 def test_an_exception_just_after_the_turnstile_is_passed_does_not_keep_it_closed(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    sqlite_jobs_and_server: tuple[Database, Database], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A writer that can wait takes the `.urgent` file's exclusive lock and drops it at once.
     If an exception arrives between the two calls (Ctrl-C in a CLI command that waited at
@@ -26,10 +25,7 @@ def test_an_exception_just_after_the_turnstile_is_passed_does_not_keep_it_closed
     writer of every other process, i.e. every Slack listener's transaction before ack(),
     then blocks in `flock(LOCK_SH)` forever, holding its process's writer turn: the server
     stops writing at all. Here the exception is raised as the real `flock` returns."""
-    url = f"sqlite:///{tmp_path / 'turnstile.db'}"
-    cli, server = Database.from_url(url), Database.from_url(url)  # two processes' handles
-    with server.write() as session:
-        session.execute(text("CREATE TABLE t (who TEXT)"))
+    cli, server = sqlite_jobs_and_server
 
     real_flock = fcntl.flock
     cli_urgent_fd = cli._write_lock._fds["urgent"]  # type: ignore[union-attr]
@@ -66,5 +62,3 @@ def test_an_exception_just_after_the_turnstile_is_passed_does_not_keep_it_closed
         listener.join(5)
     assert not failure, failure
     assert finished, "an urgent writer of another process waits forever: the turnstile stayed shut"
-    cli.dispose()
-    server.dispose()
