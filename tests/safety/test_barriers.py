@@ -102,6 +102,18 @@ def after_the_lookup(desk: Harness, change: Callable[[], None]) -> None:
     desk.sandbox.list_refunds = lookup  # type: ignore[method-assign]
 
 
+def inside_the_reservation(monkeypatch: pytest.MonkeyPatch, change: Callable[[], None]) -> None:
+    """`change` commits while the reservation's transaction runs its checks (PostgreSQL: on
+    SQLite that transaction holds the one writer)."""
+    real = executor._recheck
+
+    def recheck(*args: Any, **kwargs: Any) -> Any:
+        change()
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(executor, "_recheck", recheck)
+
+
 def approved_by_a_person(desk: Harness, amount: str = "100.00", paid: str = "100.00") -> str:
     """A tier-3 case approved by a lead; its execute job queued, not run. Returns its job."""
     payment = desk.payment(paid)
@@ -137,14 +149,7 @@ def test_a_pause_committed_while_the_execute_job_reserves_stops_the_payment(
     desk = pg_desk
     case_id, job = approved_by_a_person(desk).split(":")
     sent = creates(desk)
-    real = executor._recheck
-    lead_pauses = once(lambda: pause(desk))
-
-    def recheck(*args: Any, **kwargs: Any) -> Any:
-        lead_pauses()  # committed while the reservation's transaction runs its checks
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(executor, "_recheck", recheck)
+    inside_the_reservation(monkeypatch, once(lambda: pause(desk)))
     run_job(desk, int(job))
     assert sent == [] and status(desk, case_id) == "approved"
     assert desk.refunds_at_processor(desk.get(case_id)["payment"]) == []
@@ -190,14 +195,7 @@ def test_a_mode_change_committed_during_an_automatic_reservation_sends_it_to_a_p
 ) -> None:
     desk = pg_desk
     sent = creates(desk)
-    real = executor._recheck
-    other = once(lambda: change(desk))
-
-    def recheck(*args: Any, **kwargs: Any) -> Any:
-        other()
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(executor, "_recheck", recheck)
+    inside_the_reservation(monkeypatch, once(lambda: change(desk)))
     payment = desk.payment("30.00")
     body = desk.post(desk.request(payment, "20.00", reason="damaged")).json()
     desk.sweep()
