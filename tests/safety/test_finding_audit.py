@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 
 import pytest
-from sqlalchemy import delete, select, text
+from sqlalchemy import delete, select
 
 from refund_desk import clock
 from refund_desk.cases import anchor
@@ -16,6 +16,7 @@ from refund_desk.storage.models import AuditHead, AuditRecord, Job
 from tests.cli_helpers import run
 from tests.conftest import TEST_SECRET
 from tests.helpers import ACME
+from tests.storage.test_audit import drop_triggers
 
 
 def append(runtime: Runtime, n: int) -> None:
@@ -29,15 +30,6 @@ def append(runtime: Runtime, n: int) -> None:
 def verify(runtime: Runtime, anchor_hash: str | None = None) -> VerifyResult:
     with runtime.db.read() as session:
         return verify_chain(TEST_SECRET, session, anchor=anchor_hash)
-
-
-def drop_triggers(runtime: Runtime) -> None:
-    with runtime.db.write() as session:
-        if runtime.db.is_sqlite:
-            session.execute(text("DROP TRIGGER audit_records_no_update"))
-            session.execute(text("DROP TRIGGER audit_records_no_delete"))
-        else:
-            session.execute(text("DROP TRIGGER audit_records_no_update_delete ON audit_records"))
 
 
 def test_finding_07_a_record_slipped_in_before_the_first_fails_verify(
@@ -69,7 +61,7 @@ def test_finding_07_a_cut_tail_fails_verify_against_an_anchor(any_runtime: Runti
     assert anchored.ok and anchored.count == 5
     append(any_runtime, 1)
     assert verify(any_runtime, anchored.head_hash).ok, "records after the anchor are fine"
-    drop_triggers(any_runtime)
+    drop_triggers(any_runtime.db)
     with any_runtime.db.write() as session:
         fourth = session.scalars(select(AuditRecord).where(AuditRecord.seq == 4)).one()
         session.execute(delete(AuditRecord).where(AuditRecord.seq >= 5))  # type: ignore[arg-type]

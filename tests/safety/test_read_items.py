@@ -95,23 +95,18 @@ def test_a_callback_url_is_checked_again_after_dns(monkeypatch: pytest.MonkeyPat
 
 
 @pytest.mark.postgres
-def test_replicas_count_the_breakers_hourly_limits_one_at_a_time(pg_url: str) -> None:
+def test_replicas_count_the_breakers_hourly_limits_one_at_a_time(pg_runtime: Runtime) -> None:
     """Two replicas must not both see room for one more automatic refund: the count is taken
     under the control row's lock, so a second counter waits for the first to commit."""
-    import yaml
     from sqlalchemy import text
     from sqlalchemy.exc import OperationalError
 
     from refund_desk.cases import breaker
     from refund_desk.governance.versions import control, load_version
-    from tests.conftest import make_runtime
-    from tests.helpers import ACME
+    from tests.cases.test_breaker import policy_with
 
-    rt = make_runtime(pg_url)
-    desk = Harness(rt)
-    raw = yaml.safe_load(ACME.read_text())
-    raw["breaker"] = {"max_refunds_per_hour": 1}
-    desk.publish(yaml.safe_dump(raw, sort_keys=False))
+    rt = pg_runtime
+    Harness(rt).publish(policy_with(max_refunds_per_hour=1))
     with rt.db.read() as session:
         version = control(session).active_version
         assert version is not None
@@ -129,4 +124,3 @@ def test_replicas_count_the_breakers_hourly_limits_one_at_a_time(pg_url: str) ->
     finally:
         holder.rollback()
         holder.close()
-        rt.db.dispose()
