@@ -1,9 +1,7 @@
-"""Found in review: the control row kept for the whole transaction was stale
-after the breaker's `FOR UPDATE` on it (PostgreSQL, READ COMMITTED). `_recheck` reads the row
-(mode) before `breaker.over_limit` locks it; a replica that waited for that lock then trips
-the breaker on the row as it read it before the wait: a second `breaker.tripped` over the
-first replica's, or `approve-all` over a lead's committed mode change. The lock now reads
-the row afresh."""
+"""The breaker's `FOR UPDATE` on the control row reads it afresh (PostgreSQL, READ COMMITTED):
+`_recheck` reads the row (mode) before `breaker.over_limit` locks it, and a replica that
+waited for that lock must not trip the breaker on the row as read before the wait (a second
+`breaker.tripped` over the first replica's, or `approve-all` over a lead's committed mode)."""
 
 from __future__ import annotations
 
