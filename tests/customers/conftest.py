@@ -21,7 +21,7 @@ from refund_desk.payments.sandbox import SandboxProcessor
 from refund_desk.runtime import Runtime, build
 from refund_desk.storage.db import Database
 from refund_desk.storage.models import Case, CustomerMessage
-from tests.conftest import make_runtime, make_settings
+from tests.conftest import make_settings
 from tests.fakes.mail_server import MailServer
 from tests.fakes.receiver import Receiver
 from tests.helpers import CUSTOMER, Harness
@@ -230,13 +230,6 @@ def channels(
 
 
 # ---------------------------------------------------------------- PostgreSQL: a customer's key
-
-
-@pytest.fixture()
-def pg_runtime(pg_url: str) -> Iterator[Runtime]:
-    runtime = make_runtime(pg_url)
-    yield runtime
-    runtime.db.dispose()
 
 
 @contextmanager
