@@ -176,10 +176,28 @@ def test_environment_variables_are_read(monkeypatch: pytest.MonkeyPatch) -> None
     assert s.secret_value() == RANDOM_SECRET
 
 
-def test_invalid_processor_is_rejected(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("REFUND_DESK_PROCESSOR", "paypal")
+@pytest.mark.parametrize(
+    "value", ["square", "stripe,stripe", "", "sandbox,stripe", "paypal;stripe"]
+)
+def test_invalid_processor_is_rejected(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    monkeypatch.setenv("REFUND_DESK_PROCESSOR", value)
     with pytest.raises(ValidationError, match="REFUND_DESK_PROCESSOR"):
         Settings()
+
+
+@pytest.mark.parametrize(
+    ("value", "names"),
+    [
+        ("paypal", ("paypal",)),
+        (" Stripe , paypal ", ("stripe", "paypal")),
+        ("sandbox,paypal", ("sandbox", "paypal")),
+    ],
+)
+def test_one_processor_or_a_list(
+    monkeypatch: pytest.MonkeyPatch, value: str, names: tuple[str, ...]
+) -> None:
+    monkeypatch.setenv("REFUND_DESK_PROCESSOR", value)
+    assert Settings().processors == names
 
 
 @pytest.mark.parametrize("value", ["0", "-5", "soon"])

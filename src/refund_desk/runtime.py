@@ -22,6 +22,8 @@ from refund_desk.customers import appeals, couriers, erasure, unclaimed
 from refund_desk.customers.outcomes import TELL, Delivery
 from refund_desk.jobs.queue import Handler, JobQueue, nothing_to_do
 from refund_desk.payments import reconcile, webhooks
+from refund_desk.payments.paypal_api import PayPalProcessor
+from refund_desk.payments.processors import Processors
 from refund_desk.payments.sandbox import SandboxProcessor
 from refund_desk.settings import ConfigError, Settings
 from refund_desk.storage.audit import AuditLog
@@ -40,12 +42,29 @@ class Runtime:
     desk: Desk
     sandbox: SandboxProcessor | None
     delivery: Delivery
+    paypal: PayPalProcessor | None = None  # verifies PayPal's webhooks
     extra_jobs: dict[str, Handler] = field(default_factory=dict)  # the demo's request stream
 
 
 def make_processor(settings: Settings, db: Database) -> Processor:
-    if settings.processor == "sandbox":
+    members = [_processor(name, settings, db) for name in settings.processors]
+    return members[0] if len(members) == 1 else Processors(members)
+
+
+def _processor(name: str, settings: Settings, db: Database) -> Processor:
+    if name == "sandbox":
         return SandboxProcessor(db)
+    if name == "paypal":
+        if not settings.paypal_client_id or settings.paypal_client_secret is None:
+            raise ConfigError(
+                "REFUND_DESK_PROCESSOR=paypal needs PAYPAL_CLIENT_ID and PAYPAL_CLIENT_SECRET"
+            )
+        return PayPalProcessor(
+            client_id=settings.paypal_client_id,
+            client_secret=settings.paypal_client_secret.get_secret_value(),
+            api_base=settings.paypal_api_base,
+            webhook_id=settings.paypal_webhook_id,
+        )
     if settings.stripe_api_key is None:
         raise ConfigError("REFUND_DESK_PROCESSOR=stripe needs STRIPE_API_KEY")
     from refund_desk.payments.stripe_api import StripeProcessor
@@ -53,6 +72,11 @@ def make_processor(settings: Settings, db: Database) -> Processor:
     return StripeProcessor.connect(
         settings.stripe_api_key.get_secret_value(), api_base=settings.stripe_api_base
     )
+
+
+def members(processor: Processor) -> tuple[Processor, ...]:
+    """The processors behind the port: itself, or those a `Processors` routes to."""
+    return processor.members if isinstance(processor, Processors) else (processor,)
 
 
 def make_advisor(settings: Settings) -> Advisor:
@@ -84,7 +108,7 @@ def build(
     if migrate:
         upgrade(db.engine)
     processor = processor or make_processor(settings, db)
-    sandbox = processor if isinstance(processor, SandboxProcessor) else None
+    sandbox = next((p for p in members(processor) if isinstance(p, SandboxProcessor)), None)
     advisor = make_advisor(settings)
     # A lease must outlive the processor's (and the model's) timeout, or a slow call could be
     # run twice.
@@ -110,9 +134,17 @@ def build(
         webhook_url=settings.webhook_url,
         appeal_link=appeals.link_maker(desk, settings.public_url),
     )
-    runtime = Runtime(settings=settings, db=db, desk=desk, sandbox=sandbox, delivery=delivery)
+    runtime = Runtime(
+        settings=settings,
+        db=db,
+        desk=desk,
+        sandbox=sandbox,
+        delivery=delivery,
+        paypal=next((p for p in members(processor) if isinstance(p, PayPalProcessor)), None),
+    )
     install_jobs(runtime)
-    if migrate and settings.processor == "stripe":  # a server on Stripe reconciles every hour
+    if migrate and any(p is not sandbox for p in members(processor)):
+        # a server on Stripe or PayPal reconciles every hour
         reconcile.ensure_scheduled(desk)
     if migrate:  # the audit head, anchored outside the database every hour
         anchor.ensure_scheduled(desk)

@@ -12,15 +12,16 @@ import os
 import secrets
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 log = logging.getLogger(__name__)
 
 PLACEHOLDER_SECRETS = {"", "changeme", "change-me", "secret", "placeholder", "xxx", "todo"}
 MIN_SECRET_LENGTH = 32
+PROCESSORS = ("sandbox", "stripe", "paypal")
 
 
 class ConfigError(Exception):
@@ -53,7 +54,12 @@ class Settings(BaseSettings):
     # or the processor is reached over the network (Stripe); 0: no limit.
     intake_concurrency: int | None = _env("REFUND_DESK_INTAKE_CONCURRENCY", ge=0, le=64)
     secret: SecretStr | None = _env("REFUND_DESK_SECRET")
-    processor: Literal["sandbox", "stripe"] = _env("REFUND_DESK_PROCESSOR", "sandbox")
+    # One processor, or several for a merchant whose customers pay with each: `stripe,paypal`.
+    processor: str = _env("REFUND_DESK_PROCESSOR", "sandbox")
+    paypal_client_id: str | None = _env("PAYPAL_CLIENT_ID")
+    paypal_client_secret: SecretStr | None = _env("PAYPAL_CLIENT_SECRET")
+    paypal_api_base: str = _env("PAYPAL_API_BASE", "https://api-m.paypal.com")
+    paypal_webhook_id: str | None = _env("PAYPAL_WEBHOOK_ID")
     stripe_api_key: SecretStr | None = _env("STRIPE_API_KEY")
     stripe_api_base: str | None = _env("STRIPE_API_BASE")
     stripe_webhook_secret: SecretStr | None = _env("STRIPE_WEBHOOK_SECRET")
@@ -90,6 +96,26 @@ class Settings(BaseSettings):
     otlp_endpoint: str | None = _env("OTEL_EXPORTER_OTLP_ENDPOINT")
     # Not in the public contract: a lease must outlive the processor's timeout.
     lease_seconds: float | None = _env("REFUND_DESK_LEASE_SECONDS", gt=0)
+
+    @field_validator("processor")
+    @classmethod
+    def _processors(cls, value: str) -> str:
+        names = [n.strip().lower() for n in value.split(",") if n.strip()]
+        unknown = [n for n in names if n not in PROCESSORS]
+        if not names or unknown or len(set(names)) != len(names):
+            raise ValueError(
+                f"REFUND_DESK_PROCESSOR is {value!r}: name one or more of "
+                f"{', '.join(PROCESSORS)}, each once, separated by commas"
+            )
+        if {"sandbox", "stripe"} <= set(names):
+            raise ValueError(
+                "REFUND_DESK_PROCESSOR: the sandbox stands in for Stripe; list one of them"
+            )
+        return ",".join(names)
+
+    @property
+    def processors(self) -> tuple[str, ...]:
+        return tuple(self.processor.split(","))
 
     @property
     def is_sqlite(self) -> bool:

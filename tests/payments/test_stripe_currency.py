@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from refund_desk.payments.stripe_currency import AmountRefused, from_stripe, to_stripe
+from refund_desk.cases.ports import AmountRefused
+from refund_desk.payments.stripe_currency import from_stripe, to_stripe
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,7 @@ from sqlalchemy import select
 
 from refund_desk.cases.ports import ProcessorRefund, ProcessorTimeout
 from refund_desk.payments.stripe_api import StripeProcessor
-from refund_desk.payments.stripe_currency import AmountRefused
+from refund_desk.cases.ports import AmountRefused
 from refund_desk.storage.models import Execution
 from refund_desk.web.metrics import TimedProcessor
 from tests.conftest import SimulatedCrash

@@ -58,6 +58,8 @@ class RefundRequest(BaseModel):
     callback_url: str | None = Field(default=None, max_length=2000, pattern=r"^https?://")
     reason: str | None = Field(default=None, max_length=30)
     name: str | None = Field(default=None, max_length=200)
+    # Where the payment's id alone does not say (its shape names the processor otherwise).
+    processor: Literal["sandbox", "stripe", "paypal"] | None = None
 
     @field_validator("currency")
     @classmethod
@@ -88,7 +90,9 @@ class RefundRequest(BaseModel):
         return minor
 
     def fingerprint(self) -> str:
-        return hashlib.sha256(canonical(self.model_dump(mode="json")).encode()).hexdigest()
+        # a body without `processor` hashes as it did before the field existed
+        body = self.model_dump(mode="json", exclude={"processor"} if not self.processor else None)
+        return hashlib.sha256(canonical(body).encode()).hexdigest()
 
 
 def parse_request(data: object) -> RefundRequest:
@@ -166,7 +170,20 @@ def submit(
         if replay:
             return replay
 
+    named = request.processor
+    if named and named not in desk.processor.name.split(","):
+        raise InvalidRequest(
+            "processor_not_configured",
+            "This desk does not refund through that processor.",
+            {"processor": f"this desk refunds through {desk.processor.name}"},
+        )
     payment = fetch_payment(desk, request.payment)
+    if named and (payment.processor or desk.processor.name) != named:
+        raise InvalidRequest(
+            "processor_mismatch",
+            "The payment is not at the processor the request names.",
+            {"payment": f"{request.payment} is a {payment.processor} payment, not {named}"},
+        )
     if payment.currency.upper() != request.currency:
         raise InvalidRequest(
             "currency_mismatch",
@@ -174,7 +191,9 @@ def submit(
             {"currency": f"the payment is in {payment.currency.upper()}"},
         )
     amount = request.amount_minor()
-    refused = desk.processor.refusal(amount, request.currency) if amount is not None else None
+    refused = (
+        desk.processor.refusal(amount, request.currency, payment.id) if amount is not None else None
+    )
     if refused:
         raise InvalidRequest(
             "amount_not_accepted", "The processor cannot refund this amount.", {"amount": refused}
@@ -399,7 +418,7 @@ def _upsert_payment(desk: Desk, session: Session, payment: PaymentFacts) -> bool
         session,
         {
             "id": payment.id,
-            "processor": desk.processor.name,
+            "processor": payment.processor or desk.processor.name,
             "currency": payment.currency.upper(),
             "amount": payment.amount,
             "refunded": payment.refunded_amount(excluding=frozenset()),

@@ -14,6 +14,7 @@ advisor (offline, OpenAI-compatible) plug in here; their errors are translated i
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -56,6 +57,7 @@ class PaymentFacts:
     created_at: datetime
     refunds: tuple[ProcessorRefund, ...] = ()
     chargebacks_365d: int | None = None  # None: the processor cannot tell
+    processor: str = ""  # the name of the processor that holds it
 
     def refunded_amount(self, *, excluding: frozenset[str] = frozenset()) -> int:
         """Money already refunded or on its way, leaving out refunds of the given executions."""
@@ -88,6 +90,13 @@ class RefundDeclined(ProcessorError):
     pass
 
 
+class AmountRefused(RefundDeclined):
+    """The processor would refuse this amount or currency; nothing was sent."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("amount_not_accepted", message)
+
+
 class PaymentNotFound(ProcessorError):
     pass
 
@@ -99,6 +108,12 @@ class RefundNotFound(ProcessorError):
 class Processor(Protocol):
     name: str
     timeout_seconds: float
+    # False where the processor cannot list refunds across payments (PayPal): reconciliation
+    # then names the payments it knows.
+    lists_every_refund: bool
+
+    def owns(self, reference: str) -> bool:
+        """Whether a payment or refund id has this processor's shape."""
 
     def payment(self, payment_id: str) -> PaymentFacts: ...
 
@@ -116,13 +131,14 @@ class Processor(Protocol):
 
     def retrieve_refund(self, refund_id: str) -> ProcessorRefund: ...
 
-    def refusal(self, amount: int, currency: str) -> str | None:
+    def refusal(self, amount: int, currency: str, payment_id: str = "") -> str | None:
         """Why the processor would refuse a refund of this amount, before asking it; or None."""
 
     def list_refunds_since(
-        self, since: datetime, until: datetime | None = None
+        self, since: datetime, until: datetime | None = None, payments: Iterable[str] = ()
     ) -> list[ProcessorRefund]:
-        """Every refund the processor holds created in [since, until), for any payment."""
+        """Every refund the processor holds created in [since, until): for any payment where
+        the processor can list them all, else for the `payments` named (ours with it)."""
 
 
 REASONS = POLICY_REASONS  # one list: the reasons the policy can speak of

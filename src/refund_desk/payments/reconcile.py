@@ -1,10 +1,12 @@
 """Reconciliation: every refund the processor holds in a window against our executions.
 
 The processor is listed for the whole window, not only for payments we know, so refunds made
-elsewhere (the Stripe dashboard) show up. Findings: a refund we did not make, one of ours the
-processor does not have, amounts or statuses that disagree, two refunds for one execution.
-Each finding is reported once (its key is stored): an audit record and a `finance.finding`
-message in the same transaction. The listing happens before any transaction is opened.
+elsewhere (the Stripe dashboard) show up; PayPal lists no refunds across payments, so there
+each payment we know that is young enough to refund is asked. Findings: a refund we did not
+make, one of ours the processor does not have, amounts or statuses that disagree, two refunds
+for one execution. Each finding is reported once (its key is stored): an audit record and a
+`finance.finding` message in the same transaction. No transaction is open while the
+processor is listed.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from refund_desk.cases.ports import ProcessorError, ProcessorRefund, RefundNotFo
 from refund_desk.jobs.queue import ClaimedJob, RetryLater, enqueue
 from refund_desk.money import format_money
 from refund_desk.storage.audit import SYSTEM, Actor
-from refund_desk.storage.models import Case, Execution, ProcessorFinding
+from refund_desk.storage.models import Case, Execution, Payment, ProcessorFinding
 
 if TYPE_CHECKING:
     from sqlmodel import Session
@@ -40,6 +42,7 @@ JOB = "reconcile"
 EVERY = timedelta(hours=1)  # the scheduled pass
 WINDOW = timedelta(days=2)  # each scheduled pass looks this far back (findings are deduped)
 RETRY_SECONDS = 600.0
+REFUNDABLE_FOR = timedelta(days=180)
 DONE = ("succeeded",)
 UNDONE = ("failed", "canceled")
 
@@ -108,7 +111,11 @@ def reconcile(
     """`progress(step, 5)` after each stage: list, compare, look up, record, resolve."""
     step = progress or (lambda done, total: None)
     until = until or desk.now()
-    refunds = desk.processor.list_refunds_since(since, until)
+    payments: list[str] = []
+    if not desk.processor.lists_every_refund:
+        with desk.db.read() as session:
+            payments = _known_payments(session, since)
+    refunds = desk.processor.list_refunds_since(since, until, payments)
     step(1, 5)
     with desk.db.read() as session:
         executions = _executions(session, since, until, refunds)
@@ -125,6 +132,16 @@ def reconcile(
     _resolve_stale(desk, until)
     step(5, 5)
     return report
+
+
+def _known_payments(session: Session, since: datetime) -> list[str]:
+    """The payments a processor that lists no refunds across payments is asked about: those
+    we know that are young enough to be refunded in the window (PayPal allows 180 days)."""
+    return list(
+        session.scalars(
+            select(col(Payment.id)).where(col(Payment.created_at) >= since - REFUNDABLE_FOR)
+        )
+    )
 
 
 def _resolve_stale(desk: Desk, until: datetime) -> None:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 import secrets
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, TypeAlias
 
@@ -126,6 +126,7 @@ def _power_cut() -> None:
 
 class SandboxProcessor:
     name = "sandbox"
+    lists_every_refund = True
     timeout_seconds = 1.0  # a local ledger: any call longer than this is a fault
     honour_idempotency_keys = True
 
@@ -258,9 +259,14 @@ class SandboxProcessor:
             chargebacks_365d=(
                 payment.payment_chargebacks if payment.payment_created_at >= since else 0
             ),
+            processor=self.name,
         )
 
-    def refusal(self, amount: int, currency: str) -> str | None:
+    @staticmethod
+    def owns(reference: str) -> bool:
+        return reference.startswith(("py_", "re_"))
+
+    def refusal(self, amount: int, currency: str, payment_id: str = "") -> str | None:
         return None if amount > 0 else "A refund amount must be positive."
 
     def list_refunds(self, payment_id: str) -> list[ProcessorRefund]:
@@ -356,7 +362,7 @@ class SandboxProcessor:
         return self._to_refund(rows[0])
 
     def list_refunds_since(
-        self, since: datetime, until: datetime | None = None
+        self, since: datetime, until: datetime | None = None, payments: Iterable[str] = ()
     ) -> list[ProcessorRefund]:
         if until is None:
             rows = self._read(_REFUNDS_SINCE, {"since": since})

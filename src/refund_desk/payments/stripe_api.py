@@ -11,7 +11,7 @@ refunds).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any, NoReturn, TypeVar
 
@@ -73,6 +73,7 @@ def verify_event(
 
 class StripeProcessor:
     name = "stripe"
+    lists_every_refund = True
 
     def __init__(self, client: stripe.StripeClient, *, timeout_seconds: float = 15.0) -> None:
         self.client = client
@@ -90,6 +91,10 @@ class StripeProcessor:
             http_client=stripe.RequestsClient(timeout=(min(5.0, timeout_seconds), timeout_seconds)),
         )
         return cls(client, timeout_seconds=timeout_seconds)
+
+    @staticmethod
+    def owns(reference: str) -> bool:
+        return reference.startswith(("pi_", "ch_", "re_", "pyr_"))
 
     # ------------------------------------------------------------ the processor protocol
 
@@ -134,6 +139,7 @@ class StripeProcessor:
             created_at=_time(paid["created"]),
             refunds=tuple(self.list_refunds(payment_id)),
             chargebacks_365d=1 if (charge or {}).get("disputed") else 0,
+            processor=self.name,
         )
 
     def list_refunds(self, payment_id: str) -> list[ProcessorRefund]:
@@ -165,7 +171,7 @@ class StripeProcessor:
             payment_id=payment_id,
         )
 
-    def refusal(self, amount: int, currency: str) -> str | None:
+    def refusal(self, amount: int, currency: str, payment_id: str = "") -> str | None:
         try:
             to_stripe(amount, currency)
         except RefundDeclined as exc:
@@ -178,7 +184,7 @@ class StripeProcessor:
         )
 
     def list_refunds_since(
-        self, since: datetime, until: datetime | None = None
+        self, since: datetime, until: datetime | None = None, payments: Iterable[str] = ()
     ) -> list[ProcessorRefund]:
         """Stripe lists refunds newest first: page until we pass `since`.
 

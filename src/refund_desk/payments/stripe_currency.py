@@ -10,7 +10,7 @@ request is sent.
 from __future__ import annotations
 
 from refund_desk import money
-from refund_desk.cases.ports import RefundDeclined
+from refund_desk.cases.ports import AmountRefused
 
 ZERO_DECIMAL = frozenset(
     {"BIF", "CLP", "DJF", "GNF", "JPY", "KMF", "KRW", "MGA"}
@@ -18,13 +18,6 @@ ZERO_DECIMAL = frozenset(
 )
 THREE_DECIMAL = frozenset({"BHD", "JOD", "KWD", "OMR", "TND"})
 UNSUPPORTED = frozenset({"CLF", "UYW", "UYI", "IQD", "LYD"})
-
-
-class AmountRefused(RefundDeclined):
-    """Stripe would refuse this amount or currency; nothing was sent."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__("amount_not_accepted", message)
 
 
 def stripe_exponent(currency: str) -> int:

@@ -1,15 +1,17 @@
-"""Stripe webhooks: verify, remember the event id, queue the work, answer 200.
+"""Processor webhooks (Stripe, PayPal): verify, remember the event id, queue the work, answer 200.
 
-The signature is checked before anything else; an event id seen before changes nothing. The
-event body is only a hint of *what* changed: the job re-fetches the refund from Stripe and
+The signature is checked before anything else (Stripe's HMAC here; PayPal's by PayPal's own
+verification call); an event id seen before changes nothing. The
+event body is only a hint of *what* changed: the job re-fetches the refund from the processor and
 applies its current state, so late or out-of-order events never move a refund backwards, and
 a Stripe outage delays the work (the job retries) instead of losing it.
 """
 
 from __future__ import annotations
 
+import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +30,7 @@ from refund_desk.storage.models import Case, ProcessorEvent
 
 if TYPE_CHECKING:
     from refund_desk.cases.desk import Desk
+    from refund_desk.payments.paypal_api import PayPalProcessor
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +50,33 @@ def receive(desk: Desk, payload: bytes, signature: str | None, secret: str | lis
     """Accept one delivery; raises `WebhookRejected` (nothing written) if it is not Stripe's.
     Several secrets: the current one and, during a rotation, the previous one."""
     event = _verified(payload, signature, [secret] if isinstance(secret, str) else secret)
-    event_id, kind = event["id"], str(event.get("type") or "")
-    hint = _hint(event)
+    return _accept(desk, "stripe", event["id"], str(event.get("type") or ""), _hint(event))
+
+
+def receive_paypal(
+    desk: Desk, paypal: PayPalProcessor, payload: bytes, headers: Mapping[str, str]
+) -> Receipt:
+    """Accept one PayPal notification once PayPal's own verification says it sent it; raises
+    `WebhookRejected` (nothing written) otherwise, and `ProcessorError` when PayPal cannot be
+    asked (the route answers 503: PayPal delivers again)."""
+    try:
+        event = json.loads(payload)
+    except ValueError:
+        raise WebhookRejected("invalid_payload", "The body is not JSON.") from None
+    if not isinstance(event, dict) or not isinstance(event.get("id"), str):
+        raise WebhookRejected("invalid_payload", "The body is not a PayPal event.")
+    if not paypal.verify_webhook(headers, event):
+        raise WebhookRejected(
+            "invalid_signature", "PayPal did not verify this notification's signature."
+        )
+    resource = event.get("resource")
+    resource = resource if isinstance(resource, dict) else {}
+    hint = {k: resource.get(k) for k in ("id", "status") if isinstance(resource.get(k), str)}
+    return _accept(desk, "paypal", event["id"], str(event.get("event_type") or ""), hint)
+
+
+def _accept(desk: Desk, processor: str, event_id: str, kind: str, hint: dict[str, Any]) -> Receipt:
+    """Remember the event (a second delivery changes nothing) and queue its handler's job."""
     handled = kind in HANDLERS
     try:
         with desk.db.write() as session:
@@ -57,7 +85,7 @@ def receive(desk: Desk, payload: bytes, signature: str | None, secret: str | lis
             session.add(
                 ProcessorEvent(
                     id=event_id,
-                    processor="stripe",
+                    processor=processor,
                     type=kind[:80],
                     object_id=hint.get("id"),
                     received_at=desk.now(),
@@ -65,13 +93,13 @@ def receive(desk: Desk, payload: bytes, signature: str | None, secret: str | lis
             )
             session.flush()
             if not handled:
-                log.info("stripe event %s (%s) acknowledged; nothing to do", event_id, kind)
+                log.info("%s event %s (%s) acknowledged; nothing to do", processor, event_id, kind)
                 return Receipt(event_id, kind)
             job = enqueue(
                 session,
                 kind=EVENT_JOB,
                 payload={"event_id": event_id, "type": kind, "object": hint},
-                dedupe_key=f"stripe-event:{event_id}",
+                dedupe_key=f"{processor}-event:{event_id}",
             )
     except IntegrityError:  # the same event delivered twice at once: the other one won
         return Receipt(event_id, kind, duplicate=True, handled=handled)
@@ -88,7 +116,7 @@ def handle(desk: Desk, job: ClaimedJob) -> None:
     except ProcessorError as exc:
         if exc.transient:
             raise RetryLater(backoff(job.failures + 1), f"{exc.code}: {exc.message}") from None
-        log.warning("stripe event %s: %s (%s)", job.payload.get("event_id"), exc.message, exc.code)
+        log.warning("event %s: %s (%s)", job.payload.get("event_id"), exc.message, exc.code)
 
 
 # ---------------------------------------------------------------- the table
@@ -149,6 +177,13 @@ HANDLERS: dict[str, Callable[[Desk, dict[str, Any]], None]] = {
     "refund.failed": _refund_news,
     "charge.refunded": _charge_refunded,
     "charge.dispute.created": _dispute_opened,
+    # PayPal's: the resource is a refund (a reversal is refund-shaped)
+    "PAYMENT.CAPTURE.REFUNDED": _refund_news,
+    "PAYMENT.CAPTURE.REVERSED": _refund_news,
+    "PAYMENT.REFUND.PENDING": _refund_news,
+    "PAYMENT.REFUND.COMPLETED": _refund_news,
+    "PAYMENT.REFUND.FAILED": _refund_news,
+    "PAYMENT.REFUND.CANCELLED": _refund_news,
 }
 
 

@@ -36,6 +36,7 @@ from refund_desk.web.admission import IntakeGate, intake_limit
 from refund_desk.web.errors import error_body
 from refund_desk.web.routes import appeals, inbound, web_form
 from refund_desk.web.routes import intake_api as api
+from refund_desk.web.routes import paypal_webhooks as paypal_routes
 from refund_desk.web.routes import stripe_webhooks as stripe_routes
 
 if TYPE_CHECKING:
@@ -277,6 +278,7 @@ def create_app(
     tracing.setup(runtime.settings.otlp_endpoint, app=app, engine=runtime.db.engine)
     app.include_router(api.router)
     app.include_router(stripe_routes.router)
+    app.include_router(paypal_routes.router)
     app.state.socket_mode = None
     if surface is not None:
         if surface.http:  # only with a signing secret; never in Socket Mode

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -187,6 +187,7 @@ class TimedProcessor:
         self.inner = inner
         self.name = inner.name
         self.timeout_seconds = inner.timeout_seconds
+        self.lists_every_refund = inner.lists_every_refund
         self.last_failure: tuple[datetime, str] | None = None  # for readiness: when and why
 
     def _timed(self, call: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
@@ -228,12 +229,17 @@ class TimedProcessor:
         return self._timed("retrieve_refund", self.inner.retrieve_refund, refund_id)
 
     def list_refunds_since(
-        self, since: datetime, until: datetime | None = None
+        self, since: datetime, until: datetime | None = None, payments: Iterable[str] = ()
     ) -> list[ProcessorRefund]:
-        return self._timed("list_refunds_since", self.inner.list_refunds_since, since, until)
+        return self._timed(
+            "list_refunds_since", self.inner.list_refunds_since, since, until, payments
+        )
 
-    def refusal(self, amount: int, currency: str) -> str | None:
-        return self.inner.refusal(amount, currency)
+    def refusal(self, amount: int, currency: str, payment_id: str = "") -> str | None:
+        return self.inner.refusal(amount, currency, payment_id)
+
+    def owns(self, reference: str) -> bool:
+        return self.inner.owns(reference)
 
 
 def registry_for(db: Database) -> CollectorRegistry:
