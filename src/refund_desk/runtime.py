@@ -42,6 +42,7 @@ class Runtime:
     desk: Desk
     sandbox: SandboxProcessor | None
     delivery: Delivery
+    processor: Processor  # as configured, before `TimedProcessor` wraps it
     paypal: PayPalProcessor | None = None  # verifies PayPal's webhooks
     extra_jobs: dict[str, Handler] = field(default_factory=dict)  # the demo's request stream
 
@@ -140,6 +141,7 @@ def build(
         desk=desk,
         sandbox=sandbox,
         delivery=delivery,
+        processor=processor,
         paypal=next((p for p in members(processor) if isinstance(p, PayPalProcessor)), None),
     )
     install_jobs(runtime)

@@ -90,6 +90,7 @@ class FakeStripe:
     requests: list[tuple[str, str]] = field(default_factory=list)
     outbox: list[bytes] = field(default_factory=list)
     knobs: Knobs = field(default_factory=Knobs)
+    ignore_keys: bool = False  # as a processor that does not honour idempotency keys
     lock: threading.Lock = field(default_factory=threading.Lock)
     clock: Callable[[], int] = field(default=lambda: int(time.time()))
 
@@ -182,7 +183,7 @@ class FakeStripe:
         raise ApiError(404, "invalid_request_error", f"Unrecognized request URL ({path}).")
 
     def _idempotent(self, key: str | None, params: dict[str, Any], run: Callable[[], Any]) -> Any:
-        if key is None:
+        if key is None or self.ignore_keys:
             return run()
         fingerprint = json.dumps(params, sort_keys=True)
         with self.lock:

@@ -20,6 +20,7 @@ from refund_desk.storage.db import Database
 from tests.conftest import make_settings
 from tests.fakes.stripe_fake import FakeStripeServer
 from tests.helpers import CUSTOMER, Harness
+from tests.payments.remotes import REMOTES, Remote
 
 ROOT = Path(__file__).resolve().parents[2]
 API_KEY = "sk_test_refund_desk"
@@ -113,6 +114,14 @@ class LocalStripe:
 
     def flush(self) -> None:
         assert self.http.delete("/_config/data").status_code == 200
+
+
+@pytest.fixture(params=sorted(REMOTES))
+def remote(request: pytest.FixtureRequest) -> Iterator[Remote]:
+    """Each processor at the network edge in turn (Stripe's fake, the PayPal emulator)."""
+    made = REMOTES[request.param]()
+    yield made
+    made.stop()
 
 
 @pytest.fixture(scope="session")

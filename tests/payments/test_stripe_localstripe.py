@@ -11,9 +11,8 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import select
 
-from refund_desk.cases.ports import ProcessorRefund, ProcessorTimeout
+from refund_desk.cases.ports import AmountRefused, ProcessorRefund, ProcessorTimeout
 from refund_desk.payments.stripe_api import StripeProcessor
-from refund_desk.cases.ports import AmountRefused
 from refund_desk.storage.models import Execution
 from refund_desk.web.metrics import TimedProcessor
 from tests.conftest import SimulatedCrash

@@ -134,6 +134,9 @@ class Processor(Protocol):
     def refusal(self, amount: int, currency: str, payment_id: str = "") -> str | None:
         """Why the processor would refuse a refund of this amount, before asking it; or None."""
 
+    def check(self) -> str:
+        """Whether the processor answers with our credentials: a sentence, or `ProcessorError`."""
+
     def list_refunds_since(
         self, since: datetime, until: datetime | None = None, payments: Iterable[str] = ()
     ) -> list[ProcessorRefund]:

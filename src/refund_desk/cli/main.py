@@ -61,6 +61,7 @@ advisor_app = _group("advisor", "The AI advisor: accuracy and format adherence."
 cases_app = _group("cases", "Cases: exports for finance.")
 customer_app = _group("customer", "Customers' personal data.")
 slack_app = _group("slack", "The Slack workspace the app is installed in.")
+processor_app = _group("processor", "The payment processors refunds go to.")
 
 
 class _Counted(list[Any]):
@@ -104,6 +105,25 @@ def slack_doctor() -> None:
         typer.echo(f"{len(failed)} of {len(checks)} checks failed", err=True)
         raise typer.Exit(1)
     typer.echo(f"all {len(checks)} checks passed")
+
+
+@processor_app.command("doctor")
+def processor_doctor() -> None:
+    """Ask each configured processor whether it answers with these credentials, one line each;
+    exit 1 when one does not."""
+    from refund_desk.cases.ports import ProcessorError
+    from refund_desk.runtime import members
+
+    runtime = _runtime(migrate=False)
+    failed = 0
+    for processor in members(runtime.processor):
+        try:
+            typer.echo(f"ok    {processor.name}: {processor.check()}")
+        except ProcessorError as exc:
+            failed += 1
+            typer.echo(f"FAIL  {processor.name}: {exc.message} ({exc.code})")
+    if failed:
+        raise typer.Exit(1)
 
 
 class FaultMode(StrEnum):

@@ -75,6 +75,9 @@ class Processors:
         member = self.owner(payment_id)
         return member.refusal(amount, currency, payment_id) if member else None
 
+    def check(self) -> str:
+        return " ".join(m.check() for m in self.members)
+
     def list_refunds_since(
         self, since: datetime, until: datetime | None = None, payments: Iterable[str] = ()
     ) -> list[ProcessorRefund]:

@@ -355,6 +355,9 @@ class SandboxProcessor:
         )
         return refund
 
+    def check(self) -> str:
+        return "The sandbox keeps its payments in this database; no money moves."
+
     def retrieve_refund(self, refund_id: str) -> ProcessorRefund:
         rows = self._read(_REFUND_BY_ID, {"refund_id": refund_id})
         if not rows:

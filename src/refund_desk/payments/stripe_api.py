@@ -178,6 +178,10 @@ class StripeProcessor:
             return exc.message
         return None
 
+    def check(self) -> str:
+        _sdk(lambda: self.client.v1.refunds.list({"limit": 1}))
+        return "Stripe answers and accepts STRIPE_API_KEY."
+
     def retrieve_refund(self, refund_id: str) -> ProcessorRefund:
         return _sdk(
             lambda: _refund(self.client.v1.refunds.retrieve(refund_id)), refund_id=refund_id

@@ -238,6 +238,9 @@ class TimedProcessor:
     def refusal(self, amount: int, currency: str, payment_id: str = "") -> str | None:
         return self.inner.refusal(amount, currency, payment_id)
 
+    def check(self) -> str:
+        return str(self._timed("check", self.inner.check))
+
     def owns(self, reference: str) -> bool:
         return self.inner.owns(reference)
 
