@@ -5,10 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from refund_desk.demo.paypal import PayPalEmulator, PayPalEmulatorServer
-
 from refund_desk import money
 from refund_desk.cases.ports import Processor
+from refund_desk.demo.paypal import PayPalEmulator, PayPalEmulatorServer
 from refund_desk.payments.paypal_api import PayPalProcessor
 from refund_desk.runtime import Runtime, build
 from refund_desk.storage.db import Database
@@ -49,6 +48,13 @@ class Remote:
         raise NotImplementedError
 
     def ignore_request_ids(self) -> None:
+        raise NotImplementedError
+
+    def next_refund_pending(self) -> None:
+        raise NotImplementedError
+
+    def complete_pending(self, payment: str) -> None:
+        """Every pending refund of the payment succeeds (its webhook left undelivered)."""
         raise NotImplementedError
 
     def stop(self) -> None:
@@ -103,6 +109,14 @@ class StripeRemote(Remote):
 
     def ignore_request_ids(self) -> None:
         self.fake.ignore_keys = True
+
+    def next_refund_pending(self) -> None:
+        self.fake.knobs.next_refund_status = "pending"
+
+    def complete_pending(self, payment: str) -> None:
+        for refund in self.fake.refunds.values():
+            if refund["payment_intent"] == payment and refund["status"] == "pending":
+                refund["status"] = "succeeded"
 
     def stop(self) -> None:
         self.server.stop()
@@ -160,6 +174,14 @@ class PayPalRemote(Remote):
 
     def ignore_request_ids(self) -> None:
         self.emulator.ignore_request_id = True
+
+    def next_refund_pending(self) -> None:
+        self.emulator.next_refund_pending()
+
+    def complete_pending(self, payment: str) -> None:
+        for refund in self.emulator.refunds(payment):
+            if refund["status"] == "PENDING":
+                self.emulator.settle_refund(refund["id"], "COMPLETED")
 
     def stop(self) -> None:
         self.server.stop()

@@ -1,4 +1,4 @@
-"""A power cut at each of the executor's recovery points, on Stripe's rules: one refund, always.
+"""A power cut at each of the executor's recovery points, on each processor: one refund, always.
 
 record written -> refund requested -> refund known -> finished. After each cut the lease
 expires, the next sweep resumes from the database, and the processor holds exactly one refund.
@@ -13,18 +13,19 @@ import pytest
 from sqlalchemy import select
 
 from refund_desk.cases import executor
+from refund_desk.cases.ports import Processor
 from refund_desk.jobs.queue import ClaimedJob
-from refund_desk.payments.stripe_api import StripeProcessor
 from refund_desk.storage.models import Execution, Job
 from tests.conftest import SimulatedCrash
 from tests.fakes.stripe_fake import FakeStripeServer
-from tests.payments.conftest import StripeHarness, fast_processor, stripe_runtime
+from tests.payments.conftest import StripeHarness
+from tests.payments.remotes import Remote, RemoteHarness
 
 
 class CutOnce:
-    """The real Stripe adapter; the process 'dies' once, at the chosen call."""
+    """The real adapter; the process 'dies' once, at the chosen call."""
 
-    def __init__(self, real: StripeProcessor, method: str, after: bool) -> None:
+    def __init__(self, real: Processor, method: str, after: bool) -> None:
         self.real, self.method, self.after, self.cut = real, method, after, False
         self.name, self.timeout_seconds = real.name, real.timeout_seconds
 
@@ -52,19 +53,18 @@ class CutOnce:
     ],
 )
 def test_power_cut_at_each_recovery_point(
-    any_db_url: str, fake_stripe: FakeStripeServer, method: str, after: bool, point: str
+    any_db_url: str, remote: Remote, method: str, after: bool, point: str
 ) -> None:
-    processor = CutOnce(fast_processor(fake_stripe.url), method, after)
-    runtime = stripe_runtime(any_db_url, fake_stripe.url, processor)  # type: ignore[arg-type]
-    desk = StripeHarness(runtime)
+    processor = CutOnce(remote.processor(), method, after)
+    runtime = remote.runtime(any_db_url, processor)  # type: ignore[arg-type]
+    desk = RemoteHarness(runtime, remote)
     desk.publish()
-    payment = fake_stripe.fake.pay(3000)
+    payment = remote.pay("30.00")
     if point == "refund known":
-        fake_stripe.fake.knobs.next_refund_status = "pending"
+        remote.next_refund_pending()
         body = desk.post(desk.request(payment, "20.00")).json()
         assert body["status"] == "executing"
-        [refund] = fake_stripe.fake.refunds.values()
-        refund["status"] = "succeeded"
+        remote.complete_pending(payment)
         with pytest.raises(SimulatedCrash):
             desk.sweep(seconds_ahead=120)  # the pending re-check dies asking for the refund
     else:
@@ -75,7 +75,7 @@ def test_power_cut_at_each_recovery_point(
     assert execution.status == "reserved", f"the record was written before the cut ({point})"
     desk.sweep(seconds_ahead=3600)
     assert desk.get(execution.case_id)["status"] == "refunded"
-    assert len(fake_stripe.fake.refunds) == 1
+    assert remote.refunds(payment) == [(2000, "succeeded")]
     runtime.db.dispose()
 
 
