@@ -325,3 +325,20 @@ def test_processor_doctor_says_whether_paypal_takes_the_credentials(
     failed = run("processor", "doctor", code=1)
     load_settings.cache_clear()
     assert "FAIL  paypal: PayPal refused PAYPAL_CLIENT_ID and PAYPAL_CLIENT_SECRET" in failed
+
+
+def test_the_record_and_the_export_name_the_processor_and_its_refund(
+    desk: RemoteHarness, paypal: PayPalRemote
+) -> None:
+    from refund_desk.cases.listing import export_rows
+    from refund_desk.storage.models import Case
+
+    payment = paypal.pay("30.00")
+    answer = desk.post(desk.request(payment, "20.00")).json()
+    assert answer["processor"] == "paypal"
+    [refund] = desk.get(answer["id"])["refunds"]
+    [raw] = paypal.emulator.refunds(payment)
+    assert (refund["processor"], refund["id"]) == ("paypal", raw["id"])
+    with desk.runtime.db.read() as session:
+        [row] = export_rows(session, list(session.scalars(select(Case))))
+    assert (row["processor"], row["processor_refund_id"]) == ("paypal", raw["id"])

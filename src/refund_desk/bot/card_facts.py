@@ -20,7 +20,7 @@ from refund_desk.cases.evidence import shown
 from refund_desk.cases.facts import left_on_record
 from refund_desk.cases.quorum import approval_count, approvals_needed
 from refund_desk.governance.versions import LoadedPolicy, control
-from refund_desk.storage.models import Approval, Case, CustomerMessage, Execution
+from refund_desk.storage.models import Approval, Case, CustomerMessage, Execution, Payment
 
 
 def card_context(
@@ -47,7 +47,13 @@ def card_context(
         paused=control(session).paused,
         summary=advisory.summary_text(desk.vault, case.advice or {}, session=session),
         evidence=tuple(shown(desk.vault, case.evidence, session=session)),
+        processor=_processor(session, case.payment_id),
     )
+
+
+def _processor(session: Session, payment_id: str) -> str | None:
+    payment = session.get(Payment, payment_id)
+    return payment.processor if payment is not None else None
 
 
 def _why(case: Case, policy: LoadedPolicy | None) -> str | None:

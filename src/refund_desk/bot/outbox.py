@@ -29,11 +29,12 @@ from refund_desk.bot.directory import SlackDirectory
 from refund_desk.cases.approvals import deciders
 from refund_desk.cases.desk import Desk
 from refund_desk.cases.notify import notify
+from refund_desk.cases.ports import processor_title
 from refund_desk.governance.versions import LoadedPolicy, control, load_version
 from refund_desk.jobs.queue import ClaimedJob, RetryLater, queue
 from refund_desk.policy.schema import PolicyDocument
 from refund_desk.storage.audit import SYSTEM
-from refund_desk.storage.models import Approval, Case, Execution, Job, SlackMessage
+from refund_desk.storage.models import Approval, Case, Execution, Job, Payment, SlackMessage
 from refund_desk.text import Text
 
 log = logging.getLogger(__name__)
@@ -422,7 +423,9 @@ class Outbox:
                     col(Execution.case_id) == case.id, col(Execution.status) == "succeeded"
                 )
             ).first()
-            ref = f" (refund `{refund.processor_refund_id}`)" if refund else ""
+            payment = session.get(Payment, case.payment_id)
+            title = processor_title(payment.processor) + " " if payment else ""
+            ref = f" ({title}refund `{refund.processor_refund_id}`)" if refund else ""
             amount = money.format_share(case.amount, case.asked(), case.currency)
             return f":white_check_mark: Refunded {amount}{ref}."
         if event == "case.denied":

@@ -144,6 +144,7 @@ class Submitted:
     job_id: int | None = None
     # A case this call created: its row as the capture inserted it (the answer needs no read).
     row: Mapping[str, Any] | None = None
+    processor: str | None = None  # the payment's, for that answer
 
 
 def new_id(prefix: str) -> str:
@@ -379,7 +380,13 @@ def _capture(
             money.format_money(amount, row["currency"]),
             "possible duplicate" if duplicate_of else "new",
         )
-        return Submitted(case_id, created=True, job_id=job_id, row=row)
+        return Submitted(
+            case_id,
+            created=True,
+            job_id=job_id,
+            row=row,
+            processor=payment.processor or desk.processor.name,
+        )
 
 
 # The version is not among them: the INSERT pins it (`_INSERT_CASE`) and the row takes it back.

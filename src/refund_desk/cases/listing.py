@@ -18,7 +18,7 @@ from sqlmodel import Session, col
 
 from refund_desk.cases.errors import InvalidRequest
 from refund_desk.cases.views import major
-from refund_desk.storage.models import Approval, AuditRecord, Case, Execution
+from refund_desk.storage.models import Approval, AuditRecord, Case, Execution, Payment
 
 PAGE = 100
 DECIDING = ("case.approved", "case.denied", "case.answered")
@@ -45,6 +45,7 @@ EXPORT_FIELDS = (
     "seconds_to_decision",
     "updated_at",
     "erased",
+    "processor",
 )
 
 
@@ -126,6 +127,14 @@ def export_rows(session: Session, cases: list[Case]) -> list[dict[str, Any]]:
         .order_by(col(Approval.id))
     ).all():
         approvers.setdefault(a.case_id, []).append(a.approver)
+    processors = {
+        payment_id: name
+        for payment_id, name in session.execute(
+            select(col(Payment.id), col(Payment.processor)).where(
+                col(Payment.id).in_({c.payment_id for c in cases})
+            )
+        ).all()
+    }
     decided: dict[str, datetime] = {}
     for case_id, at in session.execute(
         select(col(AuditRecord.case_id), func.max(col(AuditRecord.at)))
@@ -169,6 +178,7 @@ def export_rows(session: Session, cases: list[Case]) -> list[dict[str, Any]]:
                 ),
                 "updated_at": case.updated_at.isoformat(),
                 "erased": case.erased_at is not None,
+                "processor": processors.get(case.payment_id),
             }
         )
     return out

@@ -144,6 +144,14 @@ class Processor(Protocol):
         the processor can list them all, else for the `payments` named (ours with it)."""
 
 
+TITLES = {"sandbox": "Sandbox", "stripe": "Stripe", "paypal": "PayPal"}
+
+
+def processor_title(name: str | None) -> str:
+    """A processor's name as people write it ("PayPal")."""
+    return TITLES.get(name or "", name or "")
+
+
 REASONS = POLICY_REASONS  # one list: the reasons the policy can speak of
 
 

@@ -14,7 +14,7 @@ from refund_desk.cases.errors import NotFound
 from refund_desk.cases.evidence import shown
 from refund_desk.crypto import Vault
 from refund_desk.storage.audit import record_json
-from refund_desk.storage.models import AuditRecord, Case, Execution, SlackMessage
+from refund_desk.storage.models import AuditRecord, Case, Execution, Payment, SlackMessage
 
 
 def major(minor: int | None, currency: str) -> str | None:
@@ -35,16 +35,18 @@ def case_view(
         .where(col(Execution.case_id) == case_id)
         .order_by(col(Execution.created_at))
     ).all()
-    view = _view(case, executions, slack_delivery(session, case_id), vault, session)
+    payment = session.get(Payment, case.payment_id)
+    processor = payment.processor if payment is not None else None
+    view = _view(case, executions, slack_delivery(session, case_id), vault, session, processor)
     if with_audit:
         _add_audit(session, view, case, vault)
     return view
 
 
-def new_case_view(case: Case) -> dict[str, Any]:
+def new_case_view(case: Case, processor: str | None) -> dict[str, Any]:
     """`case_view` without the record, of a case its own transaction just inserted: nothing
     refers to it yet (no execution, no Slack message), so nothing needs reading."""
-    return _view(case, (), None, None, None)
+    return _view(case, (), None, None, None, processor)
 
 
 def _view(
@@ -53,6 +55,7 @@ def _view(
     slack: dict[str, Any] | None,
     vault: Vault | None,
     session: Session | None,
+    processor: str | None,
 ) -> dict[str, Any]:
     decision = case.decision or {}
     wanted = case.asked()
@@ -69,6 +72,7 @@ def _view(
         "refunded_amount": major(refunded, case.currency),
         "partial": case.status == "refunded" and wanted is not None and refunded < wanted,
         "payment": case.payment_id,
+        "processor": processor,
         "source": case.source,
         "external_id": case.external_id,
         "reason": case.reason,
@@ -95,6 +99,7 @@ def _view(
         "refunds": [
             {
                 "id": e.processor_refund_id or e.id,
+                "processor": processor,
                 "execution_id": e.id,
                 "amount": major(e.amount, e.currency),
                 "status": e.processor_status or e.status,

@@ -36,7 +36,7 @@ from refund_desk import money
 from refund_desk.bot.blocks.evidence import evidence_blocks
 from refund_desk.bot.mrkdwn import escape, mention, render
 from refund_desk.cases import tokens
-from refund_desk.cases.ports import REASONS
+from refund_desk.cases.ports import REASONS, processor_title
 from refund_desk.storage.models import Case
 
 if TYPE_CHECKING:
@@ -85,6 +85,7 @@ class CardContext:
     paused: bool = False
     summary: str = ""  # the advisor's summary, unsealed (it quotes the customer)
     evidence: tuple[dict[str, Any], ...] = ()  # the case's evidence, its links and names unsealed
+    processor: str | None = None  # the payment's ("paypal")
 
 
 def mask_email(email: str | None) -> str:
@@ -266,7 +267,8 @@ def _fields(ctx: CardContext) -> list[str]:
     due = until(case.sla_due_at, ctx.now)
     return [
         f"*Amount*\n{amount}",
-        f"*Payment*\n`{escape(case.payment_id)}`",
+        f"*Payment*\n`{escape(case.payment_id)}`"
+        + (f" · {processor_title(ctx.processor)}" if ctx.processor else ""),
         f"*Order*\npaid {_money(order.get('amount'), cur)} {order.get('age_days', '?')} days ago"
         f" · still refundable {_money(left, cur)}",
         f"*Customer*\n{'erased' if case.erased_at else escape(mask_email(ctx.email))}"

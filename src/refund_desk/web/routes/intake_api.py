@@ -189,7 +189,7 @@ def _create(
     if desk.start(submitted.job_id) and submitted.row is not None:
         # The worker advances the case; the answer does not wait, and needs no read: it is
         # the case as the capture inserted it (nothing refers to it yet).
-        return new_case_view(Case.model_construct(**submitted.row)), True
+        return new_case_view(Case.model_construct(**submitted.row), submitted.processor), True
     # A replay, or the job ran here (no worker in this process): the case as it is now.
     return _view(runtime, submitted.case_id), submitted.created
 
