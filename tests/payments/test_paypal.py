@@ -105,7 +105,7 @@ def test_a_huf_payment_refunds_whole_forints(desk: RemoteHarness, paypal: PayPal
     [
         ("REFUND_TIME_LIMIT_EXCEEDED", "refund time limit"),
         ("REFUND_FAILED_INSUFFICIENT_FUNDS", "Add funds"),
-        ("PAYER_ACCOUNT_LOCKED_OR_CLOSED", "customer's PayPal account"),
+        ("TRANSACTION_DISPUTED", "under dispute"),
     ],
 )
 def test_a_decline_parks_the_case_with_a_sentence(

@@ -32,6 +32,7 @@ from refund_desk import clock, money
 from refund_desk.cases.desk import Desk
 from refund_desk.cases.intake import parse_request, submit
 from refund_desk.customers.intake import channel_key
+from refund_desk.demo.paypal import PayPalEmulator, PayPalEmulatorServer
 from refund_desk.demo.slack import Channel, SlackEmulator, User
 from refund_desk.governance.versions import control, publish
 from refund_desk.jobs.queue import ClaimedJob, enqueue
@@ -70,18 +71,26 @@ class Sample:
     age_days: int = 5
     chargebacks: int = 0
     filed_by: str | None = None  # filed by a person with /refund instead of the storefront
+    paypal: bool = False  # paid with PayPal (the emulator) instead of the sandbox
 
 
 SAMPLES = (
     Sample(0.02, "30.00", "20.00", "The vase arrived broken, shards everywhere.", 3),
-    Sample(0.08, "45.00", "45.00", "I changed my mind about the lamp, please refund it.", 10),
+    Sample(
+        0.08,
+        "45.00",
+        "45.00",
+        "I changed my mind about the lamp, please refund it.",
+        10,
+        paypal=True,
+    ),
     Sample(0.14, "75.00", "75.00", "Wrong item: I got a toaster.", filed_by="U0LEAD1"),
     Sample(0.22, "60.00", "80.00", "The chair wobbles, I want all my money back and more."),
     Sample(0.30, "320.00", "320.00", "My parcel never arrived, tracking says lost.", 12),
     Sample(0.40, "60.00", "60.00", "I was charged twice for the same order.", 8, chargebacks=1),
-    Sample(0.50, "35.00", "35.00", "The mug came chipped and cracked.", 2),
+    Sample(0.50, "35.00", "35.00", "The mug came chipped and cracked.", 2, paypal=True),
     Sample(0.62, "30.00", "30.00", "The shoes are the wrong size, I ordered 42 and got 39.", 120),
-    Sample(0.75, "25.00", "25.00", "The teapot arrived broken in the box.", 6),
+    Sample(0.75, "25.00", "25.00", "The teapot arrived broken in the box.", 6, paypal=True),
     Sample(0.90, "150.00", "150.00", "The jacket does not fit, I would like my money back.", 20),
 )
 
@@ -126,7 +135,9 @@ def channels_from(doc: PolicyDocument) -> list[Channel]:
     return [Channel(cid, name) for cid, name in named.items()]
 
 
-def demo_settings(folder: Path, host: str, port: int, sandbox: SlackEmulator) -> Settings:
+def demo_settings(
+    folder: Path, host: str, port: int, sandbox: SlackEmulator, paypal: PayPalEmulatorServer
+) -> Settings:
     local = "127.0.0.1" if host in ("0.0.0.0", "", "::") else host
     base = f"http://{local}:{port}"
     settings = DemoSettings(
@@ -138,6 +149,11 @@ def demo_settings(folder: Path, host: str, port: int, sandbox: SlackEmulator) ->
         REFUND_DESK_SWEEP_SECONDS=2,
         REFUND_DESK_PUBLIC_URL=base,
         REFUND_DESK_EVIDENCE_DIR=folder / "evidence",
+        REFUND_DESK_PROCESSOR="sandbox,paypal",
+        PAYPAL_CLIENT_ID=paypal.emulator.client_id,
+        PAYPAL_CLIENT_SECRET=paypal.emulator.client_secret,
+        PAYPAL_API_BASE=paypal.url,
+        PAYPAL_WEBHOOK_ID=paypal.emulator.webhook_id,
     )
     return settle_secret(settings)
 
@@ -145,7 +161,7 @@ def demo_settings(folder: Path, host: str, port: int, sandbox: SlackEmulator) ->
 # ---------------------------------------------------------------- the sample store
 
 
-def seed(runtime: Runtime, *, stream_seconds: float) -> bool:
+def seed(runtime: Runtime, paypal: PayPalEmulator, *, stream_seconds: float) -> bool:
     """Publish the demo policy, make the payments and queue the stream; False if done before."""
     desk = runtime.desk
     with runtime.db.read() as session:
@@ -155,8 +171,15 @@ def seed(runtime: Runtime, *, stream_seconds: float) -> bool:
         publish(session, desk.audit, source=policy_source(), actor=Actor("cli", "demo"))
     assert runtime.sandbox is not None
     start = clock.now()
-    payments = [  # the processor is remote: its own transactions, before ours
-        runtime.sandbox.create_payment(
+    payments = [  # the processors are remote: their own transactions, before ours
+        paypal.pay(
+            sample.paid,
+            email=f"customer{n}@example.com",
+            name=f"Customer {n}",
+            created=start - timedelta(days=sample.age_days),
+        ).capture_id
+        if sample.paypal
+        else runtime.sandbox.create_payment(
             amount=money.to_minor(sample.paid, "USD"),
             currency="usd",
             email=f"customer{n}@example.com",
@@ -225,7 +248,7 @@ def stream_left(runtime: Runtime) -> int:
 
 
 def prepare(
-    *, host: str, port: int, folder: Path, stream_seconds: float
+    *, host: str, port: int, folder: Path, stream_seconds: float, paypal: PayPalEmulatorServer
 ) -> tuple[Runtime, SlackEmulator]:
     if os.environ.get("SLACK_BOT_TOKEN"):
         raise DemoRefused(
@@ -236,10 +259,10 @@ def prepare(
         raise DemoRefused("--stream-seconds must be more than 0 and at most 3600")
     doc = parse_policy(policy_source())
     sandbox = SlackEmulator.create(users=users_from(doc), channels=channels_from(doc))
-    runtime = build(demo_settings(folder, host, port, sandbox), migrate=True)
+    runtime = build(demo_settings(folder, host, port, sandbox, paypal), migrate=True)
     runtime.extra_jobs[ARRIVE] = partial(arrive, runtime.desk)
     install_jobs(runtime)
-    seed(runtime, stream_seconds=stream_seconds)
+    seed(runtime, paypal.emulator, stream_seconds=stream_seconds)
     return runtime, sandbox
 
 
@@ -261,9 +284,10 @@ def run(*, host: str, port: int, directory: Path | None, stream_seconds: float) 
         else directory.expanduser().resolve()
     )
     folder.mkdir(parents=True, exist_ok=True)
+    paypal = PayPalEmulatorServer()  # PayPal on loopback; its state lives as long as the demo
     try:
         runtime, sandbox = prepare(
-            host=host, port=port, folder=folder, stream_seconds=stream_seconds
+            host=host, port=port, folder=folder, stream_seconds=stream_seconds, paypal=paypal
         )
         server = uvicorn.Server(
             uvicorn.Config(
@@ -281,6 +305,7 @@ def run(*, host: str, port: int, directory: Path | None, stream_seconds: float) 
         if not server.started:
             raise DemoRefused(f"the server could not listen on {host}:{port}")
     finally:
+        paypal.stop()
         if temporary:
             shutil.rmtree(folder, ignore_errors=True)
 
