@@ -145,10 +145,11 @@ class PayPalProcessor:
             )
         try:
             capture = self._get(f"/v2/payments/captures/{payment_id}", payment_id=payment_id)
-            order = self._order_of(capture)
-        except PaymentNotFound:
+        except PaymentNotFound:  # an order's id, then
             order = self._get(f"/v2/checkout/orders/{payment_id}", payment_id=payment_id)
             capture = _only_capture(order)
+        else:
+            order = self._order_of(capture)
         amount = capture["amount"]
         currency = amount["currency_code"]
         payer = order.get("payer") or {}
