@@ -520,7 +520,8 @@ def test_a_refund_beyond_what_is_left_is_refused_and_none_after_the_whole_is_bac
     assert paypal.refund(paid, usd("20.00")).status_code == 201
     exceeded = paypal.refund(paid, usd("10.01"))
     assert issue(exceeded) == "REFUND_AMOUNT_EXCEEDED"
-    assert exceeded.json()["name"] == "UNPROCESSABLE_ENTITY" and exceeded.json()["debug_id"]
+    assert exceeded.json()["name"] == "UNPROCESSABLE_ENTITY"
+    assert exceeded.json()["debug_id"] == exceeded.headers["Paypal-Debug-Id"]
     capture = paypal.call("GET", CAPTURE, capture_id=paid.capture_id).json()
     assert capture["status"] == "PARTIALLY_REFUNDED"
     rest = paypal.refund(paid, prefer="return=representation").json()  # no amount: the rest

@@ -8,12 +8,14 @@ repeated `PayPal-Request-Id` answers) this follows PayPal's public documentation
 - a capture is refunded in its currency's decimals (none for HUF, JPY and TWD), never beyond what
   is left of it and never 180 days after it; the refund answers `return=minimal` unless the
   caller prefers `return=representation`, as the `Prefer` header's description says;
-- the same `PayPal-Request-Id` answers the refund its first request made, whatever the body;
+- the same `PayPal-Request-Id` answers the refund its first request made, whatever the body
+  (in its current state); a request that made no refund leaves its id free;
 - refund and capture events are signed (an HMAC under a key only this emulator holds, in the
   headers PayPal sends) and `POST /v1/notifications/verify-webhook-signature` checks them.
 
-Knobs for the hard cases apply to the next refund creates: answer late or 5xx after committing,
-5xx or 429 before, a 422 with a given issue, a PENDING refund that `settle_refund` ends later.
+Knobs for the hard cases apply to the next refund requests: 429, 5xx or a 422 with a given issue
+before anything is looked at (a repeated request id included); answer late or 5xx after a refund
+is committed; make it PENDING until `settle_refund` ends it.
 """
 
 from __future__ import annotations
@@ -308,7 +310,7 @@ class PayPalEmulator:
     def refunds(self, capture_id: str) -> list[Json]:
         """The capture's refunds (reversals included) as PayPal shows them, oldest first."""
         with self.lock:
-            return self._refunds_of(capture_id)
+            return [self._refund_view(r) for r in self._refunds_of(capture_id)]
 
     def expire_tokens(self) -> None:
         """Every token issued so far now answers 401."""
@@ -604,21 +606,17 @@ class PayPalEmulator:
             raise ValueError(f"{currency} takes {CURRENCIES[currency]} decimals")
         return Decimal(value)
 
-    def _capture_refunds(self, capture: Json, *statuses: str) -> Decimal:
+    def _refunded(self, capture: Json, *statuses: str) -> Decimal:
+        """What the capture's refunds in these statuses (COMPLETED by default) add up to."""
+        wanted = statuses or ("COMPLETED",)
         return sum(
-            (
-                _amount(r)
-                for rid, r in self._refunds.items()
-                if self._refund_capture[rid] == capture["id"] and r["status"] in statuses
-            ),
+            (_amount(r) for r in self._refunds_of(capture["id"]) if r["status"] in wanted),
             Decimal(0),
         )
 
-    def _refunded(self, capture: Json) -> Decimal:
-        return self._capture_refunds(capture, "COMPLETED")
-
     def _left(self, capture: Json) -> Decimal:
-        return _amount(capture) - self._capture_refunds(capture, "COMPLETED", "PENDING")
+        """What can still be refunded: a PENDING refund holds its amount."""
+        return _amount(capture) - self._refunded(capture, "COMPLETED", "PENDING")
 
     def _sync(self, capture: Json) -> None:
         done = self._refunded(capture)
@@ -684,7 +682,10 @@ class PayPalEmulator:
                     "reference_id": "default",
                     "amount": dict(capture["amount"]),
                     "payee": dict(MERCHANT),
-                    "payments": {"captures": [shown], "refunds": self._refunds_of(capture["id"])},
+                    "payments": {
+                        "captures": [shown],
+                        "refunds": [self._refund_view(r) for r in self._refunds_of(capture["id"])],
+                    },
                 }
             ],
             "create_time": order["create_time"],
@@ -693,11 +694,8 @@ class PayPalEmulator:
         }
 
     def _refunds_of(self, capture_id: str) -> list[Json]:
-        return [
-            self._refund_view(r)
-            for rid, r in self._refunds.items()
-            if self._refund_capture[rid] == capture_id
-        ]
+        """The capture's refunds as stored, oldest first (views add the links)."""
+        return [r for rid, r in self._refunds.items() if self._refund_capture[rid] == capture_id]
 
 
 def _not_found(field: str, value: str) -> ApiError:
@@ -766,7 +764,8 @@ class PayPalEmulatorServer:
                     self.send_response(status)
                     self.send_header("Content-Type", "application/json")
                     self.send_header("Content-Length", str(len(data)))
-                    self.send_header("Paypal-Debug-Id", secrets.token_hex(7)[:13])
+                    debug_id = body.get("debug_id") if isinstance(body, dict) else None
+                    self.send_header("Paypal-Debug-Id", debug_id or secrets.token_hex(7)[:13])
                     self.end_headers()
                     self.wfile.write(data)
                 except (BrokenPipeError, ConnectionResetError):
