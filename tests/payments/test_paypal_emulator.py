@@ -490,8 +490,8 @@ def test_the_descriptions_check_catches_a_misspelt_or_mistyped_field() -> None:
 # ---------------------------------------------------------------- behaviours
 
 
-def test_the_same_request_id_answers_the_first_refund_whatever_the_body(
-    paypal: Checked, emulator: PayPalEmulator
+def test_the_same_request_id_answers_the_first_refund_whatever_the_body_for_45_days(
+    paypal: Checked, emulator: PayPalEmulator, clock: Clock
 ) -> None:
     paid = emulator.pay("30.00")
     first = paypal.refund(paid, usd("10.00"), request_id="exec-1")
@@ -500,6 +500,12 @@ def test_the_same_request_id_answers_the_first_refund_whatever_the_body(
     assert again.json()["id"] == first.json()["id"]
     assert again.json()["amount"] == {"currency_code": "USD", "value": "10.00"}
     assert len(emulator.refunds(paid.capture_id)) == 1
+    clock.now += timedelta(days=45)
+    paypal.renew()
+    assert paypal.refund(paid, usd("10.00"), request_id="exec-1").json()["id"] == first.json()["id"]
+    clock.now += timedelta(seconds=1)  # the key is forgotten: a new refund
+    assert paypal.refund(paid, usd("10.00"), request_id="exec-1").json()["id"] != first.json()["id"]
+    assert len(emulator.refunds(paid.capture_id)) == 2
 
 
 def test_with_request_ids_ignored_each_request_makes_a_refund(

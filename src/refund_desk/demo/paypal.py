@@ -9,7 +9,7 @@ repeated `PayPal-Request-Id` answers) this follows PayPal's public documentation
   is left of it and never 180 days after it; the refund answers `return=minimal` unless the
   caller prefers `return=representation`, as the `Prefer` header's description says;
 - the same `PayPal-Request-Id` answers the refund its first request made, whatever the body
-  (in its current state); a request that made no refund leaves its id free;
+  (in its current state) for 45 days; a request that made no refund leaves its id free;
 - refund and capture events are signed (an HMAC under a key only this emulator holds, in the
   headers PayPal sends) and `POST /v1/notifications/verify-webhook-signature` checks them.
 
@@ -48,6 +48,7 @@ TWO = "AUD BRL CAD CHF CNY CZK DKK EUR GBP HKD ILS MXN MYR NOK NZD PHP PLN SEK S
 CURRENCIES = {code: 2 for code in TWO.split()} | {"HUF": 0, "JPY": 0, "TWD": 0}
 SYMBOLS = {"USD": "$", "EUR": "€", "GBP": "£", "JPY": "¥"}
 REFUND_DAYS = 180
+REQUEST_ID_DAYS = 45  # "The server stores keys for 45 days."
 TOKEN_SECONDS = 32400
 MAX_REQUESTS = 5000
 MONEY_VALUE = re.compile(r"^((-?[0-9]+)|(-?([0-9]+)?[.][0-9]+))$")  # the description's pattern
@@ -216,7 +217,7 @@ class PayPalEmulator:
         self._refunds: dict[str, Json] = {}
         self._refund_capture: dict[str, str] = {}
         self._tokens: dict[str, datetime] = {}
-        self._request_ids: dict[str, str] = {}
+        self._request_ids: dict[str, tuple[str, datetime]] = {}  # -> refund id, when
         self._faults: dict[str, tuple[int, Any]] = {}
 
     # ------------------------------------------------------------ what tests and the demo do
@@ -518,11 +519,12 @@ class PayPalEmulator:
                 if fault is not None:
                     raise declined(fault) if kind == "decline" else fail(fault)
             capture = self._capture(capture_id)
-            if key and key in self._request_ids:
-                return 201, self._answer(self._refunds[self._request_ids[key]], prefer)
+            seen = self._request_ids.get(key) if key else None
+            if seen and self.clock() - seen[1] <= timedelta(days=REQUEST_ID_DAYS):
+                return 201, self._answer(self._refunds[seen[0]], prefer)
             refund = self._create(capture, _refund_request(raw), None)
             if key:
-                self._request_ids[key] = refund["id"]
+                self._request_ids[key] = (refund["id"], self.clock())
             stall, error = self._take("stall"), self._take("error_after")
             answer = self._answer(refund, prefer)
         if stall:
