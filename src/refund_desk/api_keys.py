@@ -23,6 +23,9 @@ from refund_desk.storage.db import Database
 from refund_desk.storage.models import ApiKey
 
 KEY_PREFIX = "rdk_"
+# What a key may do: read cases and the policy, or also propose refunds (file requests). No
+# key approves, denies or pays anything: that is the policy's or a person's.
+SCOPES = ("read", "propose")
 USE_RESOLUTION = timedelta(minutes=1)  # `last_used_at` is written at most this often
 
 
@@ -34,6 +37,7 @@ class KeyInfo:
     revoked_at: datetime | None
     last_used_at: datetime | None = None
     expires_at: datetime | None = None  # a rotated key's end of grace
+    scope: str = "propose"
 
     def state(self, now: datetime) -> str:
         if self.revoked_at is not None:
@@ -48,26 +52,28 @@ def hash_key(key: str) -> str:
 
 
 def create_api_key(db: Database, name: str, *, audit: AuditLog | None = None,
-                   actor: Actor | None = None) -> str:  # fmt: skip
+                   actor: Actor | None = None, scope: str = "propose") -> str:  # fmt: skip
     """Make a key, store only its hash, and return the key (shown once)."""
     name = name.strip()
     if not name or len(name) > 100:
         raise InvalidRequest("bad_name", "A key needs a name of 1 to 100 characters.")
+    if scope not in SCOPES:
+        raise InvalidRequest("bad_scope", f"A key's scope is one of {', '.join(SCOPES)}.")
     key = KEY_PREFIX + secrets.token_urlsafe(32)
     with db.write() as session:
-        session.add(
-            ApiKey(name=name, prefix=key[:10], key_hash=hash_key(key), created_at=clock.now())
-        )
+        row = ApiKey(name=name, prefix=key[:10], key_hash=hash_key(key), created_at=clock.now())
+        row.scope = scope
+        session.add(row)
         if audit is not None and actor is not None:
             audit.append(session, action="api_key.created", actor=actor,
-                         payload={"name": name, "prefix": key[:10]})  # fmt: skip
+                         payload={"name": name, "prefix": key[:10], "scope": scope})  # fmt: skip
     return key
 
 
 def list_api_keys(session: Session) -> list[KeyInfo]:
     rows = session.scalars(select(ApiKey).order_by(col(ApiKey.created_at), col(ApiKey.id))).all()
     return [
-        KeyInfo(r.name, r.prefix, r.created_at, r.revoked_at, r.last_used_at, r.expires_at)
+        KeyInfo(r.name, r.prefix, r.created_at, r.revoked_at, r.last_used_at, r.expires_at, r.scope)
         for r in rows
     ]
 
@@ -81,12 +87,22 @@ class Presented:
     revoked_at: datetime | None
     expires_at: datetime | None
     last_used_at: datetime | None
+    scope: str = "propose"
+
+    @property
+    def may_propose(self) -> bool:
+        return self.scope == "propose"
 
 
 _KEYS = ApiKey.__table__  # type: ignore[attr-defined]
 _PRESENTED = (  # built once: it runs for every API request
     select(
-        _KEYS.c.id, _KEYS.c.name, _KEYS.c.revoked_at, _KEYS.c.expires_at, _KEYS.c.last_used_at
+        _KEYS.c.id,
+        _KEYS.c.name,
+        _KEYS.c.revoked_at,
+        _KEYS.c.expires_at,
+        _KEYS.c.last_used_at,
+        _KEYS.c.scope,
     ).where(_KEYS.c.key_hash == bindparam("key_hash"))
 )
 
@@ -143,7 +159,9 @@ def rotate_api_key(db: Database, name: str, *, grace: timedelta, audit: AuditLog
         for row in rows:
             row.expires_at = min(row.expires_at, ends) if row.expires_at else ends
             session.add(row)
-        session.add(ApiKey(name=name, prefix=key[:10], key_hash=hash_key(key), created_at=now))
+        new = ApiKey(name=name, prefix=key[:10], key_hash=hash_key(key), created_at=now)
+        new.scope = rows[-1].scope  # the new key may do what the one it replaces could
+        session.add(new)
         audit.append(
             session,
             action="api_key.rotated",

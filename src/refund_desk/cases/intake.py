@@ -35,7 +35,8 @@ log = logging.getLogger(__name__)
 
 ADVANCE = "advance"  # job kind: advise, decide and route a new case
 
-SOURCES = ("api", "web_form", "shopify", "zendesk", "gorgias", "slack", "email")
+# `agent`: proposed by an assistant over MCP (`mcp_server.py`); the policy may treat it apart.
+SOURCES = ("api", "web_form", "shopify", "zendesk", "gorgias", "slack", "email", "agent")
 # What the system writes for itself, never a client: `slack` marks a case a person filed with
 # `/refund` (its job writes it, with the person as requester), and `slack-job-<job id>` is
 # that job's external id. The API refuses both (`refuse_internal`).
@@ -53,7 +54,9 @@ class RefundRequest(BaseModel):
     currency: str = Field(min_length=3, max_length=3)
     amount: str | None = Field(default=None, max_length=32)
     message: str | None = Field(default=None, max_length=10_000)
-    source: Literal["api", "web_form", "shopify", "zendesk", "gorgias", "slack", "email"] = "api"
+    source: Literal[
+        "api", "web_form", "shopify", "zendesk", "gorgias", "slack", "email", "agent"
+    ] = "api"
     external_id: str | None = Field(default=None, max_length=200)
     callback_url: str | None = Field(default=None, max_length=2000, pattern=r"^https?://")
     reason: str | None = Field(default=None, max_length=30)

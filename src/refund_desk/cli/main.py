@@ -216,6 +216,23 @@ def worker() -> None:
 
 
 @app.command()
+def mcp(
+    user: Annotated[
+        str,
+        typer.Option("--as", help="Your Slack user id: the policy's roles for that person apply."),
+    ],
+) -> None:
+    """Serve Refund Desk to an assistant over MCP on stdin and stdout (a desktop assistant on
+    an admin's machine): read cases, explain decisions, simulate the policy, propose refunds;
+    never approve, deny or pay. Every call is on the audit record under USER."""
+    import anyio
+
+    from refund_desk.mcp_server import serve_stdio
+
+    anyio.run(serve_stdio, _runtime(), user.strip())
+
+
+@app.command()
 def demo(
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
@@ -424,13 +441,29 @@ def db_upgrade() -> None:
     typer.echo("database is up to date")
 
 
+class KeyScope(StrEnum):
+    read = "read"
+    propose = "propose"
+
+
 @key_app.command("create")
-def api_key_create(name: Annotated[str, typer.Option(help="Who the key is for.")]) -> None:
-    """Create an API key for the intake API; it is printed once and stored only as a hash."""
+def api_key_create(
+    name: Annotated[str, typer.Option(help="Who the key is for.")],
+    scope: Annotated[
+        KeyScope,
+        typer.Option(help="read: cases and the policy; propose: also file refund requests."),
+    ] = KeyScope.propose,
+) -> None:
+    """Create an API key for the intake API and the MCP server; it is printed once and stored
+    only as a hash. No key approves, denies or pays: the policy or a person does."""
     from refund_desk.api_keys import create_api_key
 
     runtime = _runtime()
-    typer.echo(create_api_key(runtime.db, name, audit=runtime.desk.audit, actor=_cli_actor()))
+    typer.echo(
+        create_api_key(
+            runtime.db, name, audit=runtime.desk.audit, actor=_cli_actor(), scope=scope.value
+        )
+    )
 
 
 @key_app.command("list")
@@ -456,6 +489,7 @@ def api_key_list(
                 "last_used_at": k.last_used_at.isoformat() if k.last_used_at else None,
                 "expires_at": k.expires_at.isoformat() if k.expires_at else None,
                 "state": k.state(now),
+                "scope": k.scope,
             }
             for k in keys
         ]
@@ -471,7 +505,7 @@ def api_key_list(
         used = f"{k.last_used_at:%Y-%m-%d %H:%M}" if k.last_used_at else "never"
         typer.echo(
             f"{k.name:<24} {k.prefix}…  created {k.created_at:%Y-%m-%d %H:%M}  "
-            f"last used {used:<16}  {state}"
+            f"last used {used:<16}  {k.scope:<8} {state}"
         )
 
 

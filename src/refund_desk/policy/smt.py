@@ -60,6 +60,7 @@ KNOWN_SOURCES: tuple[str, ...] = (
     "gorgias",
     "slack",
     "email",
+    "agent",
 )
 FRESH_STRINGS: tuple[str, ...] = ("unlisted-1", "unlisted-2", "unlisted-3")
 """Strings no policy names: a free string fact equal to none of the literals."""

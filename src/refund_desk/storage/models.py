@@ -47,6 +47,10 @@ class ApiKey(SQLModel, table=True):
     revoked_at: datetime | None = _optional_ts()
     last_used_at: datetime | None = _optional_ts()  # written at most once a minute
     expires_at: datetime | None = _optional_ts()  # a rotated key works until then
+    # `read`: cases and the policy; `propose`: also files refund requests (`api_keys.SCOPES`)
+    scope: str = Field(
+        default="propose", max_length=20, sa_column_kwargs={"server_default": "propose"}
+    )
 
 
 class PolicyVersion(SQLModel, table=True):

@@ -38,6 +38,7 @@ from refund_desk.web.routes import appeals, inbound, web_form
 from refund_desk.web.routes import intake_api as api
 from refund_desk.web.routes import paypal_webhooks as paypal_routes
 from refund_desk.web.routes import stripe_webhooks as stripe_routes
+from refund_desk.web.routes.mcp_http import mcp_route
 
 if TYPE_CHECKING:
     from refund_desk.demo.slack import SlackEmulator
@@ -248,7 +249,8 @@ def create_app(
         if surface is not None:  # the workspace checked against the policy, as a job
             surface.start_jobs([await asyncio.to_thread(queue_doctor, surface, "start-up")])
         try:
-            yield
+            async with assistants.session_manager.run():  # `/mcp`
+                yield
         finally:
             if socket_mode is not None:
                 await socket_mode.close()
@@ -279,6 +281,8 @@ def create_app(
     app.include_router(api.router)
     app.include_router(stripe_routes.router)
     app.include_router(paypal_routes.router)
+    route, assistants = mcp_route(runtime, app.state.recent_keys)
+    app.router.routes.append(route)
     app.state.socket_mode = None
     if surface is not None:
         if surface.http:  # only with a signing secret; never in Socket Mode

@@ -21,7 +21,7 @@ from refund_desk import clock
 from refund_desk.api_keys import Presented, hash_key, mark_used, presented, usable
 from refund_desk.cases import listing
 from refund_desk.cases.approvals import waiting_for
-from refund_desk.cases.errors import InvalidRequest, Unauthorized
+from refund_desk.cases.errors import Forbidden, InvalidRequest, Unauthorized
 from refund_desk.cases.evidence import EvidenceStore
 from refund_desk.cases.intake import RefundRequest, refuse_internal, submit
 from refund_desk.cases.lifecycle import Status
@@ -170,6 +170,10 @@ def _create(
 ) -> tuple[dict[str, Any], bool]:
     """One thread hop for the capture: the key again, then the request, then the case."""
     api_key = check_key(runtime, authorization, recent)
+    if not api_key.may_propose:
+        raise Forbidden(
+            "read_only_key", "This API key may read cases, not file refund requests (scope read)."
+        )
     refund_request.amount_minor()  # amount errors by field, before anything is written
     refuse_internal(refund_request)  # `source: slack`, `slack-job-…`: the system's own
     if refund_request.callback_url and not runtime.settings.allow_private_callbacks:
