@@ -133,8 +133,14 @@ def test_over_http_an_assistant_reads_explains_simulates_and_proposes(desk: Harn
                 )
             )
             assert (simulated["outcome"], simulated["rule"]) == ("approve", "damaged-small")
+            desk.publish(policy_source().replace("request.amount <= 50", "request.amount <= 80"))
             versions = answer(await mcp.call_tool("policy_versions", {}))["versions"]
-            assert [v["version"] for v in versions] == [1] and versions[0]["active"]
+            assert [v["version"] for v in versions] == [2, 1] and versions[0]["active"]
+            changes = answer(await mcp.call_tool("policy_diff", {"old": 1, "new": 2}))["changes"]
+            assert [(c["kind"], c["name"]) for c in changes] == [("changed", "damaged-small")]
+            regions = answer(await mcp.call_tool("policy_regions", {"old": 1, "new": 2}))
+            assert regions["more_permissive"] is True, regions
+            assert regions["regions"] and regions["regions"][0]["given"]
             status = answer(await mcp.call_tool("desk_status", {}))
             assert status["waiting"] == {"awaiting_approval": 1} and status["paused"] is False
             policy = await mcp.read_resource("policy://active")
@@ -153,7 +159,7 @@ def test_over_http_an_assistant_reads_explains_simulates_and_proposes(desk: Harn
         server.stop()
     calls = _calls(desk.runtime)
     assert ("api:tests", "propose_refund") in calls and ("api:reader", "propose_refund") in calls
-    assert len(calls) == 11  # every call and resource read, refused ones too
+    assert len(calls) == 13  # every call and resource read, refused ones too
     assert len(desk.refunds_at_processor(large)) == 0  # the proposal over 50 waits for a person
 
 
@@ -242,3 +248,20 @@ def test_over_stdio_a_person_the_policy_does_not_name_reads_no_customer_words(
             assert refused.isError and "not_allowed" in refused.content[0].text
 
     anyio.run(session_work)
+
+
+def test_calls_are_rate_limited_per_caller_and_customer_text_is_bounded() -> None:
+    from mcp.server.fastmcp.exceptions import ToolError
+
+    from refund_desk.mcp_server import MOST_TEXT, RateLimit, _customer
+
+    limits = RateLimit(per_minute=3)
+    for _ in range(3):
+        limits.take("api:a")
+    with pytest.raises(ToolError, match="rate_limited"):
+        limits.take("api:a")
+    limits.take("api:b")  # another key has its own allowance
+    marked = _customer("x" * (MOST_TEXT + 10), injection=True)
+    assert marked is not None
+    assert len(marked["customer_content"]) == MOST_TEXT and marked["truncated"]
+    assert marked["injection_suspected"] is True
