@@ -152,7 +152,8 @@ class PayPalProcessor:
             order = self._order_of(capture)
         amount = capture["amount"]
         currency = amount["currency_code"]
-        payer = order.get("payer") or {}
+        # the payer as `payment_source.paypal` names them (`payer` is deprecated, still sent)
+        payer = (order.get("payment_source") or {}).get("paypal") or order.get("payer") or {}
         name = payer.get("name") or {}
         full_name = " ".join(p for p in (name.get("given_name"), name.get("surname")) if p)
         return PaymentFacts(
