@@ -28,6 +28,7 @@ from refund_desk.cases.ports import (
     PaymentFacts,
     ProcessorError,
     ProcessorRefund,
+    ProcessorTimeout,
     Provenance,
     RefundNotFound,
 )
@@ -345,12 +346,13 @@ def _recheck(
 def _pay(desk: Desk, execution: Execution) -> ProcessorRefund | None:
     """Lookup before create: after an unknown outcome the refund may already exist. Then the
     barrier (`_send`), then the create. None: not sent (the case went back to a person)."""
-    if execution.processor_refund_id:  # the refund is known (pending): ask for it by id
-        return desk.processor.retrieve_refund(execution.processor_refund_id)
     looked_at = desk.now()
-    for refund in desk.processor.list_refunds(execution.payment_id):
-        if refund.metadata.get("execution_id") == execution.id:
-            return refund
+    try:
+        found = _lookup(desk, execution)
+    except ProcessorError as exc:
+        raise _lookup_failed(execution, exc) from None
+    if found is not None:
+        return found
     try:
         sent_at = _send(desk, execution, looked_at)
     except _ModeChanged as changed:
@@ -373,6 +375,19 @@ def _pay(desk: Desk, execution: Execution) -> ProcessorRefund | None:
     except ProcessorError:
         _answered(desk, execution.id, sent_at)  # the call is over: in flight no more
         raise
+
+
+def _lookup_failed(execution: Execution, exc: ProcessorError) -> ProcessorError:
+    """A look-up never declines a refund. Once a create of this execution may have been sent
+    (or the processor named its refund), any failure to look it up, a 404 or a 400 included, is
+    an unknown outcome: retried, and the reservation kept, never recorded as failed."""
+    if exc.transient or (execution.sent_at is None and execution.processor_refund_id is None):
+        return exc
+    return ProcessorTimeout(
+        "lookup_failed",
+        f"Looking the refund up failed ({exc.code}: {exc.message}); it may have been made, "
+        "so it is looked up again.",
+    )
 
 
 # Beyond the processor's timeout, how long a create sent by another process may still be
@@ -694,11 +709,18 @@ def resolve(desk: Desk, execution_id: str) -> str:
 
 
 def _lookup(desk: Desk, execution: Execution) -> ProcessorRefund | None:
+    """The processor's refund for this execution, or None when it holds none: by its id once
+    known (pending), else by our execution id among the payment's refunds. A refund the
+    processor answered once is never "none": not found now is an unknown outcome."""
     if execution.processor_refund_id:
         try:
             return desk.processor.retrieve_refund(execution.processor_refund_id)
         except RefundNotFound:
-            return None
+            raise ProcessorTimeout(
+                "refund_not_found_now",
+                f"The processor answered refund {execution.processor_refund_id} before and "
+                "cannot find it now; it is looked up again.",
+            ) from None
     for refund in desk.processor.list_refunds(execution.payment_id):
         if refund.metadata.get("execution_id") == execution.id:
             return refund
