@@ -298,3 +298,41 @@ def test_policy_hash_is_stable_and_canonical(acme: PolicyDocument) -> None:
     assert policy_hash(dump(reordered) + "\n# comment\n") == h
     raw["rules"][2]["when"] = raw["rules"][2]["when"].replace("50", "60")
     assert policy_hash(dump(raw)) != h
+
+
+# A text published before rules had descriptions: its hash is on record (backtests, versions).
+BEFORE_DESCRIPTIONS = """
+policy: tiny
+currency: USD
+rules:
+  - {id: small, when: "request.amount <= 50", outcome: approve, approvers: team}
+default: {outcome: review, approvers: team}
+approvers: {team: {members: [U1AA], limit: 100}}
+"""
+BEFORE_DESCRIPTIONS_HASH = "07d5dfd5142dcd1c69edce00f56d8f62255822fb58aeff590d92706f2066195f"
+
+
+def test_a_rule_may_say_what_it_is_for_and_the_hash_counts_it(acme: PolicyDocument) -> None:
+    rule = acme.rule("damaged-small")
+    said = "Damaged items up to 50.00 USD, bought in the last 30 days, refund themselves"
+    assert rule.description == said
+    assert acme.default.description == "Anything else goes to the support leads"
+    raw = acme_raw()
+    raw["rules"][2]["description"] = "Small damaged orders refund themselves"
+    assert policy_hash(dump(raw)) != policy_hash(acme)  # a description is part of the text
+    del raw["rules"][2]["description"]
+    assert parse_policy(dump(raw)).rule("damaged-small").description is None
+
+
+def test_a_text_without_descriptions_keeps_the_hash_it_had() -> None:
+    assert policy_hash(BEFORE_DESCRIPTIONS) == BEFORE_DESCRIPTIONS_HASH
+
+
+def test_a_description_is_words_not_an_essay() -> None:
+    raw = acme_raw()
+    raw["rules"][0]["description"] = "x" * 201
+    raw["default"]["description"] = ""
+    assert messages(raw) == [
+        "rule exceeds-refundable: description: String should have at most 200 characters",
+        "rule default: description: String should have at least 1 character",
+    ]

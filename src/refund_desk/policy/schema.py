@@ -46,6 +46,7 @@ Weekday = Literal["mon", "tue", "wed", "thu", "fri", "sat", "sun"]
 DEFAULT_TIER: dict[str, int] = {"approve": 2, "review": 3, "deny": 1}
 """Tier when a rule names none. A deny moves no money: tier 1, informational."""
 
+MAX_DESCRIPTION = 200
 SLUG = r"^[a-z0-9]+(?:[-_][a-z0-9]+)*$"
 USER_ID = r"^[UW][A-Z0-9]{2,}$"
 USERGROUP_ID = r"^S[A-Z0-9]{2,}$"
@@ -111,6 +112,9 @@ class Decides(_Strict):
     tier: int = Field(ge=1, le=4)
     approvers: Slug | None = None
     say: str | None = None
+    # What the rule is for, in a lead's words: chat shows it where it names the rule (a
+    # backtest, a diff, a proof, `/refund-policy show`), the expression a details line away.
+    description: str | None = Field(default=None, min_length=1, max_length=MAX_DESCRIPTION)
 
     @model_validator(mode="before")
     @classmethod
@@ -546,9 +550,14 @@ def parse_policy(text: str) -> PolicyDocument:
 
 
 def policy_hash(text_or_doc: str | PolicyDocument) -> str:
-    """sha256 hex of the canonical JSON of the parsed document: formatting does not count."""
+    """sha256 hex of the canonical JSON of the parsed document: formatting does not count.
+
+    A rule without a ``description`` hashes as it did before descriptions existed, so the
+    texts published then keep their hashes (and their backtests)."""
     doc = parse_policy(text_or_doc) if isinstance(text_or_doc, str) else text_or_doc
-    canonical = json.dumps(
-        doc.model_dump(mode="json"), sort_keys=True, separators=(",", ":"), ensure_ascii=False
-    )
+    data = doc.model_dump(mode="json")
+    for decides in [*data["rules"], data["default"]]:
+        if decides.get("description") is None:
+            decides.pop("description", None)
+    canonical = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
