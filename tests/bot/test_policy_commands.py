@@ -125,27 +125,61 @@ def test_draft_test_backtest_publish_rollback_each_on_the_record(
     desk.settle()
     summary = policy_messages(desk)[-1]
     assert "1 case, 0 unchanged, 1 would be decided differently" in summary
-    assert f"approve → review: 1 case, 20.00 USD (e.g. `{old_case}`)" in summary
+    assert (
+        f"• paid automatically → decided by a person: 1 case, 20.00 USD (e.g. `{old_case}`)"
+        in summary
+    )
+    assert (  # the rule that decides now, by its description
+        "Changes by the rule that now decides: the default (Anything else goes to the support "
+        "leads): 1 case." in summary
+    )
+    assert "Proved against v1: nowhere more permissive:" in summary
+    assert "• Denied:" not in summary and "• A person decides instead of an automatic" in summary
     [report] = desk.slack.uploads("C0POLICY")
     rows = list(csv.DictReader(io.StringIO(report["content"])))
     assert [(r["case_id"], r["was_outcome"], r["now_outcome"]) for r in rows] == [
         (old_case, "approve", "review")
     ]
-    assert "changed" not in say(desk, "diff v1 d1").split("\n")[0]  # a header, then changes
-    assert "~ changed `damaged-small`: when:" in say(desk, "diff v1 d1")
+    diff = say(desk, "diff v1 d1")
+    assert diff.split("\n")[:2] == [
+        "Changes from v1 to d1:",
+        "~ “Damaged items up to 50.00 USD, bought in the last 30 days, refund themselves” "
+        "(`damaged-small`): when `request.amount &lt;=` `50` → `10`",
+    ]
 
     asked = say(desk, "publish d1")  # first what it would do, and nothing changes
     assert "makes it the live policy for every new case" in asked and active_version(desk) == 1
-    assert "approve → review: 1 case" in asked and "publish d1 confirm" in asked
+    assert "when `request.amount &lt;=` `50` → `10`" in asked  # the diff, the backtest, the proof
+    assert "paid automatically → decided by a person: 1 case" in asked
+    assert "publish d1 confirm" in asked
     published = say(desk, "publish d1 confirm")
     assert "published d1 as *acme-refunds v2*" in published and active_version(desk) == 2
-    assert "approve → review: 1 case" in policy_messages(desk)[-1]  # with the backtest
-    # back to the looser v1: a second lead confirms the same rollback
-    assert "needs a second lead" in say(desk, "rollback v1") and active_version(desk) == 2
-    assert "rolled back to v1" in say(desk, "rollback v1", OTHER_LEAD)
+    assert "paid automatically → decided by a person: 1 case" in policy_messages(desk)[-1]
+    # back to the looser v1: first what it changes, then a second lead confirms the same hash
+    shown = say(desk, "rollback v1")
+    assert "Rolling back to v1 makes its text the live policy" in shown
+    assert "Changes from v2 to v1:" in shown and "`10` → `50`" in shown
+    assert "Proved against v2: more permissive (" in shown and "• Pays automatically: " in shown
+    who = f"with the same hash: <@{OTHER_LEAD}>."
+    assert f"Then a second lead confirms it (it is more permissive) {who}" in shown
+    assert active_version(desk) == 2 and "policy.change_requested" not in {
+        r.action for r in audit(desk)
+    }
+    rollback = re.search(r"`/refund-policy (rollback v1 confirm [0-9a-f]{16})`", shown)
+    assert rollback, shown
+    assert "Not rolled back" in say(desk, "rollback v1 confirm")  # a hash names what was seen
+    assert "needs a second lead" in say(desk, rollback[1]) and active_version(desk) == 2
+    assert "rolled back to v1" in say(desk, rollback[1], OTHER_LEAD)
     assert active_version(desk) == 3
     history = say(desk, "history", NOT_LEAD)  # an approver may read
-    assert "* v3" in history and "(rollback to v1)" in history and " v2 " in history
+    when, hashes = r"on \d{4}-\d\d-\d\d \d\d:\d\d UTC", r"· hash `[0-9a-f]{12}`"
+    assert re.fullmatch(
+        "Policy history, newest first:\n"
+        rf"• \*v3\* \(active\): published by <@{OTHER_LEAD}> {when}, rollback to v1 {hashes}\n"
+        rf"• \*v2\*: published by <@{LEAD}> {when} {hashes}\n"
+        rf"• \*v1\*: published by tests \(command line\) {when} {hashes}",
+        history,
+    ), history
 
     actions = {r.action: f"{r.actor_kind}:{r.actor_id}" for r in audit(desk)}
     for action in (
@@ -196,7 +230,7 @@ def test_a_draft_with_a_failing_embedded_test_cannot_be_published(desk: SlackHar
 def test_bad_input_gets_a_clear_answer(desk: SlackHarness) -> None:
     assert "Unknown subcommand `frobnicate`" in say(desk, "frobnicate")
     assert "There is no draft d9" in say(desk, "publish d9")
-    assert "Usage: `/refund-policy rollback vN`" in say(desk, "rollback")
+    assert "Usage: `/refund-policy rollback vN [confirm HASH]`" in say(desk, "rollback")
     assert "expected a version like v2" in say(desk, "rollback d1")
     assert "Mode must be one of" in say(desk, "mode yolo")
     assert "--days must be between 1 and 365" in say(desk, "backtest v1 --days 0")
@@ -422,3 +456,48 @@ def test_a_second_leads_confirmation_names_the_text_they_were_shown(
     assert "Not done" in stale and now.split()[-1] in stale and active_version(desk) == 1
     assert "Usage" in say(desk, "publish d1 now please", OTHER_LEAD)
     assert "published d1 as" in say(desk, now, OTHER_LEAD) and active_version(desk) == 2
+
+
+def test_the_policy_reads_in_words_with_its_text_a_command_away(desk: SlackHarness) -> None:
+    shown = say(desk, "show", NOT_LEAD)
+    said = shown.split("\n")
+    assert said[0].startswith("*acme-refunds v1* (published by tests (command line), hash `")
+    assert said[1] == "The first rule that matches a request decides:"
+    assert (
+        "3. Damaged items up to 50.00 USD, bought in the last 30 days, refund themselves "
+        "(`damaged-small`): paid automatically (tier 2)." in said
+    )
+    assert (
+        '    details: `damaged-small` when `request.reason == "damaged" and request.amount '
+        "&lt;= 50 and order.age_days &lt;= 30`" in said
+    )
+    assert (
+        "Otherwise (Anything else goes to the support leads): decided by support leads (up to "
+        "500.00 USD), tier 3." in said
+    )
+    assert (
+        "Approvers: support leads (<@U0LEAD1>, <@U0LEAD2>, up to 500.00 USD); finance "
+        "(<@U0FIN1>, <@U0FIN2>, up to 5000.00 USD in <#C0FINANCE>)." in said
+    )
+    assert "Channels: approvals <#C0REFUNDS>, policy <#C0POLICY>, finance <#C0FINANCE>." in said
+    assert re.search(r"(?<![@#])\b[UC]0[A-Z]", shown) is None, "every id is a mention"
+    assert said[-1] == "The text itself: `/refund-policy show v1 yaml`."
+    text = say(desk, "show v1 yaml", NOT_LEAD)
+    assert "```policy: acme-refunds\n" in text and "leads: [U0LEAD1]" in text
+    submit_draft(desk, text=STRICTER)
+    assert say(desk, "drafts") == "Drafts:\n• d1 by <@U0LEAD1>, valid"
+
+
+def test_a_lone_lead_hears_that_nobody_can_confirm_a_looser_draft(desk: SlackHarness) -> None:
+    submit_draft(desk, text=ACME.read_text().replace("amount <= 50 and", "amount <= 80 and"))
+    say(desk, "backtest d1")
+    desk.settle()
+    asked = say(desk, "publish d1")
+    assert (
+        "• Pays automatically: amount 50.01 to 80.00 USD, reason damaged, order up to 30 days "
+        "old — e.g. " in asked
+    )
+    assert (
+        ":warning: It needs a second lead (it is more permissive), and the active policy names "
+        "no other lead, so nobody can confirm it here" in asked
+    )

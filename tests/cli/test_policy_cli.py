@@ -43,10 +43,12 @@ def test_backtest_diff_rollback_and_the_switches(cli_db: Path) -> None:
     assert "Backtest of v2.yaml over the last 7 days" in out and "recorded for hash" in out
     assert report.read_text().startswith("case_id,created_at,amount")
     assert "Backtest of v1" in run("policy", "backtest", "v1")
-    assert "~ changed damaged-small: when:" in run("policy", "diff", "v1", new)
+    diff = run("policy", "diff", "v1", new)
+    assert "refund themselves” (damaged-small): when request.amount <= 50 → 10\n" in diff
     assert "published acme-refunds v2" in run("policy", "publish", new)
     assert "rolled back to v1" in run("policy", "rollback", "v1")
-    assert "(rollback to v1)" in run("policy", "history")
+    assert "• v3 (active): published by " in (said := run("policy", "history"))
+    assert "(command line)" in said and ", rollback to v1 · hash " in said
     assert "no policy version v9" in run("policy", "rollback", "v9", code=1)
     assert "paused execution" in run("policy", "pause")
     assert "resumed execution (0 waiting refunds)" in run("policy", "resume")

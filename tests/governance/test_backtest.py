@@ -50,7 +50,10 @@ def test_backtest_counts_flips_and_money_per_outcome_and_rule(any_runtime: Runti
     assert s["rules"]["default"]["flips"]["approve->review"]["cases"] == 2
     assert s["rules"]["damaged-small"] == {"decided": 1, "flips": {}}
     assert small not in out.getvalue() and mid in out.getvalue()
-    assert "approve → review: 2 cases, 50.00 USD" in run.text
+    said = run.text.as_text()
+    assert "• paid automatically → decided by a person: 2 cases, 50.00 USD (e.g. " in said
+    by_rule = "the default (Anything else goes to the support leads): 2 cases."
+    assert f"Changes by the rule that now decides: {by_rule}" in said
 
 
 def test_streaming_reads_in_batches_and_honours_the_window(any_runtime: Runtime) -> None:
@@ -144,4 +147,4 @@ def test_a_backtest_reports_cases_that_would_go_to_other_people(any_runtime: Run
     assert route["amounts"] == {"USD": 15000} and route["examples"] == [moved]
     said = run.text.as_text()
     assert "1 would be decided differently" in said
-    assert "approver group support-leads → finance: 1 case, 150.00 USD" in said
+    assert "• approvers support leads → finance: 1 case, 150.00 USD (e.g. " in said

@@ -2,7 +2,8 @@
 
 Every string part is escaped as Slack asks (``&``, ``<``, ``>``), so text from a customer, a
 policy or a person never turns into a mention, a link or a broadcast. A person whose id is a
-user group (``S…``) is mentioned as a group.
+user group (``S…``) is mentioned as a group, and a channel's id (``C…``, ``G…``, which the
+policy's words name the same way) as a link to the channel: Slack shows each by its name.
 """
 
 from __future__ import annotations
@@ -30,7 +31,11 @@ def escape(value: str) -> str:
 
 
 def mention(user: str) -> str:
-    return f"<!subteam^{user}>" if user.startswith("S") else f"<@{user}>"
+    if user.startswith("S"):
+        return f"<!subteam^{user}>"
+    if user.startswith(("C", "G")):
+        return f"<#{user}>"
+    return f"<@{user}>"
 
 
 def mention_people(people: People | None) -> str:

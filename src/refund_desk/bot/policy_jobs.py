@@ -112,8 +112,9 @@ class PolicyJobs:
         if ref.kind == "draft":  # beside the backtest: what the draft loosens, proved
             with self.desk.db.read() as session:
                 proved = proof_against_active(session, source)
-            if proved is not None:
-                said = lines(said, proof_summary(*proved))
+                active = load_version(session, proved[0]).doc if proved is not None else None
+            if proved is not None and active is not None and run.doc is not None:
+                said = lines(said, proof_summary(*proved, (active, run.doc)))
         with self.desk.db.write() as session:  # the run and its report: one transaction
             record_backtest(
                 session,

@@ -168,15 +168,16 @@ def register(policy_app: typer.Typer) -> None:
         runtime = _runtime()
         (a_label, a), (b_label, b) = _source(runtime, old), _source(runtime, new)
         try:
-            changes = diff_policies(parse_policy(a), parse_policy(b))
+            docs = parse_policy(a), parse_policy(b)
         except PolicyInvalid as exc:
             _fail(str(exc))
         if as_json:
             from dataclasses import asdict
 
+            changes = diff_policies(*docs)
             typer.echo(json.dumps([asdict(c) for c in changes], indent=2))
             return
-        typer.echo(diff_text(changes, old=a_label, new=b_label).as_text())
+        typer.echo(diff_text(*docs, old=a_label, new=b_label).as_text())
 
     @policy_app.command("prove")
     def policy_prove(

@@ -28,7 +28,7 @@ from refund_desk.governance.consent import (
     needs_second_lead,
     pending,
 )
-from refund_desk.governance.drafts import Change, get_draft
+from refund_desk.governance.drafts import Change, get_draft, leads
 from refund_desk.governance.proof import proof_against_active, proof_record, proof_summary
 from refund_desk.governance.versions import (
     MODES,
@@ -39,9 +39,11 @@ from refund_desk.governance.versions import (
 )
 from refund_desk.policy import PolicyDocument
 from refund_desk.policy.backtest import summary_text
+from refund_desk.policy.diff import diff_text
 from refund_desk.policy.prove import ProofReport
+from refund_desk.policy.words import people
 from refund_desk.storage.audit import Actor, AuditLog
-from refund_desk.storage.models import Job, PolicyDraft, PolicyVersion
+from refund_desk.storage.models import Job, PolicyBacktest, PolicyDraft, PolicyVersion
 from refund_desk.text import Code, Mark, Person, Strong, Text, lines, text
 
 
@@ -53,7 +55,7 @@ class Gate:
     draft: PolicyDraft
     doc: PolicyDocument
     results: list[Any]  # the embedded tests' results
-    backtest: Text  # the backtest's summary and the proof's, for people
+    backtest: Text  # what changes against the active version: diff, backtest, proof
     proved: tuple[int, ProofReport] | None
 
     @property
@@ -73,11 +75,27 @@ def gate(session: Session, draft_id: int) -> Gate:
     assert draft.content_hash is not None  # it parsed
     ran = require_backtest(session, draft.content_hash)
     proved = proof_against_active(session, draft.source)
-    backtest = lines(
-        summary_text(ran.summary, label=f"d{draft_id}", days=ran.days),
-        proof_summary(*proved) if proved is not None else None,
+    return Gate(draft, doc, results, findings(session, doc, ran, f"d{draft_id}", proved), proved)
+
+
+def findings(
+    session: Session,
+    doc: PolicyDocument,
+    ran: PolicyBacktest,
+    label: str,
+    proved: tuple[int, ProofReport] | None,
+) -> Text:
+    """What making ``doc`` live changes, for people: the rules and settings that differ from
+    the active version, the backtest on its text, and what the proof found."""
+    if proved is None:
+        return summary_text(ran.summary, label=label, days=ran.days, doc=doc)
+    version, report = proved
+    active = load_version(session, version).doc
+    return lines(
+        diff_text(active, doc, old=f"v{version}", new=label),
+        summary_text(ran.summary, label=label, days=ran.days, doc=doc),
+        proof_summary(version, report, (active, doc)),
     )
-    return Gate(draft, doc, results, backtest, proved)
 
 
 def _active_state(session: Session) -> dict[str, Any]:
@@ -106,28 +124,46 @@ def publish_proposal(session: Session, found: Gate) -> Proposal:
     )
 
 
-def _who_confirms(session: Session, proposal: Proposal) -> Text | None:
+def _who_confirms(session: Session, proposal: Proposal, asker: str | None) -> Text | None:
+    """Who must agree, by name; and, when the policy names no other lead, that nobody can."""
     if not needs_second_lead(session, proposal):
         return None
     why = "it is more permissive" if proposal.looser else "second-lead is on"
     asked = pending(session, proposal)
     if asked is not None and asked.payload.get("digest") == proposal.digest and asked.actor_id:
+        others = _other_leads(session, asked.actor_id)
         return text(
             Person(asked.actor_id),
-            f" asked to {proposal.what} ({why}): a different lead's confirmation publishes it.",
+            f" asked to {proposal.what} ({why}); a different lead (",
+            people(others),
+            ") confirms it with the same hash.",
         )
-    return text(f"Then a second lead confirms it ({why}), with the same hash.")
+    others = _other_leads(session, asker)
+    if not others:
+        return text(
+            Mark("warning"),
+            f" It needs a second lead ({why}), and the active policy names no other lead, so "
+            "nobody can confirm it here: publish a version that names a second lead in ",
+            Code("leads"),
+            " first (or the admin uses the command line).",
+        )
+    return text(f"Then a second lead confirms it ({why}) with the same hash: ", people(others), ".")
 
 
-def preview_publish(session: Session, *, draft_id: int) -> Text:
+def _other_leads(session: Session, user: str | None) -> list[str]:
+    """The active version's leads but ``user`` (a user group counts: it may hold others)."""
+    return [lead for lead in leads(session) if lead != user]
+
+
+def preview_publish(session: Session, *, draft_id: int, asker: str | None = None) -> Text:
     """What publishing ``draft_id`` would do, from the same gate, without changing anything:
-    the tests, the backtest, the proof against the active version, who must confirm, and the
-    hash that names exactly this text over the active version."""
+    the tests, what changes (diff, backtest, proof against the active version), who must
+    confirm, and the hash that names exactly this text over the active version."""
     found = gate(session, draft_id)
-    return _preview(session, found, publish_proposal(session, found))
+    return _preview(session, found, publish_proposal(session, found), asker)
 
 
-def _preview(session: Session, found: Gate, proposal: Proposal) -> Text:
+def _preview(session: Session, found: Gate, proposal: Proposal, asker: str | None) -> Text:
     return lines(
         text(
             Mark("warning"),
@@ -135,7 +171,7 @@ def _preview(session: Session, found: Gate, proposal: Proposal) -> Text:
             f"({len(found.results)} tests pass).",
         ),
         found.backtest,
-        _who_confirms(session, proposal),
+        _who_confirms(session, proposal, asker),
         text("To go ahead: ", Code(f"/refund-policy {proposal.command}"), "."),
     )
 
@@ -159,7 +195,7 @@ def publish_draft(
     draft, proved, backtest = found.draft, found.proved, found.backtest
     proposal = publish_proposal(session, found)
     if confirm is not None:
-        check_digest(proposal, confirm, now=_preview(session, found, proposal))
+        check_digest(proposal, confirm, now=_preview(session, found, proposal, actor.id))
     elif actor.kind == "human" and needs_second_lead(session, proposal):
         return Change(
             reply=lines(
@@ -167,7 +203,7 @@ def publish_draft(
                     f"Not published: d{draft_id} needs a second lead, so a confirmation names "
                     "the exact text it confirms."
                 ),
-                _preview(session, found, proposal),
+                _preview(session, found, proposal, actor.id),
             )
         )
     requested = consent(
@@ -203,18 +239,28 @@ def publish_draft(
     return Change(reply=head, announce=lines(head, backtest))
 
 
-def rollback(session: Session, audit: AuditLog, *, version: int, actor: Actor) -> Change:
-    """Make ``version`` active again as a new published entry: history is never rewritten.
+@dataclass(frozen=True)
+class Rollback:
+    """What the gate found for a rollback: the version's text passes the publishing gate and is
+    not the active one; what making it live again changes."""
 
-    The same gate as a publish: the embedded tests pass, a backtest ran on this content, and
-    the proof against the active version decides whether a second lead must confirm (any
-    rollback with second-lead on); the proof's hash is kept in the audit record."""
+    target: PolicyVersion
+    previous: int | None
+    proved: tuple[int, ProofReport] | None
+    changes: Text
+
+    @property
+    def looser(self) -> bool:
+        return self.proved is None or self.proved[1].more_permissive
+
+
+def rollback_gate(session: Session, version: int) -> Rollback:
+    """Raise what stops a rollback to ``version``; otherwise what it would change."""
     target = session.get(PolicyVersion, version)
     if target is None:
         raise NotFound("policy_version_missing", f"There is no policy version v{version}.")
-    check_publishable(target.source, session)
-    switches = control(session)
-    previous = switches.active_version
+    doc, _ = check_publishable(target.source, session)
+    previous = control(session).active_version
     if previous is not None:
         active = session.get(PolicyVersion, previous)
         if active is not None and active.content_hash == target.content_hash:
@@ -222,28 +268,75 @@ def rollback(session: Session, audit: AuditLog, *, version: int, actor: Actor) -
                 "already_active", f"v{previous}, the active version, already has v{version}'s text."
             )
     proved = proof_against_active(session, target.source)
-    why = proof_summary(*proved, new=f"v{version}") if proved is not None else None
+    ran = require_backtest(session, target.content_hash)
+    return Rollback(target, previous, proved, findings(session, doc, ran, f"v{version}", proved))
+
+
+def rollback_proposal(session: Session, found: Rollback) -> Proposal:
+    """Making ``found``'s text live again over the active version, judged by its proof."""
+    version = found.target.version
     digest = digest_of(
         change="rollback",
         version=version,
-        content_hash=target.content_hash,
+        content_hash=found.target.content_hash,
         **_active_state(session),
     )
-    requested = consent(
-        session,
-        audit,
-        Proposal(
-            change=f"rollback:v{version}",
-            what=f"roll back to v{version}",
-            command=f"rollback v{version}",
-            digest=digest,
-            looser=proved is None or proved[1].more_permissive,
-            why=why,
-        ),
-        actor=actor,
+    return Proposal(
+        change=f"rollback:v{version}",
+        what=f"roll back to v{version}",
+        command=f"rollback v{version} confirm {digest[:SHORT]}",
+        digest=digest,
+        looser=found.looser,
+        why=found.changes,
     )
+
+
+def preview_rollback(session: Session, *, version: int, asker: str | None = None) -> Text:
+    """What rolling back to ``version`` would do, as a publish shows it, changing nothing:
+    what changes (diff, backtest, proof), who must confirm, and the hash to confirm with."""
+    found = rollback_gate(session, version)
+    return _rollback_preview(session, found, rollback_proposal(session, found), asker)
+
+
+def _rollback_preview(
+    session: Session, found: Rollback, proposal: Proposal, asker: str | None
+) -> Text:
+    return lines(
+        text(
+            Mark("warning"),
+            f" Rolling back to v{found.target.version} makes its text the live policy for every "
+            "new case at once, as a new version (cases keep the version they started with).",
+        ),
+        found.changes,
+        _who_confirms(session, proposal, asker),
+        text("To go ahead: ", Code(f"/refund-policy {proposal.command}"), "."),
+    )
+
+
+def rollback(
+    session: Session,
+    audit: AuditLog,
+    *,
+    version: int,
+    actor: Actor,
+    confirm: str | None = None,
+) -> Change:
+    """Make ``version`` active again as a new published entry: history is never rewritten.
+
+    The same gate as a publish: the embedded tests pass, a backtest ran on this content, and
+    the proof against the active version decides whether a second lead must confirm (any
+    rollback with second-lead on); the proof's hash is kept in the audit record. ``confirm``
+    is the hash the lead was shown (``preview_rollback``): it must still name this version
+    over the active one."""
+    found = rollback_gate(session, version)
+    proposal = rollback_proposal(session, found)
+    if confirm is not None:
+        shown = _rollback_preview(session, found, proposal, actor.id)
+        check_digest(proposal, confirm, now=shown)
+    requested = consent(session, audit, proposal, actor=actor)
     if requested is not None:
         return requested
+    target, previous, proved = found.target, found.previous, found.proved
     latest = session.scalar(select(func.max(PolicyVersion.version))) or 0
     now = clock.now()
     row = PolicyVersion(
@@ -256,6 +349,7 @@ def rollback(session: Session, audit: AuditLog, *, version: int, actor: Actor) -
         note=f"rollback to v{version}",
     )
     session.add(row)
+    switches = control(session)
     switches.active_version, switches.updated_at = row.version, now
     session.add(switches)
     proof = proof_record(proved)
@@ -279,7 +373,7 @@ def rollback(session: Session, audit: AuditLog, *, version: int, actor: Actor) -
         Strong(f"v{row.version}"),
         f" (was v{previous or '-'}). Cases keep the version they started with.",
     )
-    said = lines(said, why)
+    said = lines(said, found.changes)
     return Change(reply=said, announce=said)
 
 

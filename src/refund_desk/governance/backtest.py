@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import IO, Any
 
@@ -21,7 +21,13 @@ from sqlmodel import Session, col
 
 from refund_desk import clock
 from refund_desk.cases.errors import InvalidRequest
-from refund_desk.policy import CompiledPolicy, PolicyInvalid, parse_policy, policy_hash
+from refund_desk.policy import (
+    CompiledPolicy,
+    PolicyDocument,
+    PolicyInvalid,
+    parse_policy,
+    policy_hash,
+)
 from refund_desk.policy.backtest import CsvSink, StoredCase, replay, summary_text
 from refund_desk.storage.audit import Actor, AuditLog
 from refund_desk.storage.db import Database
@@ -69,10 +75,12 @@ class BacktestRun:
     content_hash: str
     days: int
     summary: dict[str, Any]
+    doc: PolicyDocument | None = field(default=None, compare=False)
+    """The policy replayed: its rules' descriptions name them in the summary."""
 
     @property
     def text(self) -> Text:
-        return summary_text(self.summary, label=self.label, days=self.days)
+        return summary_text(self.summary, label=self.label, days=self.days, doc=self.doc)
 
 
 def stream_cases(
@@ -156,7 +164,7 @@ def run_backtest(
         content_hash=policy_hash(policy.doc),
         seconds=round(time.perf_counter() - started, 3),
     )
-    return BacktestRun(label, summary["content_hash"], days, summary)
+    return BacktestRun(label, summary["content_hash"], days, summary, policy.doc)
 
 
 def record_backtest(

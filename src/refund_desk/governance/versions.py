@@ -28,7 +28,7 @@ from refund_desk.policy import (
 from refund_desk.storage.audit import Actor, AuditLog
 from refund_desk.storage.db import on_commit, shared
 from refund_desk.storage.models import Control, PolicyVersion
-from refund_desk.text import Code, Text, lines, text
+from refund_desk.text import Code, Person, Strong, Text, lines, text
 
 MODES = ("shadow", "approve-all", "supervised")
 
@@ -87,8 +87,19 @@ def control(session: Session) -> Control:
     return row
 
 
+def by_whom(actor: str) -> Person | str:
+    """Who did something, from an actor as stored (``human:U0LEAD1``, ``cli:ana``): a person
+    by name, the admin on the command line, or what acted."""
+    kind, _, who = actor.partition(":")
+    if kind == "human" and who:
+        return Person(who)
+    if kind == "cli" and who:
+        return f"{who} (command line)"
+    return actor
+
+
 def history(session: Session, limit: int = 20) -> Text:
-    """Published versions, newest first; ``*`` marks the active one."""
+    """Published versions, newest first, the active one said so; who published each by name."""
     rows = session.scalars(
         select(PolicyVersion).order_by(col(PolicyVersion.version).desc()).limit(limit)
     ).all()
@@ -96,13 +107,18 @@ def history(session: Session, limit: int = 20) -> Text:
         return text("No policy version is published yet.")
     active = control(session).active_version
     return lines(
-        "Policy history (* active):",
+        "Policy history, newest first:",
         *[
             text(
-                f"{'*' if r.version == active else ' '} v{r.version} "
-                f"{r.published_at:%Y-%m-%d %H:%M} by {r.published_by} ",
+                "• ",
+                Strong(f"v{r.version}"),
+                " (active)" if r.version == active else "",
+                ": published by ",
+                by_whom(r.published_by),
+                f" on {r.published_at:%Y-%m-%d %H:%M} UTC",
+                f", {r.note}" if r.note else "",
+                " · hash ",
                 Code(r.content_hash[:12]),
-                f" ({r.note})" if r.note else "",
             )
             for r in rows
         ],

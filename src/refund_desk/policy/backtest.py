@@ -19,6 +19,8 @@ from refund_desk import money
 from refund_desk.policy.context import null_context
 from refund_desk.policy.engine import CompiledPolicy
 from refund_desk.policy.errors import ContextInvalid
+from refund_desk.policy.schema import PolicyDocument
+from refund_desk.policy.words import OUTCOME_DONE, group_name, rule_name
 from refund_desk.text import Code, Mark, Text, join, lines, text
 
 EXAMPLES = 3
@@ -258,15 +260,32 @@ def _amounts(amounts: Mapping[str, int]) -> str:
     return " + ".join(money.format_money(v, cur) for cur, v in sorted(amounts.items())) or "0"
 
 
-def _bucket(change: str, bucket: Mapping[str, Any]) -> Text:
+def _bucket(change: Text | str, bucket: Mapping[str, Any]) -> Text:
     """One kind of change: how many cases, how much money, a few examples."""
     examples = join(", ", [Code(str(e)) for e in bucket["examples"]])
     cases, amounts = _n(bucket["cases"], "case"), _amounts(bucket["amounts"])
-    return text(f"• {change}: {cases}, {amounts} (e.g. ", examples, ")")
+    return text("• ", change, f": {cases}, {amounts} (e.g. ", examples, ")")
 
 
-def summary_text(summary: Mapping[str, Any], *, label: str, days: int) -> Text:
-    """A few lines for people: totals, the biggest changes with examples, errors."""
+def _done(outcome: str) -> str:
+    return OUTCOME_DONE.get(outcome, outcome)
+
+
+def _route(route: Mapping[str, Any]) -> str:
+    """ "tier 3 → 2", "approvers support leads → finance", "approvals needed 1 → 2"."""
+    then, now = str(route["from"]), str(route["to"])
+    if route["kind"] == "approvers":
+        return f"approvers {group_name(then)} → {group_name(now)}"
+    if route["kind"] == "approvals":
+        return f"approvals needed {then} → {now}"
+    return f"{route['kind']} {then} → {now}"
+
+
+def summary_text(
+    summary: Mapping[str, Any], *, label: str, days: int, doc: PolicyDocument | None = None
+) -> Text:
+    """A few lines for people: totals, the biggest changes with examples, errors; with the
+    replayed ``doc``, rules by their descriptions."""
     cases = int(summary.get("cases", 0))
     head = f"Backtest of {label} over the last {days} days: "
     if cases == 0:
@@ -278,17 +297,15 @@ def summary_text(summary: Mapping[str, Any], *, label: str, days: int) -> Text:
         head + f"{_n(cases, 'case')}, {summary['unchanged']:,} unchanged, "
         f"{summary['changed']:,} would be decided differently."
     ]
-    out += [_bucket(f"{f['from']} → {f['to']}", f) for f in summary.get("flips", [])[:6]]
+    flips = summary.get("flips", [])[:6]
+    out += [_bucket(f"{_done(f['from'])} → {_done(f['to'])}", f) for f in flips]
+    out += [_bucket(_route(r), r) for r in summary.get("routes", [])[:6]]
     rules = summary.get("rules", {})
     moved = sorted(
         ((r, sum(b["cases"] for b in d["flips"].values())) for r, d in rules.items()),
         key=lambda kv: -kv[1],
     )
-    routes = {"tier": "tier", "approvers": "approver group", "approvals": "approvals needed"}
-    for route in summary.get("routes", [])[:6]:
-        kind = routes.get(route["kind"], route["kind"])
-        out.append(_bucket(f"{kind} {route['from']} → {route['to']}", route))
-    by_rule = join(", ", [text(Code(r), f" {n:,}") for r, n in moved if n])
+    by_rule = join(", ", [text(rule_name(doc, r), f": {_n(n, 'case')}") for r, n in moved if n])
     if by_rule:
         out.append(text("Changes by the rule that now decides: ", by_rule, "."))
     errors = summary.get("errors", {})

@@ -43,13 +43,14 @@ from refund_desk.cases.people import Directory, is_lead, is_one_of, may_read
 from refund_desk.governance import admin as policy_admin
 from refund_desk.governance import drafts, review, shadow
 from refund_desk.governance.proof import proof_against_active
-from refund_desk.governance.versions import control, history, load_version
+from refund_desk.governance.versions import by_whom, control, history, load_version
 from refund_desk.jobs.queue import queue
 from refund_desk.policy import policy_hash
-from refund_desk.policy.diff import diff_policies, diff_text
+from refund_desk.policy.diff import diff_text
+from refund_desk.policy.words import policy_words
 from refund_desk.storage.audit import Actor
 from refund_desk.storage.models import Case, PolicyVersion, ReviewSample, ShadowDecision
-from refund_desk.text import Text, text
+from refund_desk.text import Code, Strong, Text, lines, text
 
 if TYPE_CHECKING:
     from refund_desk.bot.app import Surface
@@ -120,33 +121,38 @@ class PolicyCommands:
             line += f", shadow: d{switches.shadow_draft}"
         return f"{line}.\n{HELP}"
 
-    def show(self, session: Session, rest: list[str]) -> str:
-        if rest:
+    def show(self, session: Session, rest: list[str]) -> Text | str:
+        """The policy in words (rules by description, people by name, each rule's expression
+        on its details line); `show vN yaml` is the text itself."""
+        as_yaml = len(rest) == 2 and rest[1].lower() == "yaml"
+        if len(rest) > 1 and not as_yaml:
+            raise usage("show [vN|dN] [yaml]")
+        if rest and rest[0].lower() != "yaml":
             ref = drafts.parse_ref(rest[0])
         else:
             active = control(session).active_version
             if active is None:
                 return "No policy version is published yet."
             ref = drafts.Ref("version", active)
+            as_yaml = as_yaml or bool(rest)
         source = drafts.source_of(session, ref)
-        if ref.kind == "version":
-            row = session.get(PolicyVersion, ref.number)
-            assert row is not None
-            note = f", {row.note}" if row.note else ""
-            head = (
-                f"*{row.policy_name} v{row.version}* (published by {row.published_by}"
-                f"{note}, hash `{row.content_hash[:12]}`)"
-            )
-        else:
-            draft = drafts.get_draft(session, ref.number)
-            head = f"*Draft d{draft.id}* by {draft.author}, {_draft_state(draft)}"
-        return f"{head}\n```{clip(source, 2800)}```"
+        head = _heading(session, ref)
+        if as_yaml:
+            return mrkdwn.render(head) + f"\n```{clip(source, 2800)}```"
+        doc, problems = drafts.validate_text(source)
+        if doc is None:
+            return lines(head, problems)
+        more = text("The text itself: ", Code(f"/refund-policy show {ref} yaml"), ".")
+        return lines(head, policy_words(doc), more)
 
-    def list_drafts(self, session: Session, rest: list[str]) -> str:
+    def list_drafts(self, session: Session, rest: list[str]) -> Text | str:
         rows = drafts.list_drafts(session)
         if not rows:
             return "No drafts yet: `/refund-policy draft` starts one."
-        return "Drafts:\n" + "\n".join(f"• d{d.id} by {d.author}, {_draft_state(d)}" for d in rows)
+        return lines(
+            "Drafts:",
+            *[text(f"• d{d.id} by ", by_whom(d.author), f", {_draft_state(d)}") for d in rows],
+        )
 
     def validate(self, session: Session, rest: list[str]) -> Text:
         if len(rest) != 1:
@@ -163,8 +169,8 @@ class PolicyCommands:
             if doc is None:
                 raise InvalidRequest("policy_invalid", text(f"{ref}: ", message))
             docs.append(doc)
-        changes = diff_policies(*docs)
-        return clip(mrkdwn.render(diff_text(changes, old=str(refs[0]), new=str(refs[1]))))
+        said = diff_text(docs[0], docs[1], old=str(refs[0]), new=str(refs[1]))
+        return clip(mrkdwn.render(said))
 
     def reviews(self, session: Session, rest: list[str]) -> str:
         rows = review.wrong_by_rule(session)
@@ -309,7 +315,7 @@ class PolicyCommands:
         if not confirmed:
             with self.desk.db.read() as session:
                 drafts.require_lead(session, user, self.desk.directory)
-                return Reply(policy_admin.preview_publish(session, draft_id=ref))
+                return Reply(policy_admin.preview_publish(session, draft_id=ref, asker=user))
         return self._change(
             user,
             lambda s, a: policy_admin.publish_draft(
@@ -329,13 +335,26 @@ class PolicyCommands:
             proof_against_active(session, source)
 
     def rollback(self, user: str, channel: str | None, rest: list[str]) -> Reply:
-        if len(rest) != 1:
-            raise usage("rollback vN")
+        """`rollback vN` shows what it would change (as `publish DRAFT` does) and the hash of
+        exactly that change; `rollback vN confirm HASH` does it (or asks a second lead, or
+        confirms another lead's request for the same hash)."""
+        confirmed = len(rest) in (2, 3) and rest[1].lower() == "confirm"
+        if not rest or (len(rest) > 1 and not confirmed):
+            raise usage("rollback vN [confirm HASH]")
         version = drafts.parse_ref(rest[0], allow=("version",)).number
         self._prove_ahead(drafts.Ref("version", version))
+        if len(rest) != 3:
+            with self.desk.db.read() as session:
+                drafts.require_lead(session, user, self.desk.directory)
+                shown = policy_admin.preview_rollback(session, version=version, asker=user)
+            if confirmed:  # a rollback is confirmed with the hash of what its giver saw
+                return Reply(lines(text("Not rolled back: confirm with the hash below."), shown))
+            return Reply(shown)
         return self._change(
             user,
-            lambda s, a: policy_admin.rollback(s, self.desk.audit, version=version, actor=a),
+            lambda s, a: policy_admin.rollback(
+                s, self.desk.audit, version=version, actor=a, confirm=rest[2]
+            ),
             doctor=True,
         )
 
@@ -492,8 +511,28 @@ def _draft_state(draft: Any) -> str:
     if draft.last_test_summary:
         parts.append(f"tests: {draft.last_test_summary}")
     if draft.last_backtest_hash and draft.last_backtest_hash == draft.content_hash:
-        parts.append(f"backtested {draft.last_backtest_at:%Y-%m-%d %H:%M}")
+        parts.append(f"backtested {draft.last_backtest_at:%Y-%m-%d %H:%M} UTC")
     return ", ".join(parts)
+
+
+def _heading(session: Session, ref: drafts.Ref) -> Text:
+    """Which text is shown: a version with who published it, or a draft with its state."""
+    if ref.kind == "version":
+        row = session.get(PolicyVersion, ref.number)
+        assert row is not None  # source_of found it
+        return text(
+            Strong(f"{row.policy_name} v{row.version}"),
+            " (published by ",
+            by_whom(row.published_by),
+            f", {row.note}" if row.note else "",
+            ", hash ",
+            Code(row.content_hash[:12]),
+            ")",
+        )
+    draft = drafts.get_draft(session, ref.number)
+    return text(
+        Strong(f"Draft d{draft.id}"), " by ", by_whom(draft.author), f", {_draft_state(draft)}"
+    )
 
 
 def register(surface: Surface) -> None:
