@@ -312,6 +312,10 @@ def test_counterfactual_is_for_operators_only(desk: SlackHarness) -> None:
     case_id = desk.post(desk.request(payment, "60.00")).json()["id"]
     desk.settle()
     shown = say(desk, f"case {case_id}", NOT_LEAD)
+    assert (
+        f"Case `{case_id}`: awaiting approval, 60.00 USD; policy v1: decided by a person (tier "
+        "3), under the default (Anything else goes to the support leads)." in shown
+    )
     assert "would be approved at 50.00 USD or less (operators only)" in shown
     assert "would be approved" in str(desk.card("C0REFUNDS").blocks)
     desk.click("U0LEAD1", "deny", desk.buttons("C0REFUNDS")["deny"], channel="C0REFUNDS")

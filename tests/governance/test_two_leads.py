@@ -162,6 +162,37 @@ def test_a_rollback_to_a_looser_version_needs_a_second_lead_and_keeps_its_proof(
     assert desk.damaged_case("300.00")["paid"]  # now v1's text pays it
 
 
+def test_a_rollback_shows_what_it_changes_before_a_second_lead_confirms_its_hash(
+    any_runtime: Runtime,
+) -> None:
+    desk = Desk(any_runtime, first=DAMAGED_UP_TO_400)
+    desk.publish(desk.draft(TWO_LEADS), ONE)  # a tightening: one lead's
+    with desk.db.read() as session:
+        shown = admin.preview_rollback(session, version=1, asker=ONE.id).as_text()
+    said = shown.split("\n")
+    assert said[0].startswith("Rolling back to v1 makes its text the live policy")
+    assert said[1:3] == [
+        "Changes from v2 to v1:",
+        "~ “Damaged items up to 50.00 USD, bought in the last 30 days, refund themselves” "
+        "(damaged-small): when request.amount <= 50 → 400",
+    ]
+    assert "Proved against v2: more permissive (1 kind of request):" in said
+    assert any(line.startswith("• Pays automatically: amount 50.01 to 400.00 USD") for line in said)
+    assert (
+        "Then a second lead confirms it (it is more permissive) with the same hash: U0LEAD2."
+        in said
+    )
+    assert desk.switches().active_version == 2 and desk.records("policy.change_requested") == []
+    digest = shown_hash(shown)
+    with pytest.raises(InvalidRequest, match="names another text or state"):
+        desk.run(admin.rollback, ONE, version=1, confirm="0" * 16)
+    asked = desk.run(admin.rollback, ONE, version=1, confirm=digest)
+    assert f"another lead confirms with /refund-policy rollback v1 confirm {digest}." in asked
+    assert desk.switches().active_version == 2
+    assert "rolled back to v1" in desk.run(admin.rollback, TWO, version=1, confirm=digest)
+    assert desk.switches().active_version == 3
+
+
 def test_a_rollback_to_a_tighter_version_is_one_leads_with_its_proof(
     any_runtime: Runtime,
 ) -> None:

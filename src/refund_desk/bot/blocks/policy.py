@@ -29,14 +29,14 @@ MAX_TEXT_INPUT = 3000
 HELP = """*`/refund-policy`* — the policy's leads, approvers, managers and operators may read; only
 its leads may change anything.
 *Read*
-• `show [vN]` the policy text (or a draft: `show d3`) · `history` · `drafts`
-• `validate DRAFT` every problem with its rule · `diff vA vB` rule-level changes (drafts too)
+• `show [vN]` the policy in words (a draft: `show d3`; the YAML: `show v2 yaml`) · `history`
+  · `drafts` · `validate DRAFT` every problem with its rule · `diff vA vB` what changed (drafts too)
 • `case CASE_ID` a decision with its counterfactual · `shadow report` · `reviews`
 *Change (leads)*
 • `draft` new draft (modal: upload the YAML) · `draft dN` replace its text · `draft from vN`
 • `test DRAFT` embedded tests · `backtest DRAFT [--days N]` replay stored cases
-• `shadow start DRAFT` / `shadow stop` · `rollback vN`
-• `publish DRAFT` (then `… confirm HASH`, with the hash it shows: that text only)
+• `shadow start DRAFT` / `shadow stop`
+• `publish DRAFT` / `rollback vN`: what it changes, then `… confirm HASH` with the hash it shows
 • `mode shadow|approve-all|supervised` · `pause` / `resume` (the kill switch)
 • `review-rate 5%|policy` · `second-lead on|off` (every change but a pause needs a second
   lead; anything looser always does)

@@ -47,7 +47,7 @@ from refund_desk.governance.versions import by_whom, control, history, load_vers
 from refund_desk.jobs.queue import queue
 from refund_desk.policy import policy_hash
 from refund_desk.policy.diff import diff_text
-from refund_desk.policy.words import policy_words
+from refund_desk.policy.words import OUTCOME_DONE, policy_words, rule_name
 from refund_desk.storage.audit import Actor
 from refund_desk.storage.models import Case, PolicyVersion, ReviewSample, ShadowDecision
 from refund_desk.text import Code, Strong, Text, lines, text
@@ -189,11 +189,18 @@ class PolicyCommands:
             raise NotFound("case_not_found", f"No case {rest[0]} exists.")
         decision = case.decision or {}
         amount = money.format_money(case.amount, case.currency)
+        doc = load_version(session, case.policy_version).doc if case.policy_version else None
+        outcome = decision.get("outcome")
+        rule = mrkdwn.render(rule_name(doc, str(decision.get("rule") or "-")))
         lines = [
             f"Case `{case.id}`: {case.status.replace('_', ' ')}, {amount}; "
-            f"policy v{case.policy_version or '-'} decided "
-            f"*{decision.get('outcome', 'nothing yet')}* by `{decision.get('rule', '-')}`"
-            f" (tier {decision.get('tier', '-')})."
+            f"policy v{case.policy_version or '-'}: "
+            + (
+                f"{OUTCOME_DONE.get(outcome, outcome)} (tier {decision.get('tier', '-')}), "
+                f"under {rule}."
+                if outcome
+                else "nothing decided yet."
+            )
         ]
         if decision.get("counterfactual"):
             lines.append(f":bulb: {decision['counterfactual']} (operators only)")
