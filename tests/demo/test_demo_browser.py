@@ -204,3 +204,61 @@ def test_the_sample_stream_ends_every_way_and_memory_stays_small(
     rss = demo.rss_mb()
     print(f"demo server RSS after the sample stream: {rss:.0f} MB")
     assert rss < RSS_LIMIT_MB
+
+
+def send(page, text: str) -> None:  # type: ignore[no-untyped-def]
+    page.locator("[data-testid=command]").fill(text)
+    page.locator("[data-testid=command]").press("Enter")
+
+
+def test_a_lead_reads_the_policy_in_words_and_opens_a_backtests_cases_and_csv(
+    demo: Demo, page, tmp_path: Path
+) -> None:
+    from refund_desk.demo.runner import policy_source
+
+    cases = {c["id"]: c for c in demo.wait_for_stream()}
+    page.goto(demo.url)
+    as_user(page, "U0LEAD1")
+    page.get_by_role("button", name="# refund-policy").click()
+
+    # The policy in words: rules by what they are for, people and channels by name.
+    send(page, "/refund-policy show")
+    shown = page.locator("[data-testid=ephemeral]", has_text="The first rule that matches")
+    said = shown.last.inner_text()
+    assert "Refunds over 200.00 USD go to finance (large): decided by finance" in said, said
+    assert "@Lee Park" in said and "#finance-approvals" in said, said
+    assert "U0LEAD1" not in said and "C0FINANCE" not in said and ":warning:" not in said
+
+    # A draft that sends refunds over 100.00 to finance, pasted into the modal (no tests: a
+    # backtest needs only a valid text), and backtested against the stored cases.
+    draft = (
+        policy_source().split("\ntests:")[0].replace("request.amount > 200", "request.amount > 100")
+    )
+    send(page, "/refund-policy draft")
+    modal = page.locator("[data-testid=modal]")
+    modal.locator("textarea").fill(draft)
+    modal.get_by_role("button", name="Save draft").click()
+    modal.wait_for(state="detached")
+    send(page, "/refund-policy diff v1 d1")
+    diff = page.locator("[data-testid=ephemeral]", has_text="Changes from v1 to d1").last
+    assert (
+        "~ “Refunds over 200.00 USD go to finance” (large): when request.amount > 200 → 100"
+        in diff.inner_text()
+    )
+    send(page, "/refund-policy backtest d1")
+    summary = page.locator("#messages > [data-testid=message]", has_text="Backtest of d1")
+    summary.locator("[data-testid=file]").wait_for(timeout=60_000)  # the CSV, in its thread
+    text = summary.inner_text()
+    assert "approvers support leads → finance: 1 case, 150.00 USD" in text, text
+    assert "Case backtest" not in text, "a report is not a case"
+
+    # An example opens its case; the CSV opens where the chat runs.
+    [moved] = [c for c, v in cases.items() if v["amount"] == "150.00 USD"]
+    summary.get_by_role("link", name=moved).click()
+    page.locator("#case-panel h3", has_text=moved).wait_for()
+    href = summary.locator("[data-testid=file]").get_attribute("href")
+    assert href
+    csv_text = page.request.get(demo.base + href).text()
+    assert (
+        csv_text.startswith("case_id,created_at,amount,currency,was_outcome") and moved in csv_text
+    )

@@ -132,6 +132,17 @@ def test_the_file_upload_steps(slack: Any, sandbox: SlackEmulator) -> None:
     assert slack.client.get(url_path).status_code == 403
     auth = {"Authorization": f"Bearer {sandbox.bot_token}"}
     assert slack.client.get(url_path, headers=auth).content == b"a,b\n1"
+    # the page opens a file shared in a channel from its message, as Slack's client does
+    [shared] = [m for m in sandbox.in_channel("C0POLICY") if m.files]
+    [file] = shared.to_json()["files"]
+    assert (file["id"], file["name"]) == (step["file_id"], "backtest.csv")
+    assert file["title"] == "Backtest"
+    opened = slack.client.get(f"/sandbox/files/{file['id']}/backtest.csv")
+    assert opened.status_code == 200 and opened.content == b"a,b\n1"
+    assert opened.headers["content-type"].startswith("text/plain")
+    assert slack.client.get(f"/sandbox/files/{file['id']}/other.csv").status_code == 404
+    unshared = slack("files.getUploadURLExternal", filename="x.csv", length=1)["file_id"]
+    assert slack.client.get(f"/sandbox/files/{unshared}/x.csv").status_code == 404
 
 
 def test_a_submission_is_shaped_like_slacks_and_required_inputs_are_checked() -> None:

@@ -91,9 +91,11 @@ def _cases(runtime: Runtime) -> tuple[list[dict[str, Any]], dict[str, str]]:
             }
             for c in rows
         ]
-        shown = {
+        shown = {  # a backtest's report is remembered there too: it is not a case
             f"{m.channel}/{m.ts}": str(m.case_id)
-            for m in session.scalars(select(SlackMessage).limit(5000)).all()
+            for m in session.scalars(
+                select(SlackMessage).where(col(SlackMessage.kind) != "report").limit(5000)
+            ).all()
         }
     return cases, shown
 
@@ -136,6 +138,24 @@ def router(sandbox: SlackEmulator) -> APIRouter:
             result = verify_chain(runtime.settings.secret_value(), session)
         view["audit_verify"] = asdict(result)
         return JSONResponse(view)
+
+    @page.get("/sandbox/files/{file_id}/{name}")
+    async def shared_file(file_id: str, name: str) -> Response:
+        """A file shared in a channel, opened from the page as Slack's client opens it (a
+        backtest's CSV): shown as text in the browser, never run."""
+        with ws.lock:
+            file = ws.files.get(file_id)
+            shared = file is not None and bool(file.get("shares")) and file["name"] == name
+        if not shared or file is None:
+            return Response("no such file in a channel", status_code=404)
+        return Response(
+            file["content"],
+            media_type="text/plain; charset=utf-8",
+            headers={
+                "Content-Disposition": f'inline; filename="{_safe_name(name)}"',
+                "X-Content-Type-Options": "nosniff",
+            },
+        )
 
     @page.post("/sandbox/act/click")
     async def click(body: Click, request: Request) -> JSONResponse:
@@ -218,6 +238,10 @@ def router(sandbox: SlackEmulator) -> APIRouter:
         return _answered(await events.deliver(request.app, sandbox.signing_secret, content, kind))
 
     return page
+
+
+def _safe_name(name: str) -> str:
+    return "".join(c for c in name if c.isalnum() or c in "-_.") or "file"
 
 
 def _button(message: Message, block_id: str, action_id: str) -> dict[str, Any] | None:

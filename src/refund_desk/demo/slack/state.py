@@ -46,6 +46,7 @@ class Message:
     updates: int = 0  # chat.update calls on this message
     user: str = "bot"
     to: str | None = None  # an ephemeral's recipient
+    files: list[dict[str, Any]] = field(default_factory=list)  # shared files: id, name, title
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -56,6 +57,7 @@ class Message:
             "thread_ts": self.thread_ts,
             "edited": self.updates > 0,
             "user": self.user,
+            "files": self.files,
         }
 
 

@@ -226,10 +226,11 @@ def files_complete(ws: Workspace, params: dict[str, Any], base: str) -> dict[str
             raise SlackError("file_not_found")
         file["title"] = item.get("title") or file["name"]
         out.append({"id": item["id"], "title": file["title"], "name": file["name"]})
-    if channel is not None:
+    if channel is not None:  # a message that carries the files, as Slack shares them
         text = ":page_facing_up: " + ", ".join(f["title"] for f in out)
         thread_ts = params.get("thread_ts") or None
         message = Message(channel.id, ws.new_ts(), text, [], str(thread_ts) if thread_ts else None)
+        message.files = [dict(f) for f in out]
         ws.add_message(message)
         for f in out:
             ws.files[f["id"]]["shares"].append(channel.id)

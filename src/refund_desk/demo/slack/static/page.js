@@ -76,7 +76,7 @@ function inline(text) {
     const [whole] = match;
     const inner = whole.slice(1, -1);
     if (match[1]) out.push(angle(inner));
-    else if (match[2]) out.push(el("code", {}, unescape(inner)));
+    else if (match[2]) out.push(caseCode(unescape(inner)));
     else if (match[3]) out.push(el("b", {}, inline(inner)));
     else if (match[4]) out.push(el("i", {}, inline(inner)));
     else if (match[5]) out.push(el("s", {}, inline(inner)));
@@ -85,6 +85,12 @@ function inline(text) {
   }
   out.push(unescape(text.slice(last)));
   return out;
+}
+
+// A case id in a message (a backtest's examples) opens that case, as the link under a card does.
+function caseCode(text) {
+  if (!/^case_[0-9a-f]{8,}$/.test(text)) return el("code", {}, text);
+  return el("a", { href: "#", class: "case-ref", onclick: (e) => { e.preventDefault(); openCase(text); } }, el("code", {}, text));
 }
 
 function lines(text) {
@@ -223,12 +229,21 @@ function messageNode(m, extraClass) {
   const key = m.channel + "/" + m.ts;
   const caseId = state.shown[key];
   const ctx = { message: m };
-  const body = m.blocks && m.blocks.length ? renderBlocks(m.blocks, ctx) : [el("div", {}, mrkdwn(m.text))];
+  const files = m.files || [];
+  const body = m.blocks && m.blocks.length ? renderBlocks(m.blocks, ctx)
+    : files.length ? [fileLinks(files)] : [el("div", {}, mrkdwn(m.text))];
   return el("div", { class: "msg " + (extraClass || ""), "data-testid": "message", "data-ts": m.ts, "data-case": caseId || null },
     el("div", {}, el("span", { class: "who" }, "Refund Desk"), el("span", { class: "when" }, new Date(Number(m.ts.split(".")[0]) * 1000).toLocaleTimeString()),
       m.edited ? el("span", { class: "edited" }, " (edited)") : ""),
     body,
     caseId ? el("div", { class: "case-link" }, el("a", { href: "#", onclick: (e) => { e.preventDefault(); openCase(caseId); } }, "Case " + caseId + " · decision trace and audit")) : "");
+}
+
+// A shared file opens from the message, as in Slack (a backtest's CSV).
+function fileLinks(files) {
+  return el("div", { class: "files" }, files.map((f) =>
+    el("a", { class: "file", "data-testid": "file", href: "/sandbox/files/" + encodeURIComponent(f.id) + "/" + encodeURIComponent(f.name), target: "_blank", rel: "noopener" },
+      "\u{1F4C4} " + (f.title || f.name))));
 }
 
 function drawChannel() {
