@@ -335,6 +335,8 @@ def test_after_the_fact_review_records_a_wrong_refund_against_its_rule(
     case_id = automatic_case(desk)
     assert desk.get(case_id)["status"] == "refunded"
     [message] = [m for m in desk.slack.in_channel("C0POLICY") if "After-the-fact" in m.text]
+    damaged = "“Damaged items up to 50.00 USD, bought in the last 30 days, refund themselves”"
+    assert f"automatically under {damaged} (`damaged-small`) (policy v1)" in str(message.blocks)
     value = desk.slack.buttons(message)["policy_review_wrong"]
     for user in ("U0STRANGER", NOT_LEAD, "U0FIN2"):  # not in the policy; an approver; too late
         payload = fixture("block_actions.json")
@@ -344,12 +346,12 @@ def test_after_the_fact_review_records_a_wrong_refund_against_its_rule(
         payload["actions"][0].update(action_id="policy_review_wrong", value=value)
         assert desk.interaction(payload).status_code == 200
     desk.settle()
-    assert "was wrong (rule `damaged-small`)" in str(message.blocks)
+    assert f"was wrong (under {damaged} (`damaged-small`))" in str(message.blocks)
     record = [r for r in audit(desk) if r.action == "policy.review_answered"]
     assert [(r.actor_id, r.payload) for r in record] == [
         (NOT_LEAD, {"answer": "wrong", "rule": "damaged-small"})
     ]
-    assert "`damaged-small`: 1 / 1" in say(desk, "reviews")
+    assert f"• {damaged} (`damaged-small`): 1 / 1" in say(desk, "reviews")
     told = {m.to: m.text for m in desk.slack.ephemeral}
     assert "Only the policy's approvers" in told["U0STRANGER"]
     assert "already reviewed" in told["U0FIN2"]

@@ -242,7 +242,7 @@ class PolicyJobs:
         self.outbox.call(
             "chat.postMessage",
             channel=channel,
-            blocks=review_blocks(sample),
+            blocks=review_blocks(sample, doc=policy.doc if policy else None),
             text=f"After-the-fact review of case {case_id}",
         )
 

@@ -20,6 +20,9 @@ from slack_sdk.models.views import View
 
 from refund_desk import money
 from refund_desk.bot.blocks.cards import text_input
+from refund_desk.bot.mrkdwn import render
+from refund_desk.policy.schema import PolicyDocument
+from refund_desk.policy.words import rule_name
 from refund_desk.storage.models import ReviewSample
 
 DRAFT_MODAL = "policy_draft_modal"
@@ -84,11 +87,16 @@ def draft_submission(view: dict[str, Any]) -> tuple[str | None, str | None]:
     return file_id, text if isinstance(text, str) and text.strip() else None
 
 
-def review_blocks(sample: ReviewSample, answer: str | None = None) -> list[dict[str, Any]]:
+def review_blocks(
+    sample: ReviewSample, answer: str | None = None, doc: PolicyDocument | None = None
+) -> list[dict[str, Any]]:
+    """The review question; with the case's policy ``doc``, the rule is named by what it is
+    for."""
     amount = money.format_money(sample.amount, sample.currency)
+    rule = render(rule_name(doc, sample.rule))
     head = (
         f":mag: *After-the-fact review*: case `{sample.case_id}` was refunded {amount} "
-        f"automatically by rule `{sample.rule}` (policy v{sample.policy_version or '-'}). "
+        f"automatically under {rule} (policy v{sample.policy_version or '-'}). "
         "Was that right?"
     )
     blocks: list[Any] = [SectionBlock(text=MarkdownTextObject(text=head))]

@@ -176,8 +176,10 @@ class PolicyCommands:
         rows = review.wrong_by_rule(session)
         if not rows:
             return "No after-the-fact reviews answered yet."
+        doc = active_doc(session)  # rules named as the active version describes them
         return "After-the-fact reviews (wrong / answered, by the rule that fired):\n" + "\n".join(
-            f"• `{rule}`: {wrong} / {answered}" for rule, wrong, answered in rows
+            f"• {mrkdwn.render(rule_name(doc, rule))}: {wrong} / {answered}"
+            for rule, wrong, answered in rows
         )
 
     def case(self, session: Session, rest: list[str]) -> str:
@@ -456,7 +458,11 @@ class PolicyCommands:
                 verdict=verdict,
                 actor=Actor("human", user),
             )
-            said = "looks right" if verdict == "right" else f"was wrong (rule `{sample.rule}`)"
+            doc = (
+                load_version(session, sample.policy_version).doc if sample.policy_version else None
+            )
+            rule = mrkdwn.render(rule_name(doc, sample.rule))
+            said = "looks right" if verdict == "right" else f"was wrong (under {rule})"
             jobs: list[int | None] = []
             if where.get("channel") and where.get("ts"):
                 jobs.append(
@@ -466,7 +472,7 @@ class PolicyCommands:
                         channel=where["channel"],
                         ts=where["ts"],
                         text="After-the-fact review answered",
-                        blocks=review_blocks(sample, f"<@{user}>: {said}."),
+                        blocks=review_blocks(sample, f"<@{user}>: {said}.", doc),
                     )
                 )
             if verdict == "wrong":
@@ -475,7 +481,7 @@ class PolicyCommands:
                         session,
                         self.default_channel,
                         f":warning: <@{user}> marked case `{case_id}` as wrongly "
-                        f"refunded by rule `{sample.rule}` (v{sample.policy_version}).",
+                        f"refunded under {rule} (v{sample.policy_version}).",
                     )
                 )
         return Reply(f"Recorded: case `{case_id}` {said}.", jobs)
