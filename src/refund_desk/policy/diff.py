@@ -23,6 +23,7 @@ from refund_desk.policy.words import (
     mentioning,
     named,
     people,
+    rule_title,
     setting_name,
 )
 from refund_desk.text import Code, Text, join, lines, text
@@ -72,22 +73,22 @@ def _differences(old: PolicyDocument, new: PolicyDocument) -> list[_Said]:
     for rule_id, (i, rule) in after.items():
         if rule_id not in before:
             words = lines(
-                text("New rule ", _title(rule), f" at position {i + 1}: ", decides(new, rule)),
+                text("New rule ", rule_title(rule), f" at position {i + 1}: ", decides(new, rule)),
                 text("    ", details(rule)),
             )
             out.append(_Said(Change("added", rule_id, _describe(rule)), words))
             continue
         j, previous = before[rule_id]
-        out += _fields(rule_id, _title(rule), (old, previous), (new, rule))
+        out += _fields(rule_id, rule_title(rule), (old, previous), (new, rule))
         if _rank(old, rule_id, shared) != _rank(new, rule_id, shared):
             words = text(
-                _title(rule),
+                rule_title(rule),
                 f" moved from position {j + 1} to {i + 1} (the first rule that matches decides)",
             )
             out.append(_Said(Change("moved", rule_id, f"position {j + 1} -> {i + 1}"), words))
     for rule_id, (_, rule) in before.items():
         if rule_id not in after:
-            words = text("Removed rule ", _title(rule), " (it was: ", decides(old, rule), ")")
+            words = text("Removed rule ", rule_title(rule), " (it was: ", decides(old, rule), ")")
             out.append(_Said(Change("removed", rule_id, _describe(rule)), words))
     out += _fields("default", text("the default"), (old, old.default), (new, new.default))
     out += _settings(old, new)
@@ -103,12 +104,6 @@ def _rank(doc: PolicyDocument, rule_id: str, common: AbstractSet[str]) -> int:
     """Position among the rules both versions share: moves, not insertions, count."""
     order = [r.id for r in doc.rules if r.id in common]
     return order.index(rule_id) if rule_id in order else -1
-
-
-def _title(rule: Rule) -> Text:
-    if rule.description:
-        return text(f"“{rule.description}” (", Code(rule.id), ")")
-    return text(Code(rule.id))
 
 
 def _fields(

@@ -19,6 +19,10 @@ from refund_desk import money
 from refund_desk.policy.schema import Decides, People, PolicyDocument, Rule
 from refund_desk.text import Code, Person, Text, join, lines, text
 
+if TYPE_CHECKING:
+    from refund_desk.policy.authority import Setting
+    from refund_desk.policy.prove import Region, Side
+
 OUTCOME_DONE = {
     "approve": "paid automatically",
     "deny": "denied",
@@ -38,10 +42,6 @@ GUARDRAILS = {
     "exceeds-refundable": "more than is left to refund",
 }
 """The hard limits no policy lifts, in words (``guardrail:<name>`` decisions)."""
-
-if TYPE_CHECKING:
-    from refund_desk.policy.authority import Setting
-    from refund_desk.policy.prove import Region, Side
 
 _SLACK_ID = re.compile(r"^[UWSCG](?=[A-Z]*[0-9])[A-Z0-9]{2,}$")
 """A Slack id: a person (U, W), a user group (S), a channel (C, G), with a digit (not "USD")."""
@@ -110,12 +110,17 @@ def rule_name(doc: PolicyDocument | None, rule_id: str) -> Text:
     if rule_id == "no-policy":
         return text("no published policy")
     try:
-        described = doc.rule(rule_id).description if doc is not None else None
+        return rule_title(doc.rule(rule_id)) if doc is not None else text(Code(rule_id))
     except KeyError:
-        described = None
-    if described:
-        return text(f"“{described}” (", Code(rule_id), ")")
-    return text(Code(rule_id))
+        return text(Code(rule_id))
+
+
+def rule_title(rule: Rule, *, quoted: bool = True) -> Text:
+    """“Its description” (`its-id`), or the id alone for a rule without a description."""
+    if not rule.description:
+        return text(Code(rule.id))
+    said = f"“{rule.description}”" if quoted else rule.description
+    return text(said, " (", Code(rule.id), ")")
 
 
 def decides(doc: PolicyDocument, rule: Decides) -> Text:
@@ -142,7 +147,7 @@ def policy_words(doc: PolicyDocument) -> Text:
     line, the default, who approves how much, the leads, operators and channels."""
     rules = [
         lines(
-            text(f"{n}. ", _rule_title(r), ": ", decides(doc, r), "."),
+            text(f"{n}. ", rule_title(r, quoted=False), ": ", decides(doc, r), "."),
             text("    ", details(r)),
         )
         for n, r in enumerate(doc.rules, 1)
@@ -171,12 +176,6 @@ def policy_words(doc: PolicyDocument) -> Text:
         shown = [text(f"{use} ", named(where)) for use, where in doc.channels.items()]
         out.append(text("Channels: ", join(", ", shown), "."))
     return lines(*out)
-
-
-def _rule_title(rule: Rule) -> Text:
-    if rule.description:
-        return text(rule.description, " (", Code(rule.id), ")")
-    return text(Code(rule.id))
 
 
 # --------------------------------------------------------------------- facts in words
