@@ -490,6 +490,8 @@ def test_the_policy_reads_in_words_with_its_text_a_command_away(desk: SlackHarne
     assert said[-1] == "The text itself: `/refund-policy show v1 yaml`."
     text = say(desk, "show v1 yaml", NOT_LEAD)
     assert "```policy: acme-refunds\n" in text and "leads: [U0LEAD1]" in text
+    assert say(desk, "show yaml", NOT_LEAD) == text  # the active version's
+    assert "Usage: `/refund-policy show [vN|dN] [yaml]`" in say(desk, "show v1 d1", NOT_LEAD)
     submit_draft(desk, text=STRICTER)
     assert say(desk, "drafts") == "Drafts:\n• d1 by <@U0LEAD1>, valid"
 

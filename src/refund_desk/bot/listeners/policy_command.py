@@ -124,17 +124,17 @@ class PolicyCommands:
     def show(self, session: Session, rest: list[str]) -> Text | str:
         """The policy in words (rules by description, people by name, each rule's expression
         on its details line); `show vN yaml` is the text itself."""
-        as_yaml = len(rest) == 2 and rest[1].lower() == "yaml"
-        if len(rest) > 1 and not as_yaml:
+        as_yaml = bool(rest) and rest[-1].lower() == "yaml"
+        named = rest[:-1] if as_yaml else rest
+        if len(named) > 1:
             raise usage("show [vN|dN] [yaml]")
-        if rest and rest[0].lower() != "yaml":
-            ref = drafts.parse_ref(rest[0])
+        if named:
+            ref = drafts.parse_ref(named[0])
         else:
             active = control(session).active_version
             if active is None:
                 return "No policy version is published yet."
             ref = drafts.Ref("version", active)
-            as_yaml = as_yaml or bool(rest)
         source = drafts.source_of(session, ref)
         head = _heading(session, ref)
         if as_yaml:
@@ -194,7 +194,7 @@ class PolicyCommands:
         doc = load_version(session, case.policy_version).doc if case.policy_version else None
         outcome = decision.get("outcome")
         rule = mrkdwn.render(rule_name(doc, str(decision.get("rule") or "-")))
-        lines = [
+        said = [
             f"Case `{case.id}`: {case.status.replace('_', ' ')}, {amount}; "
             f"policy v{case.policy_version or '-'}: "
             + (
@@ -205,11 +205,11 @@ class PolicyCommands:
             )
         ]
         if decision.get("counterfactual"):
-            lines.append(f":bulb: {decision['counterfactual']} (operators only)")
+            said.append(f":bulb: {decision['counterfactual']} (operators only)")
         shadowed = session.get(ShadowDecision, case.id)
         if shadowed is not None:
-            lines.append(f"Shadow d{shadowed.draft_id}: {shadowed.outcome} by `{shadowed.rule}`.")
-        return "\n".join(lines)
+            said.append(f"Shadow d{shadowed.draft_id}: {shadowed.outcome} by `{shadowed.rule}`.")
+        return "\n".join(said)
 
     READS: ClassVar[dict[str, Callable[[PolicyCommands, Session, list[str]], Text | str]]] = {
         "help": help,
