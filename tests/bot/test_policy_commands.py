@@ -354,7 +354,7 @@ def test_after_the_fact_review_records_a_wrong_refund_against_its_rule(
     assert f"• {damaged} (`damaged-small`): 1 / 1" in say(desk, "reviews")
     told = {m.to: m.text for m in desk.slack.ephemeral}
     assert "Only the policy's approvers" in told["U0STRANGER"]
-    assert "already reviewed" in told["U0FIN2"]
+    assert f"was already reviewed by <@{NOT_LEAD}>." in told["U0FIN2"]
 
 
 def test_a_second_lead_confirms_a_publish_when_the_setting_asks(

@@ -16,10 +16,11 @@ from sqlmodel import Session, col
 
 from refund_desk import clock
 from refund_desk.cases.errors import InvalidRequest, NotFound
-from refund_desk.governance.versions import control, load_version
+from refund_desk.governance.versions import by_whom, control, load_version
 from refund_desk.jobs.queue import enqueue
 from refund_desk.storage.audit import Actor, AuditLog
 from refund_desk.storage.models import Case, ReviewSample
+from refund_desk.text import text
 
 if TYPE_CHECKING:
     from refund_desk.cases.desk import Desk
@@ -75,8 +76,9 @@ def answer(
     if sample is None:
         raise NotFound("review_missing", f"Case {case_id} was not picked for review.")
     if sample.answer is not None:
+        by = by_whom(sample.answered_by or "someone")
         raise InvalidRequest(
-            "already_reviewed", f"Case {case_id} was already reviewed by {sample.answered_by}."
+            "already_reviewed", text(f"Case {case_id} was already reviewed by ", by, ".")
         )
     sample.answer, sample.answered_by, sample.answered_at = verdict, str(actor), clock.now()
     session.add(sample)
