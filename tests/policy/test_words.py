@@ -59,6 +59,7 @@ def test_a_bound_reads_as_a_phrase(fact: str, bound: str, said: str) -> None:
             "order.refunded > 90",
             "when `order.age_days` → `order.refunded` `&gt; 90`",
         ),
+        ("order.age_days > 90", "order.age_days>90", "when: only its spacing changed"),
     ],
 )
 def test_a_changed_condition_shows_only_what_changed(old: str, new: str, said: str) -> None:

@@ -168,6 +168,8 @@ def when_change(old: str, new: str) -> Text:
     while end < min(len(a), len(b)) - start and a[-1 - end][0] == b[-1 - end][0]:
         end += 1
     gone, came = a[start : len(a) - end], b[start : len(b) - end]
+    if not gone and not came:
+        return text("when: only its spacing changed")
     if max(len(gone), len(came)) > MAX_CHANGED_TOKENS:
         return text("when ", Code(old), " → ", Code(new))
     lead = _span(old, a[_clause_start(a, start) : start])
