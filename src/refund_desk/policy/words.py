@@ -181,12 +181,12 @@ def policy_words(doc: PolicyDocument) -> Text:
 # --------------------------------------------------------------------- facts in words
 
 _FACTS: dict[str, tuple[str, str]] = {
-    # fact -> (how a bound reads, with {b} for the bound; how an example value reads, {v})
+    # fact -> (how a bound reads, with {b} for the bound; how an example value reads, {v});
+    # the yes-or-no facts read as _YES_NO says
     "request.amount": ("amount {b}", "{v}"),
     "request.currency": ("in {b}", "in {v}"),
     "request.reason": ("reason {b}", "{v}"),
     "request.source": ("filed through {b}", "filed through {v}"),
-    "request.possible_duplicate": ("", ""),
     "request.amount_source": ("amount from {b}", "amount from {v}"),
     "request.reason_source": ("reason from {b}", "reason from {v}"),
     "order.amount": ("paid {b}", "paid {v}"),
@@ -194,12 +194,10 @@ _FACTS: dict[str, tuple[str, str]] = {
     "order.refundable": ("left to refund {b}", "{v} left to refund"),
     "order.currency": ("paid in {b}", "paid in {v}"),
     "order.age_days": ("order {b} days old", "{v} days old"),
-    "customer.verified": ("", ""),
     "customer.chargebacks_365d": ("{b} chargebacks in a year", "{v} chargebacks in a year"),
     "customer.refunds_90d": ("{b} refunds in 90 days", "{v} refunds in 90 days"),
     "customer.open_cases": ("{b} other open cases", "{v} other open cases"),
     "advisor.confidence": ("AI confidence {b}", "AI confidence {v}"),
-    "advisor.injection_suspected": ("", ""),
     "evidence.count": ("{b} files attached", "{v} files attached"),
     "evidence.checked": ("{b} files checked", "{v} files checked"),
 }
