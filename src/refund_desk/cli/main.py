@@ -610,7 +610,12 @@ def policy_publish(file: Path) -> None:
         _fail(exc.message)
     typer.echo(run.text.as_text())
     if proved is not None:
-        typer.echo(proof_summary(*proved).as_text())
+        from refund_desk.governance.versions import load_version
+        from refund_desk.policy import parse_policy
+
+        with runtime.db.read() as session:
+            docs = (load_version(session, proved[0]).doc, parse_policy(source))
+        typer.echo(proof_summary(*proved, docs).as_text())
     typer.echo(f"published {row.policy_name} v{row.version} ({row.content_hash[:12]})")
 
 
