@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import re
 import secrets
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -67,7 +68,10 @@ class RefundRequest(BaseModel):
     @field_validator("currency")
     @classmethod
     def _known_currency(cls, value: str) -> str:
-        money.exponent(value)  # raises UnknownCurrency (a ValueError) with a clear message
+        try:
+            money.exponent(value)
+        except money.UnknownCurrency:
+            raise ValueError(_not_a_currency(value)) from None
         return value.upper()
 
     @field_validator("reason")
@@ -76,21 +80,16 @@ class RefundRequest(BaseModel):
         from refund_desk.cases.ports import REASONS
 
         if value is not None and value not in REASONS:
-            raise ValueError(f"must be one of {', '.join(REASONS)}")
+            raise ValueError(f"{quoted(value)} is not a reason; one of {', '.join(REASONS)}.")
         return value
 
     def amount_minor(self) -> int | None:
         if self.amount is None:
             return None
-        try:
-            minor = money.to_minor(self.amount, self.currency)
-            if minor <= 0:
-                raise ValueError("must be more than zero")
-        except ValueError as exc:
-            raise InvalidRequest(
-                "invalid_amount", "The amount is not valid.", {"amount": str(exc)}
-            ) from None
-        return minor
+        problem = amount_problem(self.amount, self.currency)
+        if problem is not None:
+            raise InvalidRequest("invalid_amount", "The amount is not valid.", {"amount": problem})
+        return money.to_minor(self.amount, self.currency)
 
     def fingerprint(self) -> str:
         # a body without `processor` hashes as it did before the field existed
@@ -123,8 +122,101 @@ def invalid(errors: Sequence[Any], *, within: int = 0) -> InvalidRequest:
         message = error["msg"].removeprefix("Value error, ")
         if error["type"] == "extra_forbidden":
             message = "unknown field"
+        elif place and place[0] in RefundRequest.model_fields:  # an intake body's field
+            message = in_words(error, str(place[0])).removeprefix("Value error, ")
         fields.setdefault(".".join(str(p) for p in place) or "body", message)
     return InvalidRequest("invalid_request", "The request has invalid fields.", fields)
+
+
+# ---------------------------------------------------------------- words for what was typed
+# A request's problems said as the person who typed it reads them: what they typed, quoted,
+# what is wrong with it, and an example of what would do (never a validator's own words).
+
+_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+_CURRENCY_IN = re.compile(r"[$€£¥]|\b[A-Za-z]{3}\b")
+
+
+def quoted(value: object) -> str:
+    """What a person typed, in quotes, cut to a length a sentence can carry."""
+    shown = str(value).strip()
+    return f"“{shown if len(shown) <= 20 else shown[:19] + '…'}”"
+
+
+def amount_problem(typed: str, currency: str | None = None) -> str | None:
+    """What is wrong with an amount as typed, quoting it; None when it reads as an amount (of
+    ``currency`` when it is known: then its decimals and its size are checked too)."""
+    text = typed.strip()
+    said = quoted(text)
+    if not text:
+        return None
+    if text.startswith("-"):
+        return f"{said} is below zero; type the amount to give back, such as 12.50."
+    if _CURRENCY_IN.search(text) and _NUMBER.fullmatch(_CURRENCY_IN.sub("", text).strip()):
+        return f"{said} has a currency in it; type the number alone, such as 12.50."
+    if any(c.isalpha() for c in text):
+        return f"letters are not an amount ({said}); type digits, such as 12.50."
+    if "," in text:
+        return f"{said} has a comma; type a point before the decimals, such as 12.50."
+    if not _NUMBER.fullmatch(text):
+        return f"{said} is not an amount; type digits with one point, such as 12.50."
+    if Decimal(text) == 0:
+        return f"{said} refunds nothing; type more than zero, such as 12.50."
+    return _beyond_currency(text, currency)
+
+
+def _beyond_currency(text: str, currency: str | None) -> str | None:
+    """An amount with more decimals than its currency has, or more than money here holds."""
+    try:
+        exp = money.exponent(currency or "")
+    except money.UnknownCurrency:
+        return None  # said of the currency's own field
+    said, code, scaled = quoted(text), str(currency).upper(), Decimal(text).scaleb(exp)
+    if scaled != scaled.to_integral_value() and exp == 0:
+        return f"{said} has decimals, and {code} has none; type a whole number, such as 1250."
+    if scaled != scaled.to_integral_value():
+        example = "12." + "5".ljust(exp, "0")
+        return f"{said} has more decimals than {code} has ({exp}); type, for example, {example}."
+    if scaled >= money.MAX_MINOR:
+        most = money.format_money(money.MAX_MINOR - 1, code)
+        return f"{said} is more than any refund can be (at most {most})."
+    return None
+
+
+def _not_a_currency(value: object) -> str:
+    return f"{quoted(value)} is not a currency; type its three-letter code, such as USD."
+
+
+_MISSING = {
+    "payment": "The payment id is missing: it is on the receipt, such as py_1a2b3c.",
+    "email": "The customer's email is missing.",
+    "currency": "The currency is missing: type its three-letter code, such as USD.",
+}
+
+
+def in_words(error: Mapping[str, Any], field: str) -> str:
+    """One of pydantic's errors on a field of an intake body, in words that quote what was
+    typed."""
+    kind, typed, ctx = error["type"], error.get("input"), error.get("ctx") or {}
+    if kind == "missing":
+        return _MISSING.get(field, "This is missing.")
+    if field == "payment":
+        return (
+            f"{quoted(typed)} is not a payment id; an id is 3 to 100 letters, digits, _ or -, "
+            "such as py_1a2b3c."
+        )
+    if field == "email":
+        return f"{quoted(typed)} is not an email address; one reads like name@example.com."
+    if field == "currency" and kind.startswith("string_too"):
+        return _not_a_currency(typed)
+    if kind == "string_too_long" and field == "amount":
+        return f"{quoted(typed)} is longer than any amount ({ctx['max_length']} characters)."
+    if field == "callback_url" and kind == "string_pattern_mismatch":
+        return f"{quoted(typed)} is not a web address; one starts with https://."
+    if kind == "string_too_long":
+        return f"This is too long: {ctx['max_length']:,} characters at most."
+    if kind == "literal_error":
+        return f"{quoted(typed)} is not one of {ctx['expected']}."
+    return str(error["msg"])
 
 
 def refuse_internal(request: RefundRequest) -> None:
@@ -229,7 +321,7 @@ def fetch_payment(desk: Desk, payment_id: str) -> PaymentFacts:
         raise InvalidRequest(
             "payment_not_found",
             "No such payment at the processor.",
-            {"payment": "no payment with this id"},
+            {"payment": f"the processor has no payment {quoted(payment_id)}"},
         ) from None
     except ProcessorError as exc:
         raise Unavailable(

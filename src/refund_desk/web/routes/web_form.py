@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from email_validator import EmailNotValidError, validate_email
@@ -22,6 +21,7 @@ from starlette.datastructures import FormData, UploadFile
 from refund_desk import money
 from refund_desk.cases import evidence
 from refund_desk.cases.errors import CaseError
+from refund_desk.cases.intake import amount_problem, quoted
 from refund_desk.cases.ports import REASONS
 from refund_desk.cases.views import case_view
 from refund_desk.crypto import keyed_hash
@@ -106,6 +106,7 @@ def _form(
         values=values or {},
         errors=errors,
         form_error=form_error,
+        labels={f.name: f.label for f in FIELDS},
         csrf=token,
     )
     return pages.set_csrf_cookie(response, request, cookie) if new else response
@@ -194,6 +195,8 @@ async def submit_form(request: Request) -> Response:
 
 
 def _check_fields(values: dict[str, str]) -> dict[str, str]:
+    """Each field as the customer typed it; what is wrong said in words that quote it (the
+    amount's decimals are checked against the payment's currency once it is known)."""
     errors: dict[str, str] = {}
     email = values.get("email", "")
     if not email:
@@ -202,18 +205,18 @@ def _check_fields(values: dict[str, str]) -> dict[str, str]:
         try:
             validate_email(email, check_deliverability=False)
         except EmailNotValidError:
-            errors["email"] = "Enter an email address like name@example.com."
+            errors["email"] = (
+                f"{quoted(email)} is not an email address; one reads like name@example.com."
+            )
     if not values.get("payment"):
         errors["payment"] = "Enter the payment or order reference from your receipt."
     elif not _PAYMENT.match(values["payment"]):
-        errors["payment"] = "The reference has letters, digits, - and _ only."
-    amount = values.get("amount", "")
-    if amount:
-        try:
-            if Decimal(amount) <= 0 or not Decimal(amount).is_finite():
-                errors["amount"] = "Enter an amount more than zero, like 12.50."
-        except InvalidOperation:
-            errors["amount"] = "Enter an amount like 12.50, without a currency sign."
+        errors["payment"] = (
+            f"{quoted(values['payment'])} is not a reference from a receipt; one has letters, "
+            "digits, - and _ only, such as py_1a2b3c."
+        )
+    if problem := amount_problem(values.get("amount", "")):
+        errors["amount"] = problem
     if values.get("reason") and values["reason"] not in REASONS:
         errors["reason"] = "Choose a reason from the list."
     if len(values.get("message", "")) > 10_000:
