@@ -1,6 +1,7 @@
-"""`/refund` files a case for a customer; `/refund find TEXT` lists the cases matching an email,
-payment, order or case id; the message shortcut "File a refund" (`file_refund`) opens the
-`/refund` modal filled in from the message.
+"""`/refund` files a case for a customer, its form filled in from what was typed after it (an
+amount, a payment id, an email, what happened); `/refund help` says how; `/refund find TEXT`
+lists the cases matching an email, payment, order or case id; the message shortcut "File a
+refund" (`file_refund`) opens the `/refund` modal filled in from the message.
 
 The submission is checked at once (so mistakes show in the modal), then filed by a job through
 the same workflow as the API, the operator recorded as the requester.
@@ -20,7 +21,7 @@ from refund_desk.bot.blocks import cards
 from refund_desk.bot.outbox import active_doc, enqueue_call, enqueue_tell, run_now
 from refund_desk.cases.desk import Desk
 from refund_desk.cases.errors import CaseError, InvalidRequest
-from refund_desk.cases.intake import SLACK_JOB, parse_request, submit
+from refund_desk.cases.intake import SLACK_JOB, amount_problem, parse_request, submit
 from refund_desk.cases.people import may_read
 from refund_desk.customers.intake import channel_key
 from refund_desk.jobs.queue import ClaimedJob, queue
@@ -35,27 +36,44 @@ CHECKING = ":hourglass_flowing_sand: Checking the payment with the processor…"
 FIELD_BLOCKS = {"payment", "email", "currency", "amount", "reason", "message"}
 FIND_LIMIT = 15
 PAYMENT_ID = re.compile(r"\b((?:pi|py|ch)_[A-Za-z0-9]+)\b")
+# PayPal's capture and order ids: upper-case letters and digits, both (not a word, not a number).
+PAYPAL_ID = re.compile(r"\b((?=[A-Z0-9]*[A-Z])(?=[A-Z0-9]*\d)[A-Z0-9]{10,20})\b")
 EMAIL = re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}")
 AMOUNT = re.compile(
     r"(?:(?P<sym>[$€£¥])\s?(?P<a>\d+(?:[.,]\d{1,3})?)"
-    r"|(?P<b>\d+(?:\.\d{1,3})?)\s?(?P<code>[A-Z]{3})\b"
-    r"|(?P<c2>[A-Z]{3})\s?(?P<c>\d+(?:\.\d{1,3})?))"
+    r"|\b(?P<b>\d+(?:\.\d{1,3})?)\s?(?P<code>[A-Z]{3})\b"
+    r"|\b(?P<c2>[A-Z]{3})\s?(?P<c>\d+(?:\.\d{1,3})?))"
 )
 SYMBOLS = {"$": "USD", "€": "EUR", "£": "GBP", "¥": "JPY"}
-TYPED_AMOUNT = re.compile(r"\d+(?:\.\d+)?")  # what an amount looks like, before its currency
-
-
-def amount_problem(typed: str | None) -> str | None:
-    """What is wrong with the amount as typed in the `/refund` modal, quoting it; None when it
-    reads as an amount (its currency's decimals and size are checked with the request) or
-    the field was left empty (what is left to refund)."""
-    if typed is None or TYPED_AMOUNT.fullmatch(typed):
-        return None
-    shown = typed if len(typed) <= 20 else typed[:19] + "…"
-    return (
-        f"“{shown}” is not an amount: type digits with a point, such as 12.50 "
-        "(leave the field empty to refund what is left on the payment)."
-    )
+# A number alone, as typed after `/refund` (not a part of an id, an email or a longer number);
+# a sign or a comma is kept, for the form's own check to explain.
+BARE_AMOUNT = re.compile(r"(?<![\w.,$€£¥-])-?\d+(?:[.,]\d+)?(?!\w|[.,]\d)")
+# Slack's markup in a command's text: <mailto:a@b.c|a@b.c>, <https://…|label>, <https://…>.
+SLACK_LINK = re.compile(r"<(?:mailto:)?([^|>]+)(?:\|([^>]+))?>")
+REASON_WORDS = (
+    ("damaged", ("broken", "damaged", "shattered", "crushed")),
+    ("not_received", ("never arrived", "not received", "didn't arrive", "lost")),
+)
+# The modal's labels, for a problem said outside the field it is about.
+LABELS = {
+    "payment": "Payment id",
+    "email": "Customer email",
+    "currency": "Currency",
+    "amount": "Amount",
+    "reason": "Reason",
+    "message": "What the customer said",
+}
+HELP = (
+    "*`/refund`* opens the form to file a refund for a customer. Type what you know after it "
+    "and the form comes filled in:\n"
+    "• an amount (`25`, `25.00`, `$25`, `25 EUR`; none: what is left on the payment)\n"
+    "• the payment id: `pi_…`, `ch_…` or `py_…`, or a PayPal capture or order id "
+    "(capitals and digits)\n"
+    "• the customer's email, and what happened, in your words\n"
+    "For example: `/refund 25.00 py_1a2b3c ada@example.com the vase arrived broken`\n"
+    "Nothing is filed until you press *File*; the policy then decides, or asks a person.\n"
+    "`/refund find EMAIL|PAYMENT|ORDER|CASE_ID` looks up cases."
+)
 
 
 def within_payment(session: Session, case: Case) -> None:
@@ -81,10 +99,46 @@ def prefill(text: str) -> dict[str, str]:
     """What a message says about a refund: payment id, email, amount and currency, and the
     message itself as what the customer said."""
     out: dict[str, str] = {"message": text[:2900]} if text.strip() else {}
-    if found := PAYMENT_ID.search(text):
-        out["payment"] = found.group(1)
-    if found := EMAIL.search(text):
-        out["email"] = found.group(0)
+    out.update(_ids_in(text)[0])
+    if found := _amount_with_currency(text):
+        out.update(amount=found[0], currency=found[1])
+    return out | _reason_in(text)
+
+
+def from_command(text: str, currency: str | None = None) -> dict[str, str]:
+    """What `/refund TEXT` says: the payment id, the email, the amount (a number alone is in
+    ``currency``, the policy's), and the words left over as what the customer said."""
+    plain = SLACK_LINK.sub(lambda link: link.group(2) or link.group(1), text)
+    plain = plain.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
+    out, rest = _ids_in(plain)
+    if found := _amount_with_currency(rest):
+        out.update(amount=found[0], currency=found[1])
+        rest = rest.replace(found[2], " ", 1)
+    elif bare := BARE_AMOUNT.search(rest):
+        out["amount"] = bare.group(0)
+        rest = rest[: bare.start()] + " " + rest[bare.end() :]
+    if currency and "currency" not in out:
+        out["currency"] = currency
+    said = " ".join(rest.split()).strip(" ,;:.-")
+    if any(c.isalpha() for c in said):
+        out["message"] = said[:2900]
+    return out | _reason_in(said)
+
+
+def _ids_in(text: str) -> tuple[dict[str, str], str]:
+    """The payment id and the email in ``text``; the text without them."""
+    out: dict[str, str] = {}
+    rest = text
+    for key, pattern in (("email", EMAIL), ("payment", PAYMENT_ID), ("payment", PAYPAL_ID)):
+        if key not in out and (found := pattern.search(rest)):
+            out[key] = found.group(0)
+            rest = rest[: found.start()] + " " + rest[found.end() :]
+    return out, rest
+
+
+def _amount_with_currency(text: str) -> tuple[str, str, str] | None:
+    """The first amount written with its currency ($42.50, 42.50 EUR, EUR 42.50): the amount,
+    the currency and the words as they were written."""
     for found in AMOUNT.finditer(text):
         currency = SYMBOLS.get(found.group("sym") or "") or found.group("code") or found.group("c2")
         amount = (found.group("a") or found.group("b") or found.group("c") or "").replace(",", ".")
@@ -92,17 +146,32 @@ def prefill(text: str) -> dict[str, str]:
             money.exponent(currency or "")
         except ValueError:  # UnknownCurrency: three capitals that are no currency
             continue
-        out.update(currency=str(currency), amount=amount)
-        break
+        return amount, str(currency), found.group(0)
+    return None
+
+
+def _reason_in(text: str) -> dict[str, str]:
     lowered = text.lower()
-    for reason, words in (
-        ("damaged", ("broken", "damaged", "shattered", "crushed")),
-        ("not_received", ("never arrived", "not received", "didn't arrive", "lost")),
-    ):
+    for reason, words in REASON_WORDS:
         if any(w in lowered for w in words):
-            out["reason"] = reason
-            break
-    return out
+            return {"reason": reason}
+    return {}
+
+
+def policy_currency(desk: Desk) -> str | None:
+    """The active policy's currency: what an amount typed alone after `/refund` is in."""
+    with desk.db.read() as session:
+        doc = active_doc(session)
+    return doc.currency if doc is not None else None
+
+
+def not_filed(exc: InvalidRequest) -> str:
+    """Why a `/refund` filing was refused, each field by the label the modal gives it."""
+    details = " ".join(
+        f"{LABELS.get(k, k.replace('_', ' ').capitalize())}: {v}" for k, v in exc.fields.items()
+    )
+    said = f"{mrkdwn.render(exc.text)} {mrkdwn.escape(details)}".strip()
+    return f":no_entry: The case was not filed: {said}"
 
 
 def find_cases(desk: Desk, user: str, text: str) -> str:
@@ -164,9 +233,7 @@ def file_case(desk: Desk, job: ClaimedJob) -> None:
             status = case.status if case else "unknown"
         text = f"Filed case `{case_id}`: {status.replace('_', ' ')}."
     except InvalidRequest as exc:
-        details = "; ".join(f"{k}: {v}" for k, v in exc.fields.items())
-        said = f"{mrkdwn.render(exc.text)} {mrkdwn.escape(details)}".strip()
-        text = f":no_entry: The case was not filed: {said}"
+        text = not_filed(exc)
         view_id = job.payload.get("view_id")
         if view_id:  # the modal is still open: say it there, with what they typed kept
             view = cards.file_case_modal(channel or "", job.payload["request"], problem=text)
@@ -182,10 +249,10 @@ def file_case(desk: Desk, job: ClaimedJob) -> None:
             return
     jobs = []
     with desk.db.write() as session:
-        if job.payload.get("view_id"):  # the modal that said "checking" says it is filed
-            done = cards.filed_modal(text)
-            jobs.append(enqueue_call(session, "views.update", view_id=job.payload["view_id"],
-                                     view=done.to_dict(), otherwise=None))  # fmt: skip
+        if view_id := job.payload.get("view_id"):  # the modal that said "checking": filed
+            done = cards.filed_modal(text).to_dict()
+            call = enqueue_call(session, "views.update", view_id=view_id, view=done, otherwise=None)
+            jobs.append(call)
         jobs.append(enqueue_tell(session, user, text, channel=channel))
     run_now(desk, jobs)
 
@@ -195,16 +262,20 @@ def register(surface: Surface) -> None:
 
     @app.command("/refund")
     async def on_refund(ack: Any, body: dict[str, Any], client: Any) -> None:
-        words = (body.get("text") or "").strip().split(maxsplit=1)
+        typed = (body.get("text") or "").strip()
+        words = typed.split(maxsplit=1)
         if words and words[0].lower() == "find":
             found = await surface.blocking(
                 find_cases, surface.desk, body["user_id"], words[1] if len(words) > 1 else ""
             )
             await ack(text=found)
             return
-        await client.views_open(
-            trigger_id=body["trigger_id"], view=cards.file_case_modal(body.get("channel_id", ""))
-        )
+        if words and words[0].lower().strip("-?") in ("help", ""):
+            await ack(text=HELP)
+            return
+        currency = await surface.blocking(policy_currency, surface.desk)
+        view = cards.file_case_modal(body.get("channel_id", ""), from_command(typed, currency))
+        await client.views_open(trigger_id=body["trigger_id"], view=view)
         await ack()
 
     @app.shortcut("file_refund")
@@ -221,7 +292,7 @@ def register(surface: Surface) -> None:
         values = cards.modal_values(view)
         data = {k: v for k, v in values.items() if v is not None}
         data["source"] = "slack"
-        typo = amount_problem(values.get("amount"))
+        typo = amount_problem(values.get("amount") or "", values.get("currency"))
         if typo is not None:  # never read as "empty": that would mean what is left
             await ack(response_action="errors", errors={"amount": typo})
             return
