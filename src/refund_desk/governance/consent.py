@@ -29,11 +29,11 @@ from sqlmodel import Session, col
 
 from refund_desk import clock
 from refund_desk.cases.errors import InvalidRequest
-from refund_desk.governance.drafts import Change
+from refund_desk.governance.drafts import Change, leads
 from refund_desk.governance.versions import control
 from refund_desk.storage.audit import Actor, AuditLog, canonical
 from refund_desk.storage.models import AuditRecord
-from refund_desk.text import Code, Text, lines, text
+from refund_desk.text import Code, Person, Text, join, lines, text
 
 SHORT = 16
 """Hex characters of a digest shown and typed: 64 bits, beyond a brute-forced look-alike."""
@@ -70,6 +70,30 @@ def digest_of(**state: Any) -> str:
 def needs_second_lead(session: Session, proposal: Proposal) -> bool:
     """Looser: always. Otherwise as the second-lead setting says."""
     return proposal.looser or control(session).publish_needs_second_lead
+
+
+def second_leads(session: Session, asked_by: str | None = None) -> Text | None:
+    """Who may confirm a change, by name ("Lee Park or Lina Haddad"): the leads of the active
+    version (``drafts.leads``, the list ``require_lead`` checks) but the one who asked; with
+    nobody asking yet, all of them, if there are two. None when nobody can: the policy has
+    one lead (a user group may hold more)."""
+    named = leads(session)
+    others = [lead for lead in named if lead != asked_by]
+    one = len(others) == 1 and not others[0].startswith("S")  # `S…`: a user group
+    if not others or (asked_by is None and one):
+        return None
+    return join(" or ", [Person(lead) for lead in others])
+
+
+def nobody_confirms(session: Session) -> Text:
+    """Why a change that needs a second lead cannot be confirmed from Slack."""
+    return text(
+        "nobody can confirm it in Slack: ",
+        join(" and ", [Person(lead) for lead in leads(session)]),
+        " is the policy's only lead (a second one is added by the admin's CLI, ",
+        Code("refund-desk policy publish FILE"),
+        ", which is not gated)",
+    )
 
 
 def check_digest(proposal: Proposal, given: str, now: Text | None = None) -> None:
@@ -169,13 +193,11 @@ def consent(
     stale = None
     if open_request is not None:
         stale = f"(An earlier request to {proposal.what}, for another text or state, is stale.)"
+    who = second_leads(session, actor.id)
+    how = text(who, " confirms with ", confirm) if who else nobody_confirms(session)
     return Change(
         reply=lines(
-            text(
-                f"To {proposal.what} needs a second lead ({why}): another lead confirms with ",
-                confirm,
-                ".",
-            ),
+            text(f"To {proposal.what} needs a second lead ({why}): ", how, "."),
             proposal.why,
             stale,
         ),
@@ -184,8 +206,8 @@ def consent(
                 actor.who,
                 f" asks to {proposal.what} (change ",
                 Code(proposal.short),
-                f", {why}). Another lead confirms with ",
-                confirm,
+                f", {why}): ",
+                how,
                 ".",
             ),
             proposal.why,
