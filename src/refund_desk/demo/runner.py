@@ -5,7 +5,12 @@ processor, the offline advisor, a generated secret) together with the local Slac
 mounted in the same process, so there is one address to open. It seeds a sample store: the
 demo policy as v1, sample payments, and a stream of refund requests queued as jobs with due
 times over the first minute, so a restart with the same `--dir` resumes the stream instead of
-losing it. It never talks to real Slack: a set SLACK_BOT_TOKEN makes it refuse to start.
+losing it; and one payment nobody asked about yet (`TRY_PAYMENT`, `TRY_EMAIL`: the README's
+first screen tries `/refund` with them). It never talks to real Slack: a set SLACK_BOT_TOKEN
+makes it refuse to start.
+
+Its addresses are printed once it listens, again as the last lines once the sample stream has
+been worked through (so the log does not scroll them away), and once more when it stops.
 """
 
 from __future__ import annotations
@@ -13,15 +18,18 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from functools import partial
 from importlib import resources
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource
@@ -40,7 +48,7 @@ from refund_desk.policy import PolicyDocument, parse_policy
 from refund_desk.runtime import Runtime, build, install_jobs
 from refund_desk.settings import Settings, settle_secret
 from refund_desk.storage.audit import Actor
-from refund_desk.storage.models import IntakeKey
+from refund_desk.storage.models import IntakeKey, Job, SandboxPayment
 
 ARRIVE = "demo.request"
 OPERATOR = "U0OPS1"
@@ -54,6 +62,10 @@ NAMES = {
     "U0MGR1": "Maya Chen",
 }
 CHANNEL_NAMES = {"approvals": "refunds", "finance": "finance-approvals", "policy": "refund-policy"}
+# A payment of the sample store nobody has asked about: the pair to try `/refund` (and the
+# customer's form) with. Its id is fixed, so the README can give it.
+TRY_PAYMENT, TRY_EMAIL, TRY_PAID = "py_lamp40", "sam@example.com", "40.00"
+TRY_COMMAND = f"/refund {TRY_PAID} {TRY_PAYMENT} {TRY_EMAIL} I changed my mind about the lamp"
 
 
 class DemoRefused(Exception):
@@ -189,6 +201,7 @@ def seed(runtime: Runtime, paypal: PayPalEmulator, *, stream_seconds: float) -> 
         )
         for n, sample in enumerate(SAMPLES, start=1)
     ]
+    try_payment(runtime, start)
     with runtime.db.write() as session:
         for n, (sample, payment) in enumerate(zip(SAMPLES, payments, strict=True), start=1):
             email = f"customer{n}@example.com"
@@ -210,6 +223,23 @@ def seed(runtime: Runtime, paypal: PayPalEmulator, *, stream_seconds: float) -> 
                 due_at=start + timedelta(seconds=1 + sample.at * stream_seconds),
             )
     return True
+
+
+def try_payment(runtime: Runtime, start: datetime) -> None:
+    """The sandbox payment to try `/refund` with, under its fixed id (the sandbox's own
+    payments have random ones)."""
+    assert runtime.sandbox is not None
+    with runtime.sandbox.db.write() as session:
+        session.add(
+            SandboxPayment(
+                id=TRY_PAYMENT,
+                amount=money.to_minor(TRY_PAID, "USD"),
+                currency="usd",
+                email=TRY_EMAIL,
+                name="Sam Reyes",
+                created_at=start - timedelta(days=6),
+            )
+        )
 
 
 def arrive(desk: Desk, job: ClaimedJob) -> None:
@@ -276,6 +306,7 @@ def run(*, host: str, port: int, directory: Path | None, stream_seconds: float) 
     logging.getLogger("apscheduler").setLevel(logging.ERROR)
     logging.getLogger("alembic").setLevel(logging.WARNING)
     logging.getLogger("httpx").setLevel(logging.WARNING)  # every click is a request to the app
+    logging.getLogger("refund_desk.web.app").addFilter(_without_page_reads)
 
     temporary = directory is None
     folder = (
@@ -298,28 +329,122 @@ def run(*, host: str, port: int, directory: Path | None, stream_seconds: float) 
                 access_log=False,
             )
         )
-        url = f"{runtime.settings.public_url}/sandbox/"
-        threading.Thread(target=_announce, args=(server, url, folder), daemon=True).start()
-        server.run()
+        where = Where(runtime.settings.public_url, folder, temporary)
+        settled = partial(_settled, runtime)
+        threading.Thread(target=_announce, args=(server, where, settled), daemon=True).start()
+        _serve(server)
         runtime.db.dispose()
         if not server.started:
             raise DemoRefused(f"the server could not listen on {host}:{port}")
+        _say(where.stopped())
     finally:
         paypal.stop()
         if temporary:
             shutil.rmtree(folder, ignore_errors=True)
 
 
-def _announce(server: Any, url: str, folder: Path) -> None:
-    """Print the address once the server really listens (the browser test waits for it)."""
+def _without_page_reads(record: logging.LogRecord) -> bool:
+    """The sandbox page reads its state every second while it is open: not news in the log
+    (which would scroll the addresses away). Its clicks and everything else are kept."""
+    args = record.args if isinstance(record.args, tuple) else ()
+    return not (len(args) > 1 and args[0] == "GET" and str(args[1]).startswith("/sandbox"))
+
+
+def _serve(server: Any) -> None:
+    """Run until Ctrl+C or a TERM signal. uvicorn shuts down gracefully and then raises the
+    signal again: a TERM with its default action would end the process on the spot (no
+    goodbye, a temporary folder left behind), so both end here as an interrupt."""
+
+    def interrupted(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, interrupted) if main else None
+    try:
+        server.run()
+    except KeyboardInterrupt:
+        pass  # the demo stops as asked
+    finally:
+        if main:
+            signal.signal(signal.SIGTERM, previous)
+
+
+@dataclass(frozen=True)
+class Where:
+    """What the demo prints about itself: where to open it, what to try, where its data is."""
+
+    base: str
+    folder: Path
+    temporary: bool
+
+    def addresses(self) -> str:
+        return (
+            f"  Slack sandbox:  {self.base}/sandbox/   (pick who you are under Acting as)\n"
+            f"  customer form:  {self.base}/request\n"
+            f"  API docs:       {self.base}/docs\n"
+            f"  try, as Olivia in the sandbox:  {TRY_COMMAND}\n"
+        )
+
+    def data(self) -> str:
+        if self.temporary:
+            return f"  data in {self.folder} (removed when the demo stops; --dir DIR keeps it)\n"
+        return f"  data in {self.folder} (kept: --dir {self.folder} again resumes it)\n"
+
+    def started(self) -> str:
+        return (
+            f"Refund Desk demo: open {self.base}/sandbox/\n{self.addresses()}{self.data()}"
+            "  sample requests arrive over the next minute; press Ctrl+C to stop\n"
+        )
+
+    def ready(self) -> str:
+        return (
+            f"Refund Desk demo: the sample requests are in; open {self.base}/sandbox/\n"
+            f"{self.addresses()}{self.data()}  press Ctrl+C to stop\n"
+        )
+
+    def stopped(self) -> str:
+        gone = "its data is removed" if self.temporary else f"its data is kept in {self.folder}"
+        return (
+            f"Refund Desk demo stopped ({gone}). It served:\n{self.addresses()}"
+            "  ./dev demo starts it again.\n"
+        )
+
+
+def _settled(runtime: Runtime) -> bool:
+    """Every sample request filed and nothing due to run now: the log goes quiet."""
+    if stream_left(runtime) > 0:
+        return False
+    soon = clock.now() + timedelta(seconds=1)
+    with runtime.db.read() as session:
+        due = session.scalar(
+            select(func.count())
+            .select_from(Job)
+            .where(col(Job.status) == "pending", col(Job.due_at) <= soon)
+        )
+    return not due
+
+
+def _announce(
+    server: Any, where: Where, settled: Callable[[], bool], patience: float = 300
+) -> None:
+    """Print the addresses once the server really listens (the browser test waits for them),
+    and again as the last lines once the sample stream is worked through."""
     while not server.started and not server.should_exit:
         time.sleep(0.05)
-    if server.started:
-        # One write: `print` writes its text and its line end apart, and a log line from
-        # another thread (the start-up jobs log as this runs) could land between the two.
-        sys.stdout.write(
-            f"Refund Desk demo: open {url}\n"
-            f"  data in {folder}; sample requests arrive over the next minute\n"
-            "  press Ctrl+C to stop\n"
-        )
-        sys.stdout.flush()
+    if not server.started:
+        return
+    _say(where.started())
+    deadline = time.monotonic() + patience
+    while not server.should_exit and time.monotonic() < deadline:
+        time.sleep(1)
+        if settled():
+            time.sleep(1)  # the last job's own log lines first
+            _say(where.ready())
+            return
+
+
+def _say(words: str) -> None:
+    # One write: `print` writes its text and its line end apart, and a log line from another
+    # thread (the start-up jobs log as this runs) could land between the two.
+    sys.stdout.write("\n" + words)
+    sys.stdout.flush()
