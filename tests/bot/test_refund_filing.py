@@ -106,6 +106,21 @@ def test_refund_reads_each_kind_of_payment_id_and_amount(
     assert (shown["payment"], shown["amount"], shown["currency"]) == (payment, amount, currency)
 
 
+@pytest.mark.parametrize(
+    ("said", "reason"),
+    [
+        ("I changed my mind about the lamp", "changed_mind"),
+        ("charged twice for one order", "duplicate_charge"),
+        ("got the wrong size", "wrong_item"),
+        ("parcel never arrived", "not_received"),
+    ],
+)
+def test_what_happened_chooses_the_reason(desk: SlackHarness, said: str, reason: str) -> None:
+    desk.slash(OPERATOR, "/refund", f"py_1a2b3c 12 {said}")
+    shown = initial(desk.slack.views[-1])
+    assert (shown["reason"], shown["message"]) == (reason, said)
+
+
 def test_an_email_slack_made_a_link_is_read_as_the_email(desk: SlackHarness) -> None:
     desk.slash(OPERATOR, "/refund", "py_1a2b3c <mailto:ada@example.com|ada@example.com> 10")
     shown = initial(desk.slack.views[-1])
@@ -214,6 +229,7 @@ def test_an_empty_amount_still_files_what_is_left_on_the_payment(desk: SlackHarn
     [said] = [t for t in told(desk) if "Filed case" in t]
     case = desk.get(said.split("`")[1])
     assert (case["amount"], case["amount_source"]) == ("50.00", "system_of_record")
+    assert f"Filed case `{case['id']}` for 50.00 USD: " in said  # where it stands, in words
 
 
 # ---------------------------------------------------------------- the job's own case

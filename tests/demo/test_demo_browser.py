@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from refund_desk.demo.runner import TRY_COMMAND, TRY_EMAIL, TRY_PAYMENT
 from tests.demo.demo_process import Demo
 
 pytestmark = pytest.mark.slow
@@ -171,6 +172,35 @@ def test_modals_show_the_apps_errors_and_submit_a_partial_refund(
     ).wait_for()
     row = page.locator("[data-testid=case-row]", has_text="30.00 of 45.00 USD (partial)")
     row.first.wait_for()
+
+
+def test_refund_help_then_the_printed_pair_fills_the_form_and_files_a_case(
+    demo: Demo, page, tmp_path: Path
+) -> None:
+    """The README's first try: as Olivia, `/refund help`, then the command the demo prints."""
+    page.goto(demo.url)
+    as_user(page, "U0OPS1")
+    command = page.get_by_test_id("command")
+    command.fill("/refund help")
+    command.press("Enter")
+    page.locator("[data-testid=ephemeral]", has_text="Type what you know after it").wait_for()
+    command.fill(TRY_COMMAND)
+    command.press("Enter")
+    modal = page.locator("[data-testid=modal]")
+    assert modal.get_by_label("Payment id").input_value() == TRY_PAYMENT
+    assert modal.get_by_label("Customer email").input_value() == TRY_EMAIL
+    assert modal.get_by_label("Currency").input_value() == "USD"
+    assert modal.get_by_label("Amount").input_value() == "40.00"
+    assert modal.get_by_label("Reason").input_value() == "changed_mind"
+    page.screenshot(path=str(shots(tmp_path) / "demo-refund-filled.png"))
+    modal.get_by_role("button", name="File").click()
+    filed = page.locator("[data-testid=modal]", has_text="Filed case")
+    filed.wait_for()
+    assert "for 40.00 USD: " in filed.inner_text(), filed.inner_text()
+    assert "you get a message when it ends" in filed.inner_text()
+    filed.get_by_role("button", name="Done").click()
+    card(page, "40.00 USD").wait_for()
+    assert "Filed by @Olivia Ortiz" in card(page, "40.00 USD").inner_text()
 
 
 def test_a_tier_four_approve_says_what_the_click_does(demo: Demo, page, tmp_path: Path) -> None:

@@ -53,6 +53,9 @@ SLACK_LINK = re.compile(r"<(?:mailto:)?([^|>]+)(?:\|([^>]+))?>")
 REASON_WORDS = (
     ("damaged", ("broken", "damaged", "shattered", "crushed")),
     ("not_received", ("never arrived", "not received", "didn't arrive", "lost")),
+    ("duplicate_charge", ("charged twice", "double charged", "duplicate charge")),
+    ("wrong_item", ("wrong item", "wrong size", "wrong colour", "wrong color")),
+    ("changed_mind", ("changed my mind", "change of mind", "no longer want")),
 )
 # The modal's labels, for a problem said outside the field it is about.
 LABELS = {
@@ -165,6 +168,20 @@ def policy_currency(desk: Desk) -> str | None:
     return doc.currency if doc is not None else None
 
 
+def filed(case_id: str, case: Case | None) -> str:
+    """What the filer reads once the case is on record: where it stands, in words."""
+    if case is None:
+        return f"Filed case `{case_id}`."
+    asked = money.format_money(case.amount, case.currency)
+    if case.status in ("received", "advised", "decided"):
+        now = "the policy is deciding it now; you get a message when it ends"
+    elif case.status == "awaiting_approval":
+        now = "it waits for a person's approval; you get a message when it ends"
+    else:
+        now = case.status.replace("_", " ")
+    return f"Filed case `{case_id}` for {asked}: {now}."
+
+
 def not_filed(exc: InvalidRequest) -> str:
     """Why a `/refund` filing was refused, each field by the label the modal gives it."""
     details = " ".join(
@@ -230,8 +247,7 @@ def file_case(desk: Desk, job: ClaimedJob) -> None:
         case_id = submitted.case_id
         with desk.db.read() as session:
             case = session.get(Case, case_id)
-            status = case.status if case else "unknown"
-        text = f"Filed case `{case_id}`: {status.replace('_', ' ')}."
+            text = filed(case_id, case)
     except InvalidRequest as exc:
         text = not_filed(exc)
         view_id = job.payload.get("view_id")

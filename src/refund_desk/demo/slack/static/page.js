@@ -135,6 +135,7 @@ function inputElement(block, ctx) {
     for (const option of element.options || []) {
       select.append(el("option", { value: option.value }, option.text.text));
     }
+    if (element.initial_option) select.value = element.initial_option.value;
     if (kept !== undefined) select.value = kept;
     return select;
   }
