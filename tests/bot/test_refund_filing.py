@@ -162,6 +162,7 @@ def test_the_amount_field_hands_the_app_what_was_typed(desk: SlackHarness) -> No
     ("amount", "words"),
     [
         ("abc", "letters are not an amount (“abc”); type digits, such as 12.50."),
+        ("12 abc", "letters are not an amount (“12 abc”); type digits, such as 12.50."),
         ("12,50", "“12,50” has a comma; type a point before the decimals, such as 12.50."),
         ("12.50 USD", "“12.50 USD” has a currency in it; type the number alone, such as 12.50."),
         ("-5", "“-5” is below zero; type the amount to give back, such as 12.50."),

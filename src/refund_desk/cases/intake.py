@@ -151,7 +151,7 @@ def amount_problem(typed: str, currency: str | None = None) -> str | None:
         return None
     if text.startswith("-"):
         return f"{said} is below zero; type the amount to give back, such as 12.50."
-    if _CURRENCY_IN.search(text) and _NUMBER.fullmatch(_CURRENCY_IN.sub("", text).strip()):
+    if _with_currency(text):
         return f"{said} has a currency in it; type the number alone, such as 12.50."
     if any(c.isalpha() for c in text):
         return f"letters are not an amount ({said}); type digits, such as 12.50."
@@ -162,6 +162,13 @@ def amount_problem(typed: str, currency: str | None = None) -> str | None:
     if Decimal(text) == 0:
         return f"{said} refunds nothing; type more than zero, such as 12.50."
     return _beyond_currency(text, currency)
+
+
+def _with_currency(text: str) -> bool:
+    """A number written with a currency sign or code: "$12", "12.50 USD", "eur 7"."""
+    found = _CURRENCY_IN.findall(text)
+    known = all(c in "$€£¥" or c.upper() in money.CURRENCIES for c in found)
+    return bool(found) and known and bool(_NUMBER.fullmatch(_CURRENCY_IN.sub("", text).strip()))
 
 
 def _beyond_currency(text: str, currency: str | None) -> str | None:
