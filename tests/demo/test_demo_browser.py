@@ -192,7 +192,6 @@ def test_refund_help_then_the_printed_pair_fills_the_form_and_files_a_case(
     assert modal.get_by_label("Currency").input_value() == "USD"
     assert modal.get_by_label("Amount").input_value() == "40.00"
     assert modal.get_by_label("Reason").input_value() == "changed_mind"
-    page.screenshot(path=str(shots(tmp_path) / "demo-refund-filled.png"))
     modal.get_by_role("button", name="File").click()
     filed = page.locator("[data-testid=modal]", has_text="Filed case")
     filed.wait_for()
