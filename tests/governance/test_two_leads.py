@@ -187,7 +187,7 @@ def test_a_rollback_shows_what_it_changes_before_a_second_lead_confirms_its_hash
     with pytest.raises(InvalidRequest, match="names another text or state"):
         desk.run(admin.rollback, ONE, version=1, confirm="0" * 16)
     asked = desk.run(admin.rollback, ONE, version=1, confirm=digest)
-    assert f"another lead confirms with /refund-policy rollback v1 confirm {digest}." in asked
+    assert f"U0LEAD2 confirms with /refund-policy rollback v1 confirm {digest}." in asked
     assert desk.switches().active_version == 2
     assert "rolled back to v1" in desk.run(admin.rollback, TWO, version=1, confirm=digest)
     assert desk.switches().active_version == 3
