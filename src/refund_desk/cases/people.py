@@ -47,12 +47,24 @@ def is_lead(doc: PolicyDocument, user: str, directory: Directory | None) -> bool
     )
 
 
+def roles(doc: PolicyDocument, user: str, directory: Directory | None) -> list[str]:
+    """What ``user`` is under the policy, in words ("lead", "finance approver", "manager",
+    "operator"): the one answer for the words a surface shows beside a person and for what
+    they may read (`may_read`). Empty: the policy names them nowhere."""
+    found = ["lead"] if is_lead(doc, user, directory) else []
+    found += [
+        f"{name} approver"
+        for name, group in doc.approvers.items()
+        if is_one_of(group, user, directory)
+    ]
+    if is_one_of(doc.managers, user, directory):
+        found.append("manager")
+    if is_one_of(doc.operators, user, directory):
+        found.append("operator")
+    return found
+
+
 def may_read(doc: PolicyDocument, user: str, directory: Directory | None) -> bool:
     """Case details, the policy text, counterfactuals and history are for the leads, the
-    approvers, the managers and the policy's operators."""
-    return (
-        is_lead(doc, user, directory)
-        or any(is_one_of(group, user, directory) for group in doc.approvers.values())
-        or is_one_of(doc.managers, user, directory)
-        or is_one_of(doc.operators, user, directory)
-    )
+    approvers, the managers and the policy's operators: whoever has a role (`roles`)."""
+    return bool(roles(doc, user, directory))

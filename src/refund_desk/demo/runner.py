@@ -39,6 +39,7 @@ from sqlmodel import col
 from refund_desk import clock, money
 from refund_desk.cases.desk import Desk
 from refund_desk.cases.intake import parse_request, submit
+from refund_desk.cases.people import roles
 from refund_desk.customers.intake import channel_key
 from refund_desk.demo.paypal import PayPalEmulator, PayPalEmulatorServer
 from refund_desk.demo.slack import Channel, SlackEmulator, User
@@ -127,16 +128,20 @@ def policy_source() -> str:
 
 
 def users_from(doc: PolicyDocument) -> list[User]:
-    """The picker's people, with the roles the demo policy gives them."""
-    roles: dict[str, list[str]] = {OPERATOR: ["operator"]}
-    for group, approvers in doc.approvers.items():
-        for member in approvers.members:
-            roles.setdefault(member, []).append(f"{group} approver")
-    for lead in doc.leads or []:
-        roles.setdefault(lead, []).insert(0, "lead")
-    for manager in doc.managers.members if doc.managers else []:
-        roles.setdefault(manager, []).append("manager")
-    return [User(uid, NAMES.get(uid, uid), ", ".join(r)) for uid, r in roles.items()]
+    """The picker's people, each with the words `people.roles` gives them: the same answer the
+    checks use, so nobody is shown a role the policy does not give them."""
+    named = [
+        OPERATOR,
+        *(member for approvers in doc.approvers.values() for member in approvers.members),
+        *(doc.leads or []),
+        *(doc.managers.members if doc.managers else []),
+        *(doc.operators.members if doc.operators else []),
+    ]
+    return [
+        User(uid, NAMES.get(uid, uid), ", ".join(roles(doc, uid, None)) or "no role in the policy")
+        for uid in dict.fromkeys(named)
+        if not uid.startswith("S")  # a user group, not a person to act as
+    ]
 
 
 def channels_from(doc: PolicyDocument) -> list[Channel]:
