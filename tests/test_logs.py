@@ -140,3 +140,21 @@ def test_a_bad_log_format_is_a_clear_error(cli_db: Path) -> None:
     result = CliRunner().invoke(app, ["audit", "verify"], env={"REFUND_DESK_LOG_FORMAT": "xml"})
     assert result.exit_code == 2
     assert "REFUND_DESK_LOG_FORMAT must be json or text" in result.stderr
+
+
+@pytest.mark.parametrize("fmt", ["json", "text"])
+def test_a_log_line_writes_its_time_in_iso_8601_with_the_zone(fmt: str) -> None:
+    import re
+
+    stream = io.StringIO()
+    root = logging.getLogger()
+    before = (list(root.handlers), root.level)
+    try:
+        logs.configure(stream=stream, fmt=fmt)
+        logging.getLogger("refund_desk.test").info("hello")
+    finally:
+        root.handlers[:] = before[0]
+        root.setLevel(before[1])
+    line = stream.getvalue().splitlines()[-1]
+    stamp = json.loads(line)["time"] if fmt == "json" else line.split(" ")[0]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}\+00:00", stamp), line

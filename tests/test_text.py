@@ -45,3 +45,15 @@ def test_joining_and_lines() -> None:
 def test_an_unknown_mark_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown mark"):
         Mark("party")
+
+
+def test_a_moment_reads_as_iso_8601_with_its_zone_and_survives_a_payload() -> None:
+    from datetime import UTC, datetime
+
+    from refund_desk.text import Moment
+
+    said = text("Published ", Moment(datetime(2026, 12, 5, 21, 21, 58, 512, tzinfo=UTC)), ".")
+    assert said.as_text() == "Published 2026-12-05T21:21:58+00:00."
+    assert Text.from_json(json.loads(json.dumps(said.to_json()))) == said
+    naive = Moment(datetime(2026, 12, 5, 21, 21))  # a naive time is UTC, and says so
+    assert naive.iso() == "2026-12-05T21:21:00+00:00"

@@ -20,6 +20,7 @@ import re
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from typing import IO, Any
 
 from pythonjsonlogger.json import JsonFormatter
@@ -109,7 +110,16 @@ class CaseContext(logging.Filter):
         return True
 
 
+def iso_time(record: logging.LogRecord) -> str:
+    """When a line was logged: ISO 8601 with the zone (UTC), to the millisecond, the one way
+    logs and exports write a time."""
+    return datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds")
+
+
 class TextFormatter(logging.Formatter):
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
+        return iso_time(record)
+
     def __init__(self) -> None:
         super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
 
@@ -126,8 +136,13 @@ class TextFormatter(logging.Formatter):
         return f"{first} [{' '.join(ids)}]{newline}{rest}"
 
 
+class _JsonFormatter(JsonFormatter):
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
+        return iso_time(record)
+
+
 def json_formatter() -> logging.Formatter:
-    return JsonFormatter(
+    return _JsonFormatter(
         "{asctime}{levelname}{name}{message}",
         style="{",
         rename_fields={"asctime": "time", "levelname": "level", "name": "logger"},

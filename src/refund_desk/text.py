@@ -8,6 +8,8 @@ few marks with a meaning:
     Code("d3")            a command, a rule id, a hash: something to type or copy
     Strong("v4")          what the line is about
     Mark("published")     the kind of news (Slack shows an emoji; plain text drops it)
+    Moment(at)            a point in time (Slack shows it in the reader's own time zone; plain
+                          text writes ISO 8601 with the zone)
 
 ``bot/mrkdwn.py`` renders a ``Text`` for Slack (escaping ``&``, ``<`` and ``>`` in every
 string part); ``Text.as_text()`` is the CLI's and the logs'. A ``Text`` travels in job payloads
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 MARKS = (
@@ -59,8 +62,36 @@ class Mark:
             raise ValueError(f"unknown mark {self.name!r}; one of {', '.join(MARKS)}")
 
 
-Part = str | Person | Code | Strong | Mark
-_KINDS: dict[str, type[Person | Code | Strong | Mark]] = {
+@dataclass(frozen=True)
+class Moment:
+    """A point in time; an aware datetime (a naive one is taken as UTC)."""
+
+    at: datetime
+
+    def __post_init__(self) -> None:
+        if self.at.tzinfo is None:
+            object.__setattr__(self, "at", self.at.replace(tzinfo=UTC))
+
+    def iso(self) -> str:
+        """ISO 8601 with the zone, to the second: the one way exports and logs write a time."""
+        return iso(self.at)
+
+
+def iso(at: datetime) -> str:
+    """``2026-12-05T21:21:58+00:00``: ISO 8601 with the zone (UTC when none is given)."""
+    aware = at if at.tzinfo is not None else at.replace(tzinfo=UTC)
+    return aware.isoformat(timespec="seconds")
+
+
+Part = str | Person | Code | Strong | Mark | Moment
+_KINDS: dict[str, type[Person | Code | Strong | Mark | Moment]] = {
+    "person": Person,
+    "code": Code,
+    "strong": Strong,
+    "mark": Mark,
+    "moment": Moment,
+}
+_WORDS: dict[str, type[Person | Code | Strong | Mark]] = {
     "person": Person,
     "code": Code,
     "strong": Strong,
@@ -84,12 +115,12 @@ class Text(tuple[Part, ...]):
         return cls(flat)
 
     def __add__(self, other: object) -> Text:
-        if isinstance(other, str | Person | Code | Strong | Mark | Text):
+        if isinstance(other, str | Person | Code | Strong | Mark | Moment | Text):
             return Text.of(self, other)
         return NotImplemented
 
     def __radd__(self, other: object) -> Text:
-        if isinstance(other, str | Person | Code | Strong | Mark):
+        if isinstance(other, str | Person | Code | Strong | Mark | Moment):
             return Text.of(other, self)
         return NotImplemented
 
@@ -121,12 +152,7 @@ class Text(tuple[Part, ...]):
         return self.as_text()
 
     def to_json(self) -> list[Any]:
-        return [
-            part
-            if isinstance(part, str)
-            else [next(k for k, t in _KINDS.items() if isinstance(part, t)), _value(part)]
-            for part in self
-        ]
+        return [_part_json(part) for part in self]
 
     @classmethod
     def from_json(cls, value: Any) -> Text:
@@ -140,13 +166,26 @@ class Text(tuple[Part, ...]):
                 parts.append(item)
             else:
                 kind, raw = item
-                parts.append(_KINDS[kind](raw))
+                if kind == "moment":
+                    parts.append(Moment(datetime.fromisoformat(raw)))
+                else:
+                    parts.append(_WORDS[kind](raw))
         return cls(parts)
 
 
-def _value(part: Person | Code | Strong | Mark) -> str:
+def _part_json(part: Part) -> Any:
+    if isinstance(part, str):
+        return part
+    if isinstance(part, Moment):  # to the microsecond: a payload keeps the time it was given
+        return ["moment", part.at.isoformat()]
+    return [next(k for k, t in _KINDS.items() if isinstance(part, t)), _value(part)]
+
+
+def _value(part: Person | Code | Strong | Mark | Moment) -> str:
     if isinstance(part, Person):
         return part.id
+    if isinstance(part, Moment):
+        return part.iso()
     if isinstance(part, Mark):
         return part.name
     return part.text

@@ -4,6 +4,7 @@ paid of what was asked, and whether the customer was really told."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -71,6 +72,21 @@ def test_the_card_names_who_may_decide_and_after_a_decision_who_did(desk: SlackH
     after = desk.card()
     assert desk.slack.buttons(after) == {}
     assert "Refunded 600.00 USD by <@U0FIN2>" in _text(after)
+
+
+def test_a_card_writes_every_time_one_way_and_a_decided_card_has_no_deadline(
+    desk: SlackHarness,
+) -> None:
+    review_case(desk, "600.00", "900.00")
+    assert "Decide by" in _text(desk.card())
+    approve(desk, "U0FIN2")
+    decided = _text(desk.card())
+    assert "Decide by" not in decided and "Refunded 600.00 USD by <@U0FIN2>" in decided
+    formats = re.findall(
+        r"<!date\^\d+\^([^|]*)\|[A-Z][a-z]{2} \d{1,2}, \d{4} \d\d:\d\d UTC>", decided
+    )
+    assert formats == ["{date_short_pretty} {time}"], decided
+    assert len(re.findall(r"<!date", decided)) == 1
 
 
 def test_a_partial_refund_reads_of_what_was_asked_on_the_card_and_in_the_api(

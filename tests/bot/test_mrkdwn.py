@@ -56,3 +56,18 @@ def test_a_diff_keeps_its_comparisons_in_slack() -> None:
     new = parse_policy(POLICY.replace("<= 50", "<= 80"))
     shown = mrkdwn.render(diff_text(old, new, old="v1", new="v2"))
     assert "`request.amount &lt;=` `50` → `80`" in shown and "<=" not in shown  # &lt; reads <
+
+
+def test_a_moment_is_slacks_date_formatting_with_a_fallback_that_names_its_zone() -> None:
+    from datetime import UTC, datetime, timedelta, timezone
+
+    from refund_desk.text import Moment
+
+    at = datetime(2026, 12, 5, 21, 21, 58, tzinfo=UTC)
+    shown = mrkdwn.render(text("Published ", Moment(at)))
+    assert shown == (
+        f"Published <!date^{int(at.timestamp())}^{{date_short_pretty}} {{time}}"
+        "|Dec 5, 2026 21:21 UTC>"
+    )
+    elsewhere = at.astimezone(timezone(timedelta(hours=-5)))  # the same moment, another zone
+    assert mrkdwn.when(elsewhere) == mrkdwn.when(at)

@@ -28,10 +28,10 @@ from refund_desk.bot.blocks.cards import (
     CardContext,
     _buttons,
     _clip,
-    local_time,
     until,
     words,
 )
+from refund_desk.bot.mrkdwn import when
 from refund_desk.bot.outbox import active_doc, fix_for
 from refund_desk.cases.approvals import may_decide
 from refund_desk.cases.desk import Desk
@@ -115,7 +115,7 @@ def home_view(
             f"*{money.format_money(case.amount, case.currency)}* · {words(case.reason)} · "
             f"`{case.id}` · rule `{(case.decision or {}).get('rule')}` · "
             f"{case.status.replace('_', ' ')} · "
-            + (f"due {local_time(due)} ({until(due, now)})" if due else "no deadline")
+            + (f"due {when(due)} ({until(due, now)})" if due else "no deadline")
         )
         blocks.append(_section(line))
         buttons = _buttons(_button_context(session, case, now), secret)  # the card's, its checks
@@ -124,7 +124,7 @@ def home_view(
         blocks += _record(session, now)
     else:  # case details answer the same people on every surface
         blocks += [DividerBlock(), _section(NOT_A_READER)]
-    blocks.append(ContextBlock(elements=[MarkdownTextObject(text=f"Updated {local_time(now)}")]))
+    blocks.append(ContextBlock(elements=[MarkdownTextObject(text=f"Updated {when(now)}")]))
     return View(type="home", blocks=blocks[:100])
 
 

@@ -8,8 +8,10 @@ policy's words name the same way) as a link to the channel: Slack shows each by 
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from refund_desk.policy.schema import People
-from refund_desk.text import Code, Mark, Person, Strong, Text
+from refund_desk.text import Code, Mark, Moment, Person, Strong, Text
 
 EMOJI = {
     "ok": ":white_check_mark:",
@@ -46,6 +48,18 @@ def mention_people(people: People | None) -> str:
     return " ".join(named + ([mention(people.usergroup)] if people.usergroup else []))
 
 
+def when(at: datetime | None) -> str:
+    """A time the one way people read it in Slack: Slack's date formatting, which each reader
+    sees in their own time zone ("Dec 6, 2026 9:21 PM", "today 9:21 PM"); the fallback, for
+    clients that cannot format it, is UTC and says so."""
+    if at is None:
+        return "none"
+    aware = at if at.tzinfo is not None else at.replace(tzinfo=UTC)
+    utc = aware.astimezone(UTC)
+    stamp = int(utc.timestamp())
+    return f"<!date^{stamp}^{{date_short_pretty}} {{time}}|{utc:%b} {utc.day}, {utc:%Y %H:%M} UTC>"
+
+
 def render(value: Text | str) -> str:
     """mrkdwn for a ``Text``; a plain ``str`` is taken as already written for Slack."""
     if isinstance(value, str):
@@ -60,6 +74,8 @@ def render(value: Text | str) -> str:
             out.append(f"*{escape(part.text)}*")
         elif isinstance(part, Mark):
             out.append(EMOJI[part.name])
+        elif isinstance(part, Moment):
+            out.append(when(part.at))
         else:
             out.append(escape(part))
     return "".join(out)

@@ -439,7 +439,7 @@ class Outbox:
             who = named or "approvers"
             return (
                 f":alarm_clock: Reminder for {who}: this case waits for a decision "
-                f"by {cards.local_time(case.sla_due_at)}."
+                f"by {mrkdwn.when(case.sla_due_at)}."
             )
         if event == "case.escalated":
             whom = (mrkdwn.mention_people(policy.doc.managers) if policy else "") or "the managers"

@@ -34,7 +34,7 @@ from slack_sdk.models.views import View
 
 from refund_desk import money
 from refund_desk.bot.blocks.evidence import evidence_blocks
-from refund_desk.bot.mrkdwn import escape, mention, render
+from refund_desk.bot.mrkdwn import escape, mention, render, when
 from refund_desk.cases import tokens
 from refund_desk.cases.ports import REASONS, processor_title
 from refund_desk.storage.models import Case
@@ -101,19 +101,6 @@ def _clip(text: str, limit: int = MAX_TEXT) -> str:
 
 def _money(minor: int | None, currency: str) -> str:
     return "unknown" if minor is None else money.format_money(minor, currency)
-
-
-def local_time(moment: datetime | None) -> str:
-    """A moment in the reader's own time zone (Slack's date formatting), UTC as the fallback."""
-    if moment is None:
-        return "none"
-    stamp = int(moment.timestamp())
-    return f"<!date^{stamp}^{{date_short_pretty}} {{time}}|{moment:%Y-%m-%d %H:%M} UTC>"
-
-
-def _time(moment: datetime) -> str:
-    stamp = int(moment.timestamp())
-    return f"<!date^{stamp}^{{time}}|{moment:%H:%M} UTC>"
 
 
 def until(moment: datetime | None, now: datetime) -> str | None:
@@ -204,19 +191,19 @@ def _decided_line(ctx: CardContext) -> str | None:
             return f":no_entry_sign: Denied by the policy (rule `{rule}`)"
         reason = _note(denial.reason)
         said = f": {reason}" if reason else ""
-        return f":no_entry_sign: Denied by {mention(denial.user)} · {_time(denial.at)}{said}"
+        return f":no_entry_sign: Denied by {mention(denial.user)} · {when(denial.at)}{said}"
     if case.status in ("approved", "executing", "refunded"):
         what = _paid_line(ctx) if case.status == "refunded" else "Approved"
         if not approvals:
             return f":white_check_mark: {what} by the policy (rule `{rule}`)"
-        names = ", ".join(f"{mention(d.user)} · {_time(d.at)}" for d in approvals)
+        names = ", ".join(f"{mention(d.user)} · {when(d.at)}" for d in approvals)
         note = next((n for d in reversed(approvals) if (n := _note(d.reason))), None)
         return f":white_check_mark: {what} by {names}" + (f" · note: {note}" if note else "")
     if approvals:
         last = approvals[-1]
         return (
             f"Approval {ctx.approvals} of {ctx.needed} by {mention(last.user)} · "
-            f"{_time(last.at)}; another approver decides next."
+            f"{when(last.at)}; another approver decides next."
         )
     return None
 
@@ -233,7 +220,7 @@ def _people_lines(ctx: CardContext) -> list[str]:
     for d in ctx.deciders:
         if d.decision == "escalate":
             why = f": {escape(d.reason.strip())}" if d.reason and d.reason.strip() else ""
-            lines.append(f":arrow_up: Escalated by {mention(d.user)} · {_time(d.at)}{why}")
+            lines.append(f":arrow_up: Escalated by {mention(d.user)} · {when(d.at)}{why}")
     decided = _decided_line(ctx)
     if decided:
         lines.append(decided)
@@ -264,7 +251,6 @@ def _fields(ctx: CardContext) -> list[str]:
         confidence = (case.advice or {}).get("confidence")
         mark = f"AI guess {float(confidence):.0%}" if confidence is not None else "AI guess"
         reason += f" · _{mark}_"
-    due = until(case.sla_due_at, ctx.now)
     return [
         f"*Amount*\n{amount}",
         f"*Payment*\n`{escape(case.payment_id)}`"
@@ -276,9 +262,16 @@ def _fields(ctx: CardContext) -> list[str]:
         f"*Reason*\n{escape(reason)}",
         f"*Rule*\n`{escape(str(decision.get('rule', 'none')))}`"
         f" · policy v{case.policy_version or '-'} · tier {decision.get('tier', '-')}",
-        f"*Decide by*\n{local_time(case.sla_due_at)}"
-        + (f" ({due})" if due and case.status in DECIDABLE else ""),
+        *_decide_by(ctx),
     ]
+
+
+def _decide_by(ctx: CardContext) -> list[str]:
+    """The deadline, while the case waits for a person: a decided card has none."""
+    due = ctx.case.sla_due_at
+    if ctx.case.status not in DECIDABLE or due is None:
+        return []
+    return [f"*Decide by*\n{when(due)} ({until(due, ctx.now)})"]
 
 
 def _advisory(case: Case, summary: str) -> str | None:
