@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 from datetime import timedelta
 
 from refund_desk import clock
@@ -91,6 +92,9 @@ def test_export_has_one_line_per_case_in_major_units_with_decision_and_refund(
     assert first["execution_id"] and first["processor_refund_id"]
     assert first["seconds_to_decision"] is not None and first["seconds_to_decision"] >= 0
     assert rows[1]["refunded_amount"] == "0.00" and rows[1]["decided_at"] is None
+    zoned = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?\+00:00")
+    times = [first["created_at"], first["decided_at"], first["updated_at"]]
+    assert all(zoned.fullmatch(t) for t in times), "ISO 8601 with the zone"
 
     out = io.StringIO()
     writer = ExportWriter(out, "csv")

@@ -10,7 +10,7 @@ import csv
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import IO, Any
 
 from sqlalchemy import Select, and_, func, or_, select
@@ -171,17 +171,22 @@ def export_rows(session: Session, cases: list[Case]) -> list[dict[str, Any]]:
                 "approvers": approvers.get(case.id, []),
                 "execution_id": last.id if last else None,
                 "processor_refund_id": last.processor_refund_id if last else None,
-                "created_at": case.created_at.isoformat(),
-                "decided_at": at.isoformat() if at else None,
+                "created_at": stamp(case.created_at),
+                "decided_at": stamp(at) if at else None,
                 "seconds_to_decision": (
                     round((at - case.created_at).total_seconds(), 3) if at else None
                 ),
-                "updated_at": case.updated_at.isoformat(),
+                "updated_at": stamp(case.updated_at),
                 "erased": case.erased_at is not None,
                 "processor": processors.get(case.payment_id),
             }
         )
     return out
+
+
+def stamp(at: datetime) -> str:
+    """A time in an export: ISO 8601 with the zone (UTC when the database gave none)."""
+    return (at if at.tzinfo is not None else at.replace(tzinfo=UTC)).isoformat()
 
 
 def iter_export(
