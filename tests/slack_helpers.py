@@ -128,6 +128,27 @@ class SlackHarness(Harness):
         view["state"] = {"values": state}
         return self.interaction(payload)
 
+    def opened(self, user: str) -> dict[str, Any] | None:
+        """The modal open for `user` now (a click opens one: what it does, or why not)."""
+        modal = self.slack.workspace.modals.get(user)
+        return modal.view if modal is not None else None
+
+    def refused(self, user: str) -> str:
+        """What the modal open for `user` says when their click was refused ("" when none)."""
+        view = self.opened(user)
+        if view is None or view.get("callback_id") != "decision_refused":
+            return ""
+        return str(view["blocks"][0]["text"]["text"])
+
+    def approve(self, user: str, value: str, channel: str = "C0FINANCE") -> Any:
+        """Click Approve and confirm in the modal it opens, as a person does; a click refused
+        at once opens a modal that says why (`refused`), and nothing is confirmed."""
+        clicked = self.click(user, "approve", value, channel)
+        view = self.opened(user)
+        if view is None or view.get("callback_id") != "approve_modal":
+            return clicked
+        return self.submit(user, "approve_modal", view["private_metadata"], {})
+
     def escalate(
         self,
         user: str,
@@ -135,10 +156,12 @@ class SlackHarness(Harness):
         reason: str = "Needs a manager's eye.",
         channel: str = "C0FINANCE",
     ) -> Any:
-        """Click Escalate, then give the reason its modal asks for."""
-        self.click(user, "escalate", value, channel)
-        view = self.slack.views[-1]
-        assert view["callback_id"] == "escalate_modal", view
+        """Click Escalate, then give the reason its modal asks for (nothing, when the click
+        was refused at once: its modal says why)."""
+        clicked = self.click(user, "escalate", value, channel)
+        view = self.opened(user)
+        if view is None or view.get("callback_id") != "escalate_modal":
+            return clicked
         return self.submit(user, "escalate_modal", view["private_metadata"], {"reason": reason})
 
     def slash(self, user: str, command: str, text: str = "") -> Any:

@@ -25,8 +25,9 @@ def finance_case(desk: SlackHarness) -> str:
 
 
 def approve(desk: SlackHarness, user: str) -> None:
-    """`user` clicks Approve on the newest card in C0FINANCE; the work it starts runs."""
-    desk.click(user, "approve", desk.buttons()["approve"])
+    """`user` clicks Approve on the newest card in C0FINANCE and confirms; the work it starts
+    runs."""
+    desk.approve(user, desk.buttons()["approve"])
     desk.settle()
 
 

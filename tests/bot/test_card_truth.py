@@ -44,23 +44,58 @@ def _text(card: Any) -> str:
     return json.dumps(card.blocks)
 
 
-def _confirm(card: Any, action: str) -> str:
-    for block in card.blocks:
-        for element in block.get("elements", []):
-            if element.get("action_id") == action:
-                return str(element["confirm"]["text"]["text"])
-    raise AssertionError(f"no {action} button")
+def _decides(card: Any) -> str:
+    """The card's "Decides:" line."""
+    [line] = [line for line in _text(card).split("\\n") if "*Decides:*" in line]
+    return line
 
 
-def test_a_tier_four_cards_first_approve_says_nothing_is_paid_yet(desk: SlackHarness) -> None:
-    case_id = review_case(desk, "40.00", "50.00", chargebacks=1)
-    assert desk.get(case_id)["decision"]["tier"] == 4
-    card = desk.card()
-    assert _confirm(card, "approve").startswith("Approval 1 of 2: nothing is paid yet")
+def _click_says(desk: SlackHarness, user: str, action: str = "approve") -> str:
+    """What the modal a click of `user`'s opens tells them (then they close it)."""
+    desk.click(user, action, desk.buttons()[action])
+    view = desk.opened(user)
+    assert view is not None, "a click opens a modal made for whoever clicked"
+    desk.slack.workspace.modals.pop(user)
+    return str(view["blocks"][0]["text"]["text"])
+
+
+def test_the_approve_confirm_says_what_this_persons_click_does(desk: SlackHarness) -> None:
+    case_id = review_case(desk, "40.00", "50.00", chargebacks=1)  # tier 4: two of finance
+    first = _click_says(desk, "U0FIN1")
+    assert f"Case `{case_id}` (40.00 USD, damaged)" in first
+    assert "You (<@U0FIN1>) decide as a finance approver, limit 5000.00 USD." in first
+    assert "Approval 1 of 2: nothing is paid yet" in first and "Refunds" not in first
     approve(desk, "U0FIN1")
-    fresh = desk.card()
-    assert "Approval 1 of 2 by <@U0FIN1>" in _text(fresh)
-    assert _confirm(fresh, "approve") == "Refunds 40.00 USD now to the customer's payment."
+    card = desk.card()
+    assert "Approval 1 of 2 by <@U0FIN1>" in _text(card)
+    assert "<@U0FIN2>" in _decides(card) and "<@U0FIN1>" not in _decides(card)
+    [line] = [m.text for m in desk.slack.thread(card) if "Approval 1 of 2" in m.text]
+    assert line == "Approval 1 of 2 by <@U0FIN1>; still to decide: <@U0FIN2>."
+    assert "Refunds 40.00 USD now to the customer's payment." in _click_says(desk, "U0FIN2")
+    again = _click_says(desk, "U0FIN1")  # who approved already is told so, not promised money
+    assert "Refunds" not in again and "You already approved this case" in again
+    assert f"Case `{case_id}`" in again
+
+
+def test_the_filer_is_not_among_who_decides_and_their_click_says_why(
+    desk: SlackHarness,
+) -> None:
+    desk.slash("U0FIN1", "/refund")
+    view = desk.slack.views[-1]
+    typed = {
+        "payment": desk.payment("900.00"),
+        "email": CUSTOMER,
+        "currency": "USD",
+        "amount": "600.00",
+        "reason": "damaged",
+        "message": "Box crushed.",
+    }
+    desk.submit("U0FIN1", "file_case_modal", view["private_metadata"], typed)
+    desk.settle()
+    card = desk.card()
+    assert "<@U0FIN2>" in _decides(card) and "<@U0FIN1>" not in _decides(card)
+    said = _click_says(desk, "U0FIN1")
+    assert "You filed this case" in said and "Refunds" not in said
 
 
 def test_the_card_names_who_may_decide_and_after_a_decision_who_did(desk: SlackHarness) -> None:
@@ -130,7 +165,7 @@ def test_a_partial_amount_above_what_is_still_refundable_is_refused_on_the_field
             if m.blocks and m.blocks[0]["text"]["text"].startswith(amount)
         )
 
-    desk.click("U0LEAD2", "approve", desk.slack.buttons(card_of("60.00"))["approve"], "C0REFUNDS")
+    desk.approve("U0LEAD2", desk.slack.buttons(card_of("60.00"))["approve"], "C0REFUNDS")
     desk.settle()
     assert desk.get(first["id"])["status"] == "refunded"
     assert "still refundable 40.00 USD" in _text(card_of("50.00"))
@@ -204,6 +239,27 @@ def test_app_home_lists_only_what_the_viewer_may_decide(desk: SlackHarness) -> N
     assert case_id not in _home(desk, "U0FIN1"), "approved already: the other one decides"
     assert case_id in _home(desk, "U0FIN2")
     assert case_id not in _home(desk, "U0LEAD1"), "another group's case"
+
+
+def test_app_home_shows_only_the_buttons_the_viewer_may_use_and_why_the_case_is_theirs(
+    sqlite_url: str, slack_desk: Callable[..., SlackHarness]
+) -> None:
+    desk = slack_desk(sqlite_url, ACME.read_text().replace("limit: 500", "limit: 100"))
+    case_id = review_case(desk, "150.00", "200.00")  # no rule: the support leads, limit 100
+    home = json.loads(json.dumps(_home_blocks(desk, "U0LEAD2")))
+    [actions] = [b for b in home if b.get("block_id") == f"decide-{case_id}"]
+    shown = {e["action_id"] for e in actions["elements"]}
+    assert shown == {"approve_partial", "deny", "escalate"}, "no Approve above their limit"
+    said = json.dumps(home)
+    assert "You (<@U0LEAD2>) decide as a support-leads approver, limit 100.00 USD." in said
+    assert "Your approval limit is 100.00 USD; this case is 150.00 USD." in said
+    manager = json.dumps(_home_blocks(desk, "U0MGR1"))
+    assert case_id not in manager, "the managers come in only once it is escalated"
+
+
+def _home_blocks(desk: SlackHarness, user: str) -> list[Any]:
+    _home(desk, user)
+    return list(desk.slack.home[user]["blocks"])
 
 
 def test_app_home_shows_the_record_only_to_those_who_may_read_cases(desk: SlackHarness) -> None:

@@ -94,9 +94,11 @@ def home_queue(desk: SlackHarness, user: str) -> str:
 
 
 def deny(desk: SlackHarness, user: str, value: str) -> None:
+    """Click Deny and give a reason, unless the click is refused at once (its modal says)."""
     desk.click(user, "deny", value)
-    view = desk.slack.views[-1]
-    assert view["callback_id"] == "deny_modal", view
+    view = desk.opened(user)
+    if view is None or view["callback_id"] != "deny_modal":
+        return
     desk.submit(user, "deny_modal", view["private_metadata"], {"reason": "Not eligible."})
     desk.settle()
 
@@ -119,14 +121,15 @@ def test_a_person_escalating_hands_the_case_to_the_managers_and_finance_may_no_l
         "escalated_by": "U0FIN1",
     }
 
-    desk.click("U0FIN2", "approve", desk.buttons()["approve"])  # the fresh card's button
+    desk.approve("U0FIN2", desk.buttons()["approve"])  # the fresh card's button
     desk.settle()
     deny(desk, "U0FIN2", desk.buttons()["deny"])
     assert desk.get(case_id)["status"] == "awaiting_approval"
     assert desk.refunds_at_processor(desk.get(case_id)["payment"]) == []
     assert refused_codes(desk, case_id) == ["not_an_approver", "not_an_approver"]
-    told = [m.text for m in desk.slack.ephemeral if m.to == "U0FIN2"]
-    assert any("escalated to the managers: only they may decide it now" in t for t in told)
+    said = desk.refused("U0FIN2")  # in the modal the click opened, naming the case
+    assert "escalated to the managers: only they may decide it now" in said, said
+    assert f"Case `{case_id}` (600.00 USD" in said, said
 
     approve(desk, "U0MGR1")
     assert desk.get(case_id)["status"] == "refunded"

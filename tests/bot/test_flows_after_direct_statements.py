@@ -127,9 +127,7 @@ def test_slack_approve_refunds_once_and_tells_the_customer(slack_h: SlackHarness
     case_id = review_case(slack_h)
     value = slack_h.buttons()["approve"]
     with ThreadPoolExecutor(4) as pool:
-        codes = list(
-            pool.map(lambda u: slack_h.click(u, "approve", value).status_code, ["U0FIN1"] * 4)
-        )
+        codes = list(pool.map(lambda u: slack_h.approve(u, value).status_code, ["U0FIN1"] * 4))
     assert all(c == 200 for c in codes), codes
     slack_h.settle()
     case = slack_h.get(case_id)
@@ -166,8 +164,8 @@ def test_money_leaving_a_payment_tells_the_cases_waiting_on_it(slack_h: SlackHar
     assert a["status"] == b["status"] == "awaiting_approval", (a, b)
     slack_h.settle()
     card = slack_h.card("C0REFUNDS")
-    response = slack_h.click(
-        "U0LEAD1", "approve", slack_h.slack.buttons(card)["approve"], channel="C0REFUNDS"
+    response = slack_h.approve(
+        "U0LEAD1", slack_h.slack.buttons(card)["approve"], channel="C0REFUNDS"
     )
     assert response.status_code == 200
     with slack_h.runtime.db.read() as session:
@@ -198,12 +196,12 @@ def test_tier4_needs_two_approvers_in_one_round(
     body = desk.post(desk.request(payment, "30.00")).json()
     assert body["status"] == "awaiting_approval" and body["decision"]["tier"] == 4, body
     desk.settle()
-    first = desk.click("U0FIN1", "approve", desk.buttons()["approve"])
+    first = desk.approve("U0FIN1", desk.buttons()["approve"])
     assert first.status_code == 200
     desk.settle()
     assert desk.get(body["id"])["status"] == "awaiting_approval"
     assert desk.refunds_at_processor(payment) == []
-    second = desk.click("U0FIN2", "approve", desk.buttons()["approve"])
+    second = desk.approve("U0FIN2", desk.buttons()["approve"])
     assert second.status_code == 200
     desk.settle()
     case = desk.get(body["id"])

@@ -62,7 +62,7 @@ def test_reminder_then_escalation_levels_then_a_manager_decides(desk: SlackHarne
     assert [r["action"] for r in case["audit"]].count("case.escalated") == 2
 
     [dm] = manager_dms(desk)
-    desk.click("U0MGR1", "approve", desk.slack.buttons(dm)["approve"], channel="D0MGR1")
+    desk.approve("U0MGR1", desk.slack.buttons(dm)["approve"], channel="D0MGR1")
     desk.settle()
     assert desk.get(case_id)["status"] == "refunded"
     desk.sweep(seconds_ahead=20 * HOUR)  # later clocks find nothing left to chase
@@ -94,7 +94,7 @@ def test_processor_down_parks_and_tells_the_thread_then_pays_once(desk: SlackHar
     assert case["status"] == "parked" and "processor" in case["park_reason"]
     assert any("Parked" in line for line in thread_lines(desk))
     desk.sandbox.set_fault("none")
-    desk.click("U0FIN2", "approve", desk.buttons()["approve"])  # the parked card has buttons
+    desk.approve("U0FIN2", desk.buttons()["approve"])  # the parked card has buttons
     desk.settle()
     assert desk.get(case_id)["status"] == "refunded"
     assert len(desk.refunds_at_processor(payment)) == 1

@@ -8,6 +8,7 @@ import json
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from sqlalchemy import select
@@ -38,7 +39,7 @@ def test_a_case_for_review_becomes_a_card_with_buttons(desk: SlackHarness) -> No
 
 def test_an_authorized_click_refunds_once_and_updates_the_card(desk: SlackHarness) -> None:
     case_id = review_case(desk)
-    response = desk.click("U0FIN1", "approve", desk.buttons()["approve"])
+    response = desk.approve("U0FIN1", desk.buttons()["approve"])
     assert response.status_code == 200
     desk.settle()
     case = desk.get(case_id)
@@ -68,22 +69,29 @@ def test_bad_signature_is_401_and_old_requests_are_refused(desk: SlackHarness) -
 def test_a_replayed_click_moves_no_money_and_is_recorded(desk: SlackHarness) -> None:
     case_id = review_case(desk)
     value = desk.buttons()["approve"]
-    desk.click("U0FIN1", "approve", value)
+    desk.approve("U0FIN1", value)
     desk.settle()
-    desk.click("U0FIN1", "approve", value)
+    desk.approve("U0FIN1", value)
     desk.settle()
     case = desk.get(case_id)
     assert len(desk.refunds_at_processor(case["payment"])) == 1
     [refusal] = desk.refusals(case_id)
     assert refusal["payload"]["code"] == "already_decided"
-    assert any("Already decided by <@U0FIN1>" in m.text for m in desk.slack.ephemeral)
+    said = desk.refused("U0FIN1")  # the modal the second click opened
+    assert "Already decided by <@U0FIN1>" in said and f"Case `{case_id}`" in said
 
 
-def test_twenty_concurrent_clicks_are_one_refund(desk: SlackHarness) -> None:
+def test_twenty_concurrent_confirmations_are_one_refund(desk: SlackHarness) -> None:
     case_id = review_case(desk)
-    value = desk.buttons()["approve"]
+    desk.click("U0FIN1", "approve", desk.buttons()["approve"])
+    view = desk.opened("U0FIN1")
+    assert view is not None and view["callback_id"] == "approve_modal"
+
+    def confirm(_: int) -> Any:
+        return desk.submit("U0FIN1", "approve_modal", view["private_metadata"], {})
+
     with ThreadPoolExecutor(20) as pool:
-        responses = list(pool.map(lambda _: desk.click("U0FIN1", "approve", value), range(20)))
+        responses = list(pool.map(confirm, range(20)))
     assert {r.status_code for r in responses} == {200}
     desk.settle()
     case = desk.get(case_id)
@@ -115,7 +123,7 @@ def _edit(value: str, **changes: object) -> str:
 
 def test_a_token_edited_to_another_amount_is_refused(desk: SlackHarness) -> None:
     case_id = review_case(desk)
-    desk.click("U0FIN1", "approve", _edit(desk.buttons()["approve"], amount=1))
+    desk.approve("U0FIN1", _edit(desk.buttons()["approve"], amount=1))
     desk.settle()
     assert desk.get(case_id)["status"] == "awaiting_approval"
     assert desk.refusals(case_id) == []  # an unverifiable token is not trusted to name a case
@@ -129,7 +137,7 @@ def test_stale_and_expired_tokens_are_refused(desk: SlackHarness) -> None:
     old_approve = desk.buttons()["approve"]
     desk.escalate("U0FIN1", desk.buttons()["escalate"])  # bumps the revision
     desk.settle()
-    desk.click("U0FIN1", "approve", old_approve)
+    desk.approve("U0FIN1", old_approve)
     expired = tokens.issue(
         desk.runtime.desk.secret,
         case_id=case_id,
@@ -140,7 +148,7 @@ def test_stale_and_expired_tokens_are_refused(desk: SlackHarness) -> None:
         policy_version=1,
         now=clock.now() - timedelta(days=30),
     )
-    desk.click("U0FIN1", "approve", expired)
+    desk.approve("U0FIN1", expired)
     desk.settle()
     case = desk.get(case_id)
     assert case["status"] == "awaiting_approval" and case["escalation_level"] == 1
@@ -151,10 +159,10 @@ def test_stale_and_expired_tokens_are_refused(desk: SlackHarness) -> None:
 
 def test_outsiders_and_over_limit_approvers_are_refused(desk: SlackHarness) -> None:
     case_id = review_case(desk)
-    desk.click("U0LEAD1", "approve", desk.buttons()["approve"])  # not in finance
+    desk.approve("U0LEAD1", desk.buttons()["approve"])  # not in finance
     desk.settle()
     small = review_case(desk, amount="150.00", paid="200.00")  # default rule: support-leads
-    desk.click("U0LEAD1", "approve", desk.buttons("C0REFUNDS")["approve"])  # limit 100
+    desk.approve("U0LEAD1", desk.buttons("C0REFUNDS")["approve"])  # limit 100
     desk.settle()
     assert [r["payload"]["code"] for r in desk.refusals(case_id)] == ["not_an_approver"]
     assert [r["payload"]["code"] for r in desk.refusals(small)] == ["over_limit"]
@@ -165,16 +173,15 @@ def test_tier_four_needs_two_approvers_the_second_on_the_fresh_card(desk: SlackH
     case_id = review_case(desk, amount="40.00", paid="50.00", chargebacks=1)
     assert desk.get(case_id)["decision"]["tier"] == 4
     first_card = desk.buttons()
-    desk.click("U0FIN1", "approve", first_card["approve"])
+    desk.approve("U0FIN1", first_card["approve"])
     desk.settle()
     case = desk.get(case_id)
     assert case["status"] == "awaiting_approval"
     assert desk.refunds_at_processor(case["payment"]) == []
-    desk.click("U0FIN1", "approve", desk.buttons()["approve"])  # the same person again
-    desk.click("U0FIN2", "approve", first_card["approve"])  # a used token from before
+    desk.approve("U0FIN1", desk.buttons()["approve"])  # the same person again
+    desk.approve("U0FIN2", first_card["approve"])  # a used token from before
     desk.click("U0FIN2", "deny", first_card["deny"])  # an unused token from before
-    [view] = desk.slack.views
-    desk.submit("U0FIN2", "deny_modal", view["private_metadata"], {"reason": "no"})
+    assert "out of date" in desk.refused("U0FIN2"), "refused before any modal asks a reason"
     desk.settle()
     assert [r["payload"]["code"] for r in desk.refusals(case_id)] == [
         "already_approved",

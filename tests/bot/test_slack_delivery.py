@@ -98,11 +98,29 @@ def test_a_rate_limit_on_the_managers_dm_never_posts_the_thread_line_twice(
     assert all(j.status == "done" for j in steps)
 
 
-def test_a_refusal_answers_through_the_response_url(desk: SlackHarness) -> None:
-    finance_case(desk)
+def test_a_refusal_is_shown_in_the_modal_the_click_opens_naming_the_case(
+    desk: SlackHarness,
+) -> None:
+    case_id = finance_case(desk)
+    approve(desk, "U0STRANGER")
+    said = desk.refused("U0STRANGER")
+    assert said.startswith(f":no_entry: Case `{case_id}` (600.00 USD"), said
+    assert "Only the finance group may decide this case." in said
+
+
+def _trigger_expired(desk: SlackHarness, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Slack's trigger_id lasts three seconds: this one is past them when views.open runs."""
+    monkeypatch.setattr(desk.slack.workspace, "issue_trigger", lambda user: "1.expired")
+
+
+def test_a_refusal_whose_modal_cannot_open_answers_through_the_response_url(
+    desk: SlackHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    case_id = finance_case(desk)
+    _trigger_expired(desk, monkeypatch)
     approve(desk, "U0STRANGER")
     [told] = [m for m in desk.slack.ephemeral if m.to == "U0STRANGER"]
-    assert told.text.startswith(":no_entry:")
+    assert told.text.startswith(f":no_entry: Case `{case_id}`")
     assert "chat.postEphemeral" not in desk.slack.methods()  # respond(), not the Web API
 
 
@@ -114,7 +132,8 @@ def test_a_refusal_in_a_channel_without_the_bot_reaches_the_person_as_a_dm(
     desk.slack.workspace.channels["C0FINANCE"].member = False
     expired = f"{desk.slack.base_url}sandbox/slack/respond/expired"
     monkeypatch.setattr(desk.slack, "response_url", lambda *args: expired)
-    desk.click("U0STRANGER", "approve", token)
+    _trigger_expired(desk, monkeypatch)
+    desk.approve("U0STRANGER", token)
     desk.settle()
     [dm] = [m for m in desk.slack.messages if m.channel == "D0STRANGER"]
     assert dm.text.startswith(":no_entry:")
@@ -126,7 +145,7 @@ def test_an_unexpected_error_shows_an_incident_id_never_the_exception(
     def boom(*args: object, **kwargs: object) -> None:
         raise RuntimeError("database password is hunter2")
 
-    monkeypatch.setattr(approvals, "act", boom)
+    monkeypatch.setattr(approvals, "preview", boom)
     finance_case(desk)
     approve(desk, "U0FIN1")
     [told] = [m for m in desk.slack.ephemeral if m.to == "U0FIN1"]
@@ -143,7 +162,7 @@ def test_a_click_is_acknowledged_while_background_work_fills_its_pool(
     answered: list[int] = []
     try:
         clicker = threading.Thread(
-            target=lambda: answered.append(desk.click("U0FIN1", "approve", token).status_code)
+            target=lambda: answered.append(desk.approve("U0FIN1", token).status_code)
         )
         clicker.start()
         clicker.join(timeout=20)  # a liveness bound, far above Slack's 3 s: not a timing test

@@ -134,6 +134,10 @@ def test_app_home_shows_the_queue_with_the_cards_buttons_and_they_decide(
     payload["trigger_id"] = desk.slack.workspace.issue_trigger("U0FIN1")
     payload["actions"][0].update(action_id="approve", value=buttons["approve"])
     assert desk.interaction(payload).status_code == 200
+    confirm = desk.opened("U0FIN1")  # what this click does, said to the one who clicked
+    assert confirm is not None and confirm["callback_id"] == "approve_modal"
+    assert "Refunds 600.00 USD now" in str(confirm["blocks"])
+    desk.submit("U0FIN1", "approve_modal", confirm["private_metadata"], {})
     desk.settle()
     assert desk.get(case_id)["status"] == "refunded"
     refreshed = str(desk.slack.home["U0FIN1"]["blocks"])

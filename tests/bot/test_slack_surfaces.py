@@ -109,12 +109,12 @@ def test_app_home_shows_the_viewers_queue(desk: SlackHarness) -> None:
 
 def test_escalation_sends_the_card_to_managers_who_may_approve(desk: SlackHarness) -> None:
     case_id = finance_case(desk)
-    desk.click("U0MGR1", "approve", desk.buttons()["approve"])  # not yet escalated
+    desk.approve("U0MGR1", desk.buttons()["approve"])  # not yet escalated
     desk.escalate("U0FIN1", desk.buttons()["escalate"])
     desk.settle()
     [dm] = [m for m in desk.slack.messages if m.channel == "D0MGR1"]
     assert "approve" in desk.slack.buttons(dm)
-    desk.click("U0MGR1", "approve", desk.slack.buttons(dm)["approve"], channel="D0MGR1")
+    desk.approve("U0MGR1", desk.slack.buttons(dm)["approve"], channel="D0MGR1")
     desk.settle()
     assert desk.get(case_id)["status"] == "refunded"
     assert desk.slack.buttons(dm) == {} and desk.slack.buttons(desk.card()) == {}

@@ -51,11 +51,11 @@ def test_someone_removed_from_the_group_can_no_longer_approve_an_open_case(
     token = desk.slack.buttons(card)["approve"]
     desk.slack.workspace.usergroups["S0FINANCE"] = ["U0FIN1"]  # an admin removes U0FIN2
     with clock.travel(timedelta(seconds=61)):  # what was read is relied on for a minute at most
-        desk.click("U0FIN2", "approve", token)
+        desk.approve("U0FIN2", token)
         desk.settle()
         assert [r["payload"]["code"] for r in desk.refusals(case_id)] == ["not_an_approver"]
         assert desk.get(case_id)["status"] == "awaiting_approval"
-        desk.click("U0FIN1", "approve", token)
+        desk.approve("U0FIN1", token)
         desk.settle()
     assert desk.get(case_id)["status"] == "refunded"
     reads = [p for m, p in desk.slack.calls if m == "usergroups.users.list"]

@@ -14,12 +14,12 @@ from sqlmodel import Session, col
 from refund_desk.bot.blocks.cards import CardContext, Decider, Told
 from refund_desk.cases import advisory
 from refund_desk.cases.advisory import why
-from refund_desk.cases.approvals import deciders
+from refund_desk.cases.approvals import deciders, may_not_act
 from refund_desk.cases.desk import Desk
 from refund_desk.cases.evidence import shown
 from refund_desk.cases.facts import left_on_record
 from refund_desk.cases.quorum import approval_count, approvals_needed
-from refund_desk.governance.versions import LoadedPolicy, control
+from refund_desk.governance.versions import LoadedPolicy
 from refund_desk.storage.models import Approval, Case, CustomerMessage, Execution, Payment
 
 
@@ -38,13 +38,13 @@ def card_context(
         channel_group=group,
         now=now,
         authority=deciders(session, case, policy) if policy is not None else None,
+        not_acting=frozenset(may_not_act(session, case)),
         why=case.park_reason or _why(case, policy),
         asked=case.asked(),
         left=left_on_record(session, case.payment_id),
         refunded=_refunded(session, case.id),
         deciders=_deciders(session, case),
         told=_told(session, case.id),
-        paused=control(session).paused,
         summary=advisory.summary_text(desk.vault, case.advice or {}, session=session),
         evidence=tuple(shown(desk.vault, case.evidence, session=session)),
         processor=_processor(session, case.payment_id),

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from slack_sdk.models.blocks import (
     ActionsBlock,
     Block,
+    ButtonElement,
     ContextBlock,
     DividerBlock,
     HeaderBlock,
@@ -31,14 +32,14 @@ from refund_desk.bot.blocks.cards import (
     until,
     words,
 )
-from refund_desk.bot.mrkdwn import when
+from refund_desk.bot.mrkdwn import render, when
 from refund_desk.bot.outbox import active_doc, fix_for
-from refund_desk.cases.approvals import may_decide
+from refund_desk.cases import tokens
+from refund_desk.cases.approvals import may_decide, preview_in
 from refund_desk.cases.desk import Desk
-from refund_desk.cases.facts import left_on_record
+from refund_desk.cases.errors import CaseError
 from refund_desk.cases.people import Directory, is_lead, may_read
 from refund_desk.cases.quorum import approval_count, approvals_needed
-from refund_desk.governance.versions import control
 from refund_desk.jobs.queue import ClaimedJob, queue
 from refund_desk.storage.models import Case, SlackMessage
 from refund_desk.web.metrics import DRIFT_ALERT, reason_drift
@@ -68,7 +69,7 @@ def undelivered(session: Session) -> list[tuple[str, str, str]]:
 
 
 def _button_context(session: Session, case: Case, now: datetime) -> CardContext:
-    """What the card's buttons need to say what a click does, for the same case in App Home."""
+    """What the card's buttons need (the approval they would be), for the case in App Home."""
     return CardContext(
         case=case,
         email=None,
@@ -76,8 +77,6 @@ def _button_context(session: Session, case: Case, now: datetime) -> CardContext:
         needed=approvals_needed(case),
         channel_group=None,
         now=now,
-        left=left_on_record(session, case.payment_id),
-        paused=control(session).paused,
     )
 
 
@@ -110,22 +109,47 @@ def home_view(
     if not mine:
         blocks.append(_section("Nothing waits for you."))
     for case in mine:
-        due = case.sla_due_at  # in the viewer's own time zone
-        line = (
-            f"*{money.format_money(case.amount, case.currency)}* · {words(case.reason)} · "
-            f"`{case.id}` · rule `{(case.decision or {}).get('rule')}` · "
-            f"{case.status.replace('_', ' ')} · "
-            + (f"due {when(due)} ({until(due, now)})" if due else "no deadline")
-        )
-        blocks.append(_section(line))
-        buttons = _buttons(_button_context(session, case, now), secret)  # the card's, its checks
-        blocks.append(ActionsBlock(block_id=f"decide-{case.id}", elements=buttons))
+        blocks += _queued(session, case, user, now, directory, secret)
     if doc is not None and may_read(doc, user, directory):
         blocks += _record(session, now)
     else:  # case details answer the same people on every surface
         blocks += [DividerBlock(), _section(NOT_A_READER)]
     blocks.append(ContextBlock(elements=[MarkdownTextObject(text=f"Updated {when(now)}")]))
     return View(type="home", blocks=blocks[:100])
+
+
+def _queued(
+    session: Session, case: Case, user: str, now: datetime, directory: Directory, secret: str
+) -> list[Block]:
+    """A case in the viewer's queue: what it is, why it is theirs, and only the buttons whose
+    click they may make (each asked of the checks the click makes: no Approve above their
+    limit)."""
+    due = case.sla_due_at  # in the viewer's own time zone
+    line = (
+        f"*{money.format_money(case.amount, case.currency)}* · {words(case.reason)} · "
+        f"`{case.id}` · rule `{(case.decision or {}).get('rule')}` · "
+        f"{case.status.replace('_', ' ')} · "
+        + (f"due {when(due)} ({until(due, now)})" if due else "no deadline")
+    )
+    allowed: list[ButtonElement] = []
+    who, why_not = "", ""
+    for button in _buttons(_button_context(session, case, now), secret):
+        token = tokens.verify(secret, str(button.value), now=now)
+        try:
+            seen = preview_in(session, case, token, user, directory)
+        except CaseError as refusal:
+            if button.action_id == "approve":  # over their limit, say: the reason, in words
+                why_not = f" {render(refusal.text)}"
+            continue
+        allowed.append(button)
+        who = who or f"{render(seen.who)}."
+    if not allowed:
+        return []
+    return [
+        _section(line),
+        ContextBlock(elements=[MarkdownTextObject(text=_clip(who + why_not, 1900))]),
+        ActionsBlock(block_id=f"decide-{case.id}", elements=allowed),
+    ]
 
 
 NOT_A_READER = (

@@ -26,10 +26,11 @@ from refund_desk.bot import mrkdwn
 from refund_desk.bot.blocks import cards
 from refund_desk.bot.card_facts import card_context
 from refund_desk.bot.directory import SlackDirectory
-from refund_desk.cases.approvals import deciders
+from refund_desk.cases.approvals import deciders, may_not_act
 from refund_desk.cases.desk import Desk
 from refund_desk.cases.notify import notify
 from refund_desk.cases.ports import processor_title
+from refund_desk.cases.quorum import approval_count, approvals_needed
 from refund_desk.governance.versions import LoadedPolicy, control, load_version
 from refund_desk.jobs.queue import ClaimedJob, RetryLater, queue
 from refund_desk.policy.schema import PolicyDocument
@@ -338,7 +339,7 @@ class Outbox:
         amount = money.format_money(case.amount, case.currency)
         text = f"The case you filed, `{case.id}` ({amount}), {ENDED[event]}."
         if event == "case.parked":
-            text += f" {case.park_reason or 'A person must look.'}"
+            text += f" {sentence(case.park_reason or 'A person must look')}"
         elif line:
             text += f" {line}"
         link = {"channel": card.channel, "ts": card.ts} if card is not None else None
@@ -411,9 +412,7 @@ class Outbox:
         ).first()
         who = f"<@{last.approver}>" if last else "the policy"
         if event == "case.approval_recorded":
-            return (
-                f"Approved by <@{data.get('user')}>; another approver is needed (fresh card above)."
-            )
+            return self._approval_recorded(session, case, data, policy)
         if event == "case.approved":
             amount = money.format_share(case.amount, case.asked(), case.currency)
             return f"Approved by {who} for {amount}; the refund is queued."
@@ -425,7 +424,7 @@ class Outbox:
             ).first()
             payment = session.get(Payment, case.payment_id)
             title = processor_title(payment.processor) + " " if payment else ""
-            ref = f" ({title}refund `{refund.processor_refund_id}`)" if refund else ""
+            ref = f"; {title}refund `{refund.processor_refund_id}`" if refund else ""
             amount = money.format_share(case.amount, case.asked(), case.currency)
             return f":white_check_mark: Refunded {amount}{ref}."
         if event == "case.denied":
@@ -450,10 +449,22 @@ class Outbox:
                 why = f"asked by <@{data['user']}>{said}"
             else:
                 why = "asked by an approver"
-            return f":arrow_up: Escalated to {whom} (level {data.get('level')}): {why}."
+            return sentence(f":arrow_up: Escalated to {whom} (level {data.get('level')}): {why}")
         if event == "case.awaiting_approval":
             return "Back with the approvers."
         return None
+
+    def _approval_recorded(
+        self, session: Session, case: Case, data: dict[str, Any], policy: LoadedPolicy | None
+    ) -> str:
+        """ "Approval 1 of 2 by @Farah; still to decide: @Felix." (the card, edited in place,
+        says the same)."""
+        done, needed = approval_count(session, case), approvals_needed(case)
+        line = f"Approval {done} of {needed} by <@{data.get('user')}>"
+        if policy is None:
+            return f"{line}; another approver decides next."
+        still = mrkdwn.render(deciders(session, case, policy).who(may_not_act(session, case)))
+        return f"{line}; still to decide: {still or 'nobody else the policy names'}."
 
     def _announce(self, event: str, data: dict[str, Any]) -> None:
         """A message about no single case, to the policy's named channel (finance by default)."""
@@ -468,6 +479,11 @@ class Outbox:
             return
         said = Text.from_json(data.get("text")) or Text.of(f"{event}: {data}")
         self.call("chat.postMessage", channel=channel, text=cards._clip(mrkdwn.render(said)))
+
+
+def sentence(line: str) -> str:
+    """``line`` ended by one full stop: a note a person typed may end with its own."""
+    return line if line.rstrip().endswith((".", "!", "?", "…")) else f"{line}."
 
 
 def active_doc(session: Session) -> PolicyDocument | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -33,7 +34,7 @@ from refund_desk.policy import approver_limit
 from refund_desk.policy.schema import ApproverGroup, Managers
 from refund_desk.storage.audit import Actor
 from refund_desk.storage.models import Approval, Case, Execution
-from refund_desk.text import Person, Text, join, text
+from refund_desk.text import Code, Person, Text, join, text
 
 if TYPE_CHECKING:
     from refund_desk.cases.desk import Desk
@@ -69,8 +70,17 @@ def act(
         refusal = Refused("already_decided", _already_decided(desk, case_id))
     except CaseError as exc:
         refusal = exc if isinstance(exc, Refused) else Refused(exc.code, exc.text)
-    _record_refusal(desk, case_id, user, refusal, claimed=_claimed_case(token_value))
-    raise refusal
+    subject = _record_refusal(desk, case_id, user, refusal, claimed=_claimed_case(token_value))
+    raise ClickRefused(refusal, subject)
+
+
+class ClickRefused(Refused):
+    """A click refused, naming the case it was about (``case``: None when the button named
+    none that can be trusted), so the person hears which case the refusal is about."""
+
+    def __init__(self, refusal: CaseError, case: Text | None) -> None:
+        super().__init__(refusal.code, refusal.text, refusal.fields)
+        self.case = case
 
 
 # A click's statements: who used a token, who approved the case in its current round, the
@@ -99,6 +109,31 @@ def _act(
     amount: str | None,
 ) -> Outcome:
     case = load_for_update(session, token.case_id)
+    _, pay = _admit(session, case, token, user, desk.directory, amount=amount)
+    click = _Click(desk, session, case, token, user)
+    if token.action == "escalate":
+        return _escalate(click, reason)
+    if token.action == "deny":
+        return _deny(click, reason)
+    assert pay is not None
+    return _approve(click, pay, reason)
+
+
+def _admit(
+    session: Session,
+    case: Case,
+    token: tokens.ActionToken,
+    user: str,
+    directory: Directory | None,
+    *,
+    amount: str | None,
+    before_typing: bool = False,
+) -> tuple[LoadedPolicy, int | None]:
+    """Every check a click makes before it decides, in order: the token (used, stale, for
+    another case state), the duties, the authority and limit, a refund still unresolved, an
+    approval already given. The policy and the amount an approval pays (None for a deny, an
+    escalation, or a partial approval checked `before_typing` its amount, when only who may
+    approve is known); raises `Refused`."""
     used_by = session.connection().execute(_BY_NONCE, {"nonce": token.nonce}).scalar()
     if used_by is not None:
         if case.status in DECIDABLE:
@@ -113,21 +148,31 @@ def _act(
         raise Refused("token_mismatch", "This button does not match the case any more.")
     _check_duties(session, case, user)
     policy = _authority_policy(session, case)
-    click = _Click(desk, session, case, token, user)
     if token.action == "escalate":
-        return _escalate(click, policy, reason)
+        _check_escalation(session, case, policy, user, directory)
+        return policy, None
     if token.action == "deny":
-        _check_member(session, case, policy, user, desk.directory)
+        _check_member(session, case, policy, user, directory)
         _check_resolved(session, case, None)
-        return _deny(click, reason)
+        return policy, None
+    if token.action == "approve_partial" and before_typing:
+        _check_member(session, case, policy, user, directory)
+        _check_not_approved(session, case, user)
+        return policy, None
     pay = case.amount
     if token.action == "approve_partial":
         pay = _partial_amount(amount, token, case, left_on_record(session, case.payment_id))
     elif token.amount != case.amount:
         raise Refused("token_mismatch", "This button was made for another amount.")
-    _check_authority(session, case, policy, user, pay, desk.directory)
+    _check_authority(session, case, policy, user, pay, directory)
     _check_resolved(session, case, pay)
-    return _approve(click, pay, reason)
+    _check_not_approved(session, case, user)
+    return policy, pay
+
+
+def _check_not_approved(session: Session, case: Case, user: str) -> None:
+    if user in _round_approvers(session, case):
+        raise Refused("already_approved", "You already approved this case; another approver must.")
 
 
 def _check_duties(session: Session, case: Case, user: str) -> None:
@@ -173,9 +218,10 @@ class Deciders:
             self.managers, user, directory
         )
 
-    def who(self) -> Text:
+    def who(self, besides: Collection[str] = ()) -> Text:
         """Everyone they name, each person and each user group once: the group's, then the
-        managers'."""
+        managers'. ``besides``: people who may not act on this case (`may_not_act`), left
+        out, and named after a user group they could be in: "@finance (not @Farah)"."""
         named = [
             id_
             for people in (self.approvers, self.managers)
@@ -183,7 +229,12 @@ class Deciders:
             for id_ in (*people.members, people.usergroup)
             if id_
         ]
-        return join(" ", [Person(id_) for id_ in dict.fromkeys(named)])
+        still = [Person(id_) for id_ in dict.fromkeys(named) if id_ not in besides]
+        groups = any(people.usergroup for people in (self.approvers, self.managers) if people)
+        if not groups or not besides:
+            return join(" ", still)
+        out = join(", ", [Person(u) for u in sorted(besides)])
+        return text(join(" ", still), " (not ", out, ")")
 
     def to_json(self) -> dict[str, Any]:
         """For the API: the group (None once handed to the managers), whether the managers
@@ -229,6 +280,19 @@ def deciders(session: Session, case: Case, policy: LoadedPolicy) -> Deciders:
     return Deciders(group, approvers, managers)
 
 
+def may_not_act(session: Session, case: Case) -> set[str]:
+    """People who may not decide ``case`` now whatever their role: whoever filed it (or the
+    case it appeals), whoever decided the case it appeals, and whoever approved it in this
+    round already (a tier-4 case waits for someone else)."""
+    out = {case.requested_by} if case.requested_by else set()
+    if case.appeal_of:
+        out |= first_deciders(session, case.appeal_of)
+        appealed = session.get(Case, case.appeal_of)
+        if appealed is not None and appealed.requested_by:
+            out.add(appealed.requested_by)
+    return out | _round_approvers(session, case)
+
+
 def waiting_for(session: Session, case: Case) -> Deciders | None:
     """Who may decide ``case`` now, if it waits for a person (None: it does not, or no policy
     is published)."""
@@ -258,12 +322,7 @@ def _check_authority(
     directory: Directory | None,
 ) -> None:
     now = _check_member(session, case, policy, user, directory)
-    limits = []
-    if now.group is not None and is_one_of(now.approvers, user, directory):
-        limits.append(approver_limit(policy.doc, now.group))
-    if now.managers is not None and is_one_of(now.managers, user, directory):
-        limits.append(money.to_minor(now.managers.limit, policy.doc.currency))
-    limit = max(limits)  # minor units of the policy's currency
+    limit = _limit(now, policy, user, directory)
     currency = policy.doc.currency
     if case.currency.upper() == currency:
         within = amount <= limit
@@ -286,6 +345,17 @@ def _check_authority(
         )
 
 
+def _limit(now: Deciders, policy: LoadedPolicy, user: str, directory: Directory | None) -> int:
+    """The highest limit ``user`` has among those who may decide now, in minor units of the
+    policy's currency (they are among them: `_check_member` said so)."""
+    limits = []
+    if now.group is not None and is_one_of(now.approvers, user, directory):
+        limits.append(approver_limit(policy.doc, now.group))
+    if now.managers is not None and is_one_of(now.managers, user, directory):
+        limits.append(money.to_minor(now.managers.limit, policy.doc.currency))
+    return max(limits)
+
+
 def may_decide(session: Session, case: Case, user: str, directory: Directory | None = None) -> bool:
     """Whether ``user`` could decide ``case`` now: the checks a click makes, without one (App
     Home shows nobody a case their click would be refused on)."""
@@ -298,6 +368,131 @@ def may_decide(session: Session, case: Case, user: str, directory: Directory | N
         return False
     # a tier-4 approver who approved waits for the second one
     return user not in _round_approvers(session, case)
+
+
+@dataclass(frozen=True)
+class Preview:
+    """What one person's click on one button will do, said before it does anything: from the
+    checks the click itself makes (`_admit`), so it never promises what the click refuses."""
+
+    case_id: str
+    action: str
+    case: Text  # the case in words (`case_words`)
+    who: Text  # who clicks and why the case is theirs to decide
+    effect: Text  # what the click does
+    currency: str  # the case's
+    ceiling: int | None = None  # a partial approval: at most this, in the case's currency
+
+
+def preview(desk: Desk, *, token_value: str, user: str) -> Preview:
+    """What ``user``'s click on this button would do (nothing decided, no token used); raises
+    `ClickRefused` after recording the refusal, as the click itself would."""
+    case_id: str | None = None
+    try:
+        token = tokens.verify(desk.secret, token_value, now=desk.now())
+        case_id = token.case_id
+        with desk.db.read() as session:
+            case = session.get(Case, token.case_id)
+            if case is None:
+                raise Refused("stale", "This case does not exist any more.")
+            return preview_in(session, case, token, user, desk.directory)
+    except CaseError as exc:
+        refusal = exc if isinstance(exc, Refused) else Refused(exc.code, exc.text)
+    subject = _record_refusal(desk, case_id, user, refusal, claimed=_claimed_case(token_value))
+    raise ClickRefused(refusal, subject)
+
+
+def preview_in(
+    session: Session,
+    case: Case,
+    token: tokens.ActionToken,
+    user: str,
+    directory: Directory | None,
+) -> Preview:
+    """`preview` in a session the caller holds (App Home asks it of every button it shows);
+    raises `Refused`."""
+    policy, pay = _admit(session, case, token, user, directory, amount=None, before_typing=True)
+    now = deciders(session, case, policy)
+    limit = _limit(now, policy, user, directory)
+    ceiling = None
+    if token.action == "escalate":
+        effect = _escalation_effect(policy)
+    elif token.action == "deny":
+        effect = text("Denies it: nothing is paid, and the customer is told the reason you give.")
+    elif pay is None:  # a partial approval: the amount comes next
+        left = left_on_record(session, case.payment_id)
+        ceiling = min(token.amount, left) if left is not None else token.amount
+        effect = _partial_effect(session, case, ceiling, limit, policy)
+    else:
+        effect = _approval_effect(session, case, pay)
+    who = text(
+        "You (", Person(user), ") decide as ", why_yours(now, policy, user, limit, directory)
+    )
+    return Preview(case.id, token.action, case_words(case), who, effect, case.currency, ceiling)
+
+
+def why_yours(
+    now: Deciders, policy: LoadedPolicy, user: str, limit: int, directory: Directory | None
+) -> Text:
+    """Why a case is ``user``'s to decide, in words: their role among those who may decide
+    now, their limit, and how the managers came in ("a manager, limit 10,000.00 USD: the
+    deadline passed")."""
+    shown = money.format_money(limit, policy.doc.currency)
+    if now.group is not None and is_one_of(now.approvers, user, directory):
+        return text(f"a {now.group} approver, limit {shown}")
+    if now.escalated_by is not None:
+        by = Person(now.escalated_by)
+        return text(f"a manager, limit {shown}: escalated to the managers by ", by)
+    return text(f"a manager, limit {shown}: the deadline passed")
+
+
+def _approval_effect(session: Session, case: Case, pay: int) -> Text:
+    """What an Approve click does now: one approval of two, a refund, or a parking."""
+    approvals = len(_round_approvers(session, case)) + 1
+    needed = approvals_needed(case)
+    amount = money.format_money(pay, case.currency)
+    if approvals < needed:
+        return text(
+            f"Approval {approvals} of {needed}: nothing is paid yet; another approver decides next."
+        )
+    left = left_on_record(session, case.payment_id)
+    if left is not None and pay > left:
+        return text(
+            f"Only {money.format_money(left, case.currency)} is still refundable: {amount} will "
+            "not be paid; the case will be parked for a person."
+        )
+    if control(session).paused:
+        return text(
+            f"Approves {amount}; execution is paused, so it is paid when a lead resumes it."
+        )
+    return text(f"Refunds {amount} now to the customer's payment.")
+
+
+def _partial_effect(
+    session: Session, case: Case, ceiling: int, limit: int, policy: LoadedPolicy
+) -> Text:
+    at_most = money.format_money(ceiling, case.currency)
+    approvals = len(_round_approvers(session, case)) + 1
+    needed = approvals_needed(case)
+    if approvals < needed:
+        said = (
+            f"Approval {approvals} of {needed} of the amount you type (at most {at_most}): "
+            "nothing is paid yet; another approver decides next."
+        )
+    else:
+        said = f"Refunds the amount you type, at most {at_most}, to the customer's payment."
+    if case.currency.upper() == policy.doc.currency and limit < ceiling:
+        said += f" Your approval limit is {money.format_money(limit, policy.doc.currency)}."
+    return text(said)
+
+
+def _escalation_effect(policy: LoadedPolicy) -> Text:
+    managers = policy.doc.managers
+    ids = [*managers.members, *filter(None, [managers.usergroup])] if managers else []
+    named = [Person(id_) for id_ in ids]
+    return text(
+        "Hands it to the managers (", join(" ", named), "): from then on only they decide it."
+    )
 
 
 def _check_resolved(session: Session, case: Case, pay: int | None) -> None:
@@ -402,8 +597,6 @@ def _approve(click: _Click, amount: int, reason: str | None) -> Outcome:
     desk, session, case, user = click.desk, click.session, click.case, click.user
     actor = Actor("human", user)
     approvers = _round_approvers(session, case)
-    if user in approvers:
-        raise Refused("already_approved", "You already approved this case; another approver must.")
     click.record("approve", amount, reason)
     # A typed amount, or the model's reading the approver saw marked as such, is now theirs.
     if amount != case.amount or case.amount_source == Provenance.model_inference:
@@ -450,11 +643,12 @@ def _deny(click: _Click, reason: str | None) -> Outcome:
     return Outcome(case.id, "Denied; the customer will be told.")
 
 
-def _escalate(click: _Click, policy: LoadedPolicy, reason: str | None) -> Outcome:
+def _check_escalation(
+    session: Session, case: Case, policy: LoadedPolicy, user: str, directory: Directory | None
+) -> None:
     """Up to the managers, once: they are the top of the chain, and nobody escalates to
     themselves."""
-    desk, session, case, user = click.desk, click.session, click.case, click.user
-    _check_member(session, case, policy, user, desk.directory)
+    _check_member(session, case, policy, user, directory)
     managers = policy.doc.managers
     if managers is None:
         raise Refused("no_managers", "The policy names no managers to escalate to.")
@@ -468,6 +662,10 @@ def _escalate(click: _Click, policy: LoadedPolicy, reason: str | None) -> Outcom
             "escalate_to_self",
             "You are the only manager, so escalating would send it back to you: decide it here.",
         )
+
+
+def _escalate(click: _Click, reason: str | None) -> Outcome:
+    desk, session, case, user = click.desk, click.session, click.case, click.user
     reason = (reason or "").strip() or None
     click.record("escalate", None, reason)
     case.escalation_level += 1
@@ -526,12 +724,14 @@ INPUT_ERRORS = frozenset({"invalid_amount"})  # a typo in a modal: shown on the 
 
 def _record_refusal(
     desk: Desk, case_id: str | None, user: str, refusal: CaseError, *, claimed: str | None
-) -> None:
-    """A refused decision is on the record (who tried what); a mistyped amount is not one."""
+) -> Text | None:
+    """A refused decision is on the record (who tried what); a mistyped amount is not one.
+    Returns the refused case in words (None: the button named none that can be trusted)."""
     if refusal.code in INPUT_ERRORS:
-        return
+        return None
     with desk.db.write() as session:
         case = session.get(Case, case_id) if case_id else None
+        subject = case_words(case) if case else None
         desk.audit.append(
             session,
             action="approval.refused",
@@ -545,3 +745,12 @@ def _record_refusal(
                 **({} if case else {"claimed_case_id": claimed}),
             },
         )
+    return subject
+
+
+def case_words(case: Case) -> Text:
+    """A case as a person tells it apart: "Case `case_1` (600.00 USD, damaged)"."""
+    reason = (case.reason or "unknown reason").replace("_", " ")
+    return text(
+        "Case ", Code(case.id), f" ({money.format_money(case.amount, case.currency)}, {reason})"
+    )

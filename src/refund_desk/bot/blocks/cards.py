@@ -16,7 +16,6 @@ from slack_sdk.models.blocks import (
     ActionsBlock,
     Block,
     ButtonElement,
-    ConfirmObject,
     ContextBlock,
     DividerBlock,
     EmailInputElement,
@@ -40,7 +39,7 @@ from refund_desk.cases.ports import REASONS, processor_title
 from refund_desk.storage.models import Case
 
 if TYPE_CHECKING:
-    from refund_desk.cases.approvals import Deciders
+    from refund_desk.cases.approvals import Deciders, Preview
 
 MAX_TEXT = 2900  # Slack refuses section text over 3,000 characters
 DECIDABLE = ("awaiting_approval", "parked")
@@ -76,13 +75,13 @@ class CardContext:
     channel_group: str | None
     now: datetime
     authority: Deciders | None = None  # who may decide now (`cases.approvals.deciders`)
+    not_acting: frozenset[str] = frozenset()  # people who may not (`approvals.may_not_act`)
     why: str | None = None  # why a person is needed, in words
     asked: int | None = None  # what the customer asked for, when it differs from the case
     left: int | None = None  # still refundable on the payment, by our record, now
     refunded: int = 0  # paid out on this case
     deciders: tuple[Decider, ...] = ()  # this round's approvals, the deny, escalations
     told: Told | None = None
-    paused: bool = False
     summary: str = ""  # the advisor's summary, unsealed (it quotes the customer)
     evidence: tuple[dict[str, Any], ...] = ()  # the case's evidence, its links and names unsealed
     processor: str | None = None  # the payment's ("paypal")
@@ -117,6 +116,18 @@ def until(moment: datetime | None, now: datetime) -> str | None:
     else:
         span = f"{max(mins, 1)} min"
     return f"in {span}" if seconds >= 0 else f"{span} ago"
+
+
+def likelihood(confidence: float) -> str:
+    """The advisor's confidence in words a person weighs, never a percentage: a model's
+    "100%" is not a certainty."""
+    if confidence >= 0.9:
+        return "very likely"
+    if confidence >= 0.7:
+        return "likely"
+    if confidence >= 0.5:
+        return "possibly"
+    return "a guess"
 
 
 def words(value: str | None) -> str:
@@ -170,10 +181,14 @@ def _whom(ctx: CardContext) -> str:
 
 
 def _who(ctx: CardContext) -> str:
-    """Everyone who may decide now, mentioned: people as `<@U…>`, user groups as
-    `<!subteam^S…>`, exactly those a click accepts."""
-    named = render(ctx.authority.who()) if ctx.authority is not None else ""
-    return named or "nobody (the policy names no one)"
+    """Everyone who may still decide now, mentioned: people as `<@U…>`, user groups as
+    `<!subteam^S…>`, exactly those a click accepts; not the filer, not who approved already."""
+    if ctx.authority is None:
+        return "nobody (the policy names no one)"
+    if not ctx.authority.who():
+        return "nobody (the policy names no one)"
+    named = render(ctx.authority.who(ctx.not_acting))
+    return named or "nobody else the policy names: escalate it to the managers"
 
 
 def _note(text: str | None) -> str | None:
@@ -249,8 +264,8 @@ def _fields(ctx: CardContext) -> list[str]:
     reason = words(case.reason)
     if case.reason_source == "model_inference":
         confidence = (case.advice or {}).get("confidence")
-        mark = f"AI guess {float(confidence):.0%}" if confidence is not None else "AI guess"
-        reason += f" · _{mark}_"
+        band = f", {likelihood(float(confidence))}" if confidence is not None else ""
+        reason += f" · _AI guess{band}_"
     return [
         f"*Amount*\n{amount}",
         f"*Payment*\n`{escape(case.payment_id)}`"
@@ -286,7 +301,7 @@ def _advisory(case: Case, summary: str) -> str | None:
     confidence = advice.get("confidence")
     head = (
         f"Advisory (AI, {escape(str(provider))}"
-        + (f", {float(confidence):.0%} sure" if confidence is not None else "")
+        + (f"; {likelihood(float(confidence))} right" if confidence is not None else "")
         + "; not a decision):"
     )
     new: list[str] = []
@@ -366,26 +381,6 @@ def case_blocks(ctx: CardContext, *, secret: str) -> list[Block]:
     return blocks
 
 
-def approve_confirm(ctx: CardContext) -> str:
-    """What this Approve click does, true at the moment the card is drawn."""
-    case = ctx.case
-    amount = money.format_money(case.amount, case.currency)
-    if ctx.approvals + 1 < ctx.needed:
-        return (
-            f"Approval {ctx.approvals + 1} of {ctx.needed}: nothing is paid yet; "
-            f"another approver decides next."
-        )
-    if ctx.left is not None and case.amount > ctx.left:
-        left = money.format_money(ctx.left, case.currency)
-        return (
-            f"Only {left} is still refundable: {amount} will not be paid; "
-            "the case will be parked for a person."
-        )
-    if ctx.paused:
-        return f"Approves {amount}; execution is paused, so it is paid when a lead resumes it."
-    return f"Refunds {amount} now to the customer's payment."
-
-
 def _buttons(ctx: CardContext, secret: str) -> list[ButtonElement]:
     case, now = ctx.case, ctx.now
 
@@ -403,17 +398,10 @@ def _buttons(ctx: CardContext, secret: str) -> list[ButtonElement]:
 
     step = f" ({ctx.approvals + 1} of {ctx.needed})" if ctx.needed > 1 else ""
     return [
+        # No static confirm: a confirm is the same for every viewer. The click opens a modal
+        # that says what this person's click does, or why it is refused (`listeners.actions`).
         ButtonElement(
-            text=f"Approve{step}",
-            action_id="approve",
-            value=token("approve"),
-            style="primary",
-            confirm=ConfirmObject(
-                title="Approve this refund?",
-                text=approve_confirm(ctx),
-                confirm="Approve",
-                deny="Cancel",
-            ),
+            text=f"Approve{step}", action_id="approve", value=token("approve"), style="primary"
         ),
         ButtonElement(
             text="Approve partially", action_id="approve_partial", value=token("approve_partial")
@@ -439,36 +427,79 @@ def text_input(
     return InputBlock(block_id=block_id, label=label, optional=optional, element=field)
 
 
+def preview_text(preview: Preview) -> str:
+    """What this person's click does, for the modal it opens: the case, who clicks and why
+    the case is theirs, what happens."""
+    return "\n".join(
+        [f"*{render(preview.case)}*", f"{render(preview.who)}.", render(preview.effect)]
+    )
+
+
+def _preview_block(preview: Preview) -> SectionBlock:
+    return SectionBlock(
+        block_id="preview", text=MarkdownTextObject(text=_clip(preview_text(preview)))
+    )
+
+
+def approve_modal(preview: Preview, token: str, channel: str) -> View:
+    """Approve's confirmation, for the person who clicked: what their click does now."""
+    return View(
+        type="modal",
+        callback_id="approve_modal",
+        private_metadata=f"{channel}|{token}",
+        title="Approve refund",
+        submit="Approve",
+        close="Cancel",
+        blocks=[_preview_block(preview)],
+    )
+
+
+def refused_modal(said: str) -> View:
+    """A click refused before anything happened: why, and about which case."""
+    return View(
+        type="modal",
+        callback_id="decision_refused",
+        title="Not done",
+        close="Close",
+        blocks=[SectionBlock(block_id="refused", text=MarkdownTextObject(text=_clip(said)))],
+    )
+
+
 def _reason_modal(
-    callback_id: str, token: str, channel: str, *, title: str, submit: str, label: str, limit: int
+    preview: Preview, token: str, channel: str, *, title: str, submit: str, label: str, limit: int
 ) -> View:
     """A decision that needs only a reason: the button's token rides in the metadata."""
     return View(
         type="modal",
-        callback_id=callback_id,
+        callback_id=f"{preview.action}_modal",
         private_metadata=f"{channel}|{token}",
         title=title,
         submit=submit,
         close="Cancel",
-        blocks=[text_input("reason", label, multiline=True, max_length=limit)],
+        blocks=[
+            _preview_block(preview),
+            text_input("reason", label, multiline=True, max_length=limit),
+        ],
     )
 
 
-def deny_modal(token: str, channel: str) -> View:
+def deny_modal(preview: Preview, token: str, channel: str) -> View:
+    label = "Reason (the customer will read this)"
     return _reason_modal(
-        "deny_modal", token, channel, title="Deny refund", submit="Deny",
-        label="Reason (the customer will read this)", limit=2000,
-    )  # fmt: skip
+        preview, token, channel, title="Deny refund", submit="Deny", label=label, limit=2000
+    )
 
 
-def escalate_modal(token: str, channel: str) -> View:
+def escalate_modal(preview: Preview, token: str, channel: str) -> View:
+    label = "Why the managers should decide"
+    title = "Escalate to managers"
     return _reason_modal(
-        "escalate_modal", token, channel, title="Escalate to managers", submit="Escalate",
-        label="Why the managers should decide", limit=500,
-    )  # fmt: skip
+        preview, token, channel, title=title, submit="Escalate", label=label, limit=500
+    )
 
 
-def partial_modal(token: str, channel: str, ceiling: str) -> View:
+def partial_modal(preview: Preview, token: str, channel: str) -> View:
+    ceiling = money.format_money(preview.ceiling or 0, preview.currency)
     return View(
         type="modal",
         callback_id="partial_modal",
@@ -477,6 +508,7 @@ def partial_modal(token: str, channel: str, ceiling: str) -> View:
         submit="Approve",
         close="Cancel",
         blocks=[
+            _preview_block(preview),
             InputBlock(
                 block_id="amount",
                 label=f"Amount to refund (at most {ceiling})",
@@ -489,6 +521,14 @@ def partial_modal(token: str, channel: str, ceiling: str) -> View:
             ),
         ],
     )
+
+
+DECISION_MODALS = {
+    "approve": approve_modal,
+    "approve_partial": partial_modal,
+    "deny": deny_modal,
+    "escalate": escalate_modal,
+}
 
 
 def file_case_modal(

@@ -1,5 +1,5 @@
-"""Modal submissions: the reason for a denial or an escalation, the amount of a partial
-approval."""
+"""Modal submissions: an approval confirmed, the reason for a denial or an escalation, the
+amount of a partial approval."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ if TYPE_CHECKING:
 
 def register(surface: Surface) -> None:
     async def on_decision_modal(ack: Any, body: dict[str, Any], view: dict[str, Any]) -> None:
-        """Deny (a reason) or approve partially (an amount and a note): one decision path."""
+        """Approve (confirmed), deny (a reason), escalate (a reason) or approve partially (an
+        amount and a note): one decision path."""
         channel, _, token = str(view.get("private_metadata", "")).partition("|")
         values = cards.modal_values(view)
         await decide(
@@ -28,5 +29,5 @@ def register(surface: Surface) -> None:
             modal=True,
         )
 
-    for callback_id in ("deny_modal", "partial_modal", "escalate_modal"):
+    for callback_id in ("approve_modal", "deny_modal", "partial_modal", "escalate_modal"):
         surface.app.view(callback_id)(on_decision_modal)

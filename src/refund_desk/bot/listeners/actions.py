@@ -1,26 +1,32 @@
 """Button clicks on case cards: Approve, Approve partially, Deny, Escalate.
 
-Approve and Escalate decide in one short transaction, then `ack()`. Deny and Approve partially
-need a modal, which is opened first, because its `trigger_id` expires within three seconds.
+A button is the same for everyone who sees the card, so a click never decides by itself, and
+no static confirm speaks for it. Each click opens a modal made for the person who clicked: what
+their click will do (`approvals.preview`, the checks the decision itself makes), or why it is
+refused, naming the case. The modal is opened before `ack()`, within the three seconds its
+`trigger_id` lasts; its submission decides in one short transaction (`approvals.act`), with the
+same single-use signed token and the same checks.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import logging
 from typing import TYPE_CHECKING, Any
 
+from slack_sdk.errors import SlackApiError
 from slack_sdk.models.views import View
 
-from refund_desk import money
 from refund_desk.bot import mrkdwn
 from refund_desk.bot.blocks import cards
 from refund_desk.bot.home import queue_home
 from refund_desk.bot.outbox import enqueue_tell
-from refund_desk.cases import approvals, tokens
+from refund_desk.cases import approvals
 from refund_desk.cases.desk import Desk
 
 if TYPE_CHECKING:
     from refund_desk.bot.app import Surface
+
+log = logging.getLogger(__name__)
 
 
 def channel_of(body: dict[str, Any]) -> str | None:
@@ -28,6 +34,13 @@ def channel_of(body: dict[str, Any]) -> str | None:
         "channel_id"
     )
     return str(channel) if channel else None
+
+
+def refusal_words(refusal: approvals.Refused) -> str:
+    """ ":no_entry: Case `c1` (600.00 USD, damaged): Only the finance group may decide…" """
+    case = refusal.case if isinstance(refusal, approvals.ClickRefused) else None
+    about = f"{mrkdwn.render(case)}: " if case else ""
+    return f":no_entry: {about}{mrkdwn.render(refusal.text)}"
 
 
 async def decide(
@@ -50,14 +63,16 @@ async def decide(
         if modal and refusal.code == "invalid_amount":
             await ack(response_action="errors", errors={"amount": refusal.message})
             return
+        if modal:  # said where the person is: the modal they submitted
+            view = cards.refused_modal(refusal_words(refusal))
+            await ack(response_action="update", view=view.to_dict())
+            return
         await ack()
-        await tell(
-            surface, channel, user, f":no_entry: {mrkdwn.render(refusal.text)}", response_url
-        )
+        await tell(surface, channel, user, refusal_words(refusal), response_url)
         return
     await ack()
     jobs = list(outcome.jobs)
-    if channel is None:  # clicked in App Home: show the viewer their queue as it is now
+    if channel is None:  # decided from App Home: show the viewer their queue as it is now
         jobs.append(await surface.blocking(queue_home, surface.desk, user))
     surface.start_jobs(jobs)
 
@@ -75,41 +90,33 @@ async def tell(
     surface.start_jobs([await surface.blocking(queue, surface.desk)])
 
 
-def register(surface: Surface) -> None:
-    app = surface.app
-
-    async def on_approve(ack: Any, body: dict[str, Any], action: dict[str, Any]) -> None:
-        await decide(
-            surface,
-            ack,
-            user=body["user"]["id"],
-            channel=channel_of(body),
-            token=action["value"],
-            response_url=body.get("response_url"),
-        )
-
-    def opens(modal: Callable[[str, str], View]) -> Callable[..., Awaitable[None]]:
-        async def on_click(ack: Any, body: dict[str, Any], action: Any, client: Any) -> None:
-            view = modal(action["value"], channel_of(body) or "")
-            await client.views_open(trigger_id=body["trigger_id"], view=view)
-            await ack()
-
-        return on_click
-
-    app.action("approve")(on_approve)
-    app.action("deny")(opens(cards.deny_modal))
-    app.action("escalate")(opens(cards.escalate_modal))  # the managers read why it came to them
-
-    @app.action("approve_partial")
-    async def on_partial(
-        ack: Any, body: dict[str, Any], action: dict[str, Any], client: Any
-    ) -> None:
-        try:
-            token = tokens.verify(surface.desk.secret, action["value"], now=surface.desk.now())
-            ceiling = money.format_money(token.amount, token.currency)
-        except tokens.TokenRefused:  # the decision path refuses it and records the refusal
-            await on_approve(ack, body, action)
-            return
-        view = cards.partial_modal(action["value"], channel_of(body) or "", ceiling)
+async def on_click(
+    surface: Surface, ack: Any, body: dict[str, Any], action: dict[str, Any], client: Any
+) -> None:
+    """Any decision button: the modal that says what this person's click does, or why not."""
+    user, channel, token = body["user"]["id"], channel_of(body), str(action["value"])
+    said: str | None = None  # a refusal, when the modal cannot be shown
+    try:
+        seen = await surface.blocking(approvals.preview, surface.desk, token_value=token, user=user)
+    except approvals.Refused as refusal:
+        view: View = cards.refused_modal(refusal_words(refusal))
+        said = refusal_words(refusal)
+    else:
+        view = cards.DECISION_MODALS[seen.action](seen, token, channel or "")
+    try:
         await client.views_open(trigger_id=body["trigger_id"], view=view)
+    except SlackApiError as exc:  # the trigger expired, say: the answer goes another way
+        log.info("views.open refused (%s); telling the person instead", exc)
         await ack()
+        text = said or ":warning: That took too long to open; click the button again."
+        await tell(surface, channel, user, text, body.get("response_url"))
+        return
+    await ack()
+
+
+def register(surface: Surface) -> None:
+    async def clicked(ack: Any, body: dict[str, Any], action: dict[str, Any], client: Any) -> None:
+        await on_click(surface, ack, body, action, client)
+
+    for action_id in cards.DECISION_MODALS:
+        surface.app.action(action_id)(clicked)
