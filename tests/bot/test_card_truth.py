@@ -146,6 +146,25 @@ def test_a_partial_refund_reads_of_what_was_asked_on_the_card_and_in_the_api(
     header = card.blocks[0]["text"]["text"]
     assert header == "Refunded 200.00 of 600.00 USD (partial)"
     assert "by <@U0FIN1>" in _text(card) and "note: Half" in _text(card)
+    [paid] = [m.text for m in desk.slack.thread(card) if "Refunded" in m.text]
+    assert paid.startswith(":white_check_mark: Refunded 200.00 of 600.00 USD (partial); Sandbox")
+    assert ") (" not in paid, paid
+
+
+def test_the_advisors_confidence_reads_in_words_never_a_percentage(desk: SlackHarness) -> None:
+    review_case(desk, "600.00", "900.00")
+    card = _text(desk.card())
+    assert "%" not in card, card
+    assert re.search(r"AI guess, (very likely|likely|possibly|a guess)_", card), card
+    assert re.search(r"Advisory \(AI, offline; (very likely|likely|possibly|a guess) right", card)
+
+
+def test_a_note_ending_in_a_full_stop_is_not_given_another(desk: SlackHarness) -> None:
+    review_case(desk, "600.00", "900.00")
+    desk.escalate("U0FIN1", desk.buttons()["escalate"], reason="Check with the courier first.")
+    desk.settle()
+    [line] = [m.text for m in desk.slack.thread(desk.card()) if "Escalated" in m.text]
+    assert line.endswith("Check with the courier first.") and ".." not in line, line
 
 
 def test_a_partial_amount_above_what_is_still_refundable_is_refused_on_the_field(
