@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -89,9 +90,18 @@ def as_user(page, user: str) -> None:  # type: ignore[no-untyped-def]
     )
 
 
-def click_approve(page, message) -> None:  # type: ignore[no-untyped-def]
+def click_approve(page, message) -> str:  # type: ignore[no-untyped-def]
+    """Click Approve: the modal it opens says what this person's click does (then they
+    confirm) or why it is refused (then they close it); returns what it said."""
     message.get_by_role("button", name="Approve", exact=True).click()
-    page.locator("[data-testid=confirm]").get_by_role("button", name="Approve").click()
+    modal = page.locator("[data-testid=modal]")
+    modal.wait_for()
+    said = str(modal.inner_text())
+    modal.get_by_role("button", name="Approve").or_(
+        modal.get_by_role("button", name="Close")
+    ).click()
+    modal.wait_for(state="detached")
+    return said
 
 
 def test_approve_in_the_browser_refunds_once_and_the_requester_is_refused(
@@ -105,14 +115,22 @@ def test_approve_in_the_browser_refunds_once_and_the_requester_is_refused(
 
     # Lee filed this case (with /refund), so Lee may not approve it.
     as_user(page, "U0LEAD1")
-    click_approve(page, filed_by_lee)
-    refusal = page.locator("[data-testid=ephemeral]", has_text="You filed this case")
+    filed_by_lee.get_by_role("button", name="Approve", exact=True).click()
+    refusal = page.locator("[data-testid=modal]", has_text="You filed this case")
     refusal.wait_for()
+    said = refusal.inner_text()
+    assert "Case case_" in said and "(75.00 USD, wrong item)" in said, "it names the case"
+    assert "Refunds" not in said, "never promises the refund it refuses"
     page.screenshot(path=str(shots(tmp_path) / "demo-refusal.png"))
+    refusal.get_by_role("button", name="Close").click()
+    decides = filed_by_lee.locator(".blk-section", has_text="Decides:").first.inner_text()
+    assert "@Lina Haddad" in decides and "Decides: @Lee Park" not in decides, decides
 
     # Lina, the other support lead, approves it: the card changes and the refund appears.
     as_user(page, "U0LEAD2")
-    click_approve(page, filed_by_lee)
+    confirm = click_approve(page, filed_by_lee)
+    assert "You (@Lina Haddad) decide as a support-leads approver" in confirm, confirm
+    assert "Refunds 75.00 USD now to the customer's payment." in confirm, confirm
     card(page, "75.00 USD").locator(".blk-header", has_text="Refunded 75.00 USD").wait_for()
     assert card(page, "75.00 USD").get_by_role("button", name="Approve").count() == 0
     card(page, "75.00 USD").locator(
@@ -211,10 +229,47 @@ def test_a_tier_four_approve_says_what_the_click_does(demo: Demo, page, tmp_path
     first.first.wait_for(timeout=60_000)
     as_user(page, "U0FIN1")
     first.first.get_by_role("button", name="Approve (1 of 2)").click()
-    confirm = page.locator("[data-testid=confirm]")
-    assert "Approval 1 of 2: nothing is paid yet" in confirm.inner_text()
+    confirm = page.locator("[data-testid=modal]", has_text="nothing is paid yet")
+    said = confirm.inner_text()
+    assert "Approval 1 of 2: nothing is paid yet" in said and "Refunds" not in said, said
+    assert "You (@Farah Nasser) decide as a finance approver" in said, said
     page.screenshot(path=str(shots(tmp_path) / "demo-confirm.png"))
     confirm.get_by_role("button", name="Cancel").click()
+
+
+SHORT_CODE = re.compile(r":[a-z][a-z0-9_+-]*[a-z0-9]:")
+SLACK_TIME = re.compile(
+    r"((Today|Yesterday|Tomorrow|[A-Z][a-z]{2} \d{1,2}, \d{4}) )?\d{1,2}:\d\d\s?[AP]M"
+)
+
+
+def test_the_page_reads_as_slack_shows_it_to_each_person(demo: Demo, page, tmp_path: Path) -> None:
+    demo.wait_for_stream()
+    page.goto(demo.url)
+    card(page, "150.00 USD").wait_for(timeout=60_000)
+    for channel in ("# refunds", "# finance-approvals"):
+        page.get_by_role("button", name=channel).click()
+        page.locator("#messages > [data-testid=message]").first.wait_for()
+        shown = page.locator("#messages").inner_text()
+        assert not SHORT_CODE.search(shown), SHORT_CODE.search(shown)
+        assert "%" not in shown and "AI guess, " in shown, "confidence in words"
+        assert "UTC>" not in shown and "<!date" not in shown
+        times = page.locator("#messages time").all_inner_texts()
+        assert times and all(SLACK_TIME.fullmatch(t) for t in times), times
+    # Olivia is shown as the operator, and the operator looks cases up.
+    as_user(page, "U0OPS1")
+    assert "operator" in page.locator("#user-role").inner_text()
+    page.get_by_role("button", name="# refunds").click()
+    page.fill("[data-testid=command]", "/refund find customer1@example.com")
+    page.press("[data-testid=command]", "Enter")
+    found = page.locator("[data-testid=ephemeral]", has_text="customer1@example.com")
+    found.wait_for()
+    assert "Cases matching" in found.inner_text() and "Only the policy" not in found.inner_text()
+    # A case's record writes its times the same way.
+    page.locator("[data-testid=case-row]").first.click()
+    page.locator("[data-testid=audit] time").first.wait_for()
+    audit = page.locator("[data-testid=audit] time").all_inner_texts()
+    assert all(SLACK_TIME.fullmatch(t) for t in audit), audit
 
 
 def test_the_sample_stream_ends_every_way_and_memory_stays_small(

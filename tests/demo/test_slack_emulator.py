@@ -265,3 +265,31 @@ def test_the_errors_the_bot_acts_on_are_slacks_own(openapi: dict[str, Any]) -> N
     assert "user_not_in_channel" in errors("chat.postEphemeral") & NOT_HERE  # then a DM
     assert "message_not_found" in errors("chat.getPermalink")
     assert "channel_not_found" in errors("conversations.info")
+
+
+# ---------------------------------------------------------------- the page shows what Slack shows
+
+PAGE_JS = Path(__file__).resolve().parents[2] / "src/refund_desk/demo/slack/static/page.js"
+SHORT_CODE = re.compile(r"(?<![\w:/]):([a-z][a-z0-9_+-]*[a-z0-9]|x):(?![\w/])")
+NOT_EMOJI = {"memory", "emoji"}  # SQLite's ":memory:"; Slack's `"emoji": true` field
+
+
+def _short_codes_the_app_writes() -> set[str]:
+    import ast
+
+    from refund_desk.bot.mrkdwn import EMOJI
+
+    found = {code.strip(":") for code in EMOJI.values()}
+    for path in (SLACK_CODE.parent).rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                found |= set(SHORT_CODE.findall(node.value))
+    return found - NOT_EMOJI
+
+
+def test_the_page_shows_every_short_code_the_app_writes_as_an_emoji() -> None:
+    table = PAGE_JS.read_text().split("const EMOJI = {", 1)[1].split("};", 1)[0]
+    known = set(re.findall(r'"?([a-z0-9_+-]+)"?:\s*"\\u', table))
+    codes = _short_codes_the_app_writes()
+    assert {"no_entry_sign", "rocket", "white_check_mark"} <= codes
+    assert codes - known == set(), "shown as text in the demo instead of an emoji"

@@ -37,15 +37,99 @@ function channelName(id) {
 
 // ------------------------------------------------------------------ mrkdwn
 
+// Slack's short codes, shown as the emoji Slack shows (every code the app writes, and the
+// common ones people type); a code Slack does not know stays as typed, as in Slack.
 const EMOJI = {
-  white_check_mark: "\u2705", heavy_check_mark: "\u2714\ufe0f", no_entry: "\u26d4",
-  octagonal_sign: "\u{1F6D1}", warning: "\u26a0\ufe0f", bulb: "\u{1F4A1}",
-  rotating_light: "\u{1F6A8}", memo: "\u{1F4DD}", alarm_clock: "\u23f0", arrow_up: "\u2b06\ufe0f",
-  chart_with_upwards_trend: "\u{1F4C8}", page_facing_up: "\u{1F4C4}", x: "\u274c",
-  hourglass: "\u231b", lock: "\u{1F512}", inbox_tray: "\u{1F4E5}", scroll: "\u{1F4DC}",
+  white_check_mark: "\u2705", heavy_check_mark: "\u2714\ufe0f", ballot_box_with_check: "\u2611\ufe0f",
+  x: "\u274c", no_entry: "\u26d4", no_entry_sign: "\u{1F6AB}", octagonal_sign: "\u{1F6D1}",
+  warning: "\u26a0\ufe0f", rotating_light: "\u{1F6A8}", bulb: "\u{1F4A1}", memo: "\u{1F4DD}",
+  alarm_clock: "\u23f0", hourglass: "\u231b", hourglass_flowing_sand: "\u23f3", stopwatch: "\u23f1\ufe0f",
+  arrow_up: "\u2b06\ufe0f", arrow_down: "\u2b07\ufe0f", arrow_right: "\u27a1\ufe0f", arrow_left: "\u2b05\ufe0f",
+  arrow_forward: "\u25b6\ufe0f", rewind: "\u23ea", fast_forward: "\u23e9", repeat: "\u{1F501}",
+  chart_with_upwards_trend: "\u{1F4C8}", chart_with_downwards_trend: "\u{1F4C9}", bar_chart: "\u{1F4CA}",
+  page_facing_up: "\u{1F4C4}", scroll: "\u{1F4DC}", clipboard: "\u{1F4CB}", inbox_tray: "\u{1F4E5}",
+  outbox_tray: "\u{1F4E4}", envelope: "\u2709\ufe0f", email: "\u{1F4E7}", lock: "\u{1F512}", unlock: "\u{1F513}",
+  key: "\u{1F511}", mag: "\u{1F50D}", mag_right: "\u{1F50E}", stethoscope: "\u{1FA7A}", wrench: "\u{1F527}",
+  gear: "\u2699\ufe0f", rocket: "\u{1F680}", ghost: "\u{1F47B}", tada: "\u{1F389}", bell: "\u{1F514}",
+  moneybag: "\u{1F4B0}", money_with_wings: "\u{1F4B8}", credit_card: "\u{1F4B3}", receipt: "\u{1F9FE}",
+  package: "\u{1F4E6}", truck: "\u{1F69A}", link: "\u{1F517}", pushpin: "\u{1F4CC}", eyes: "\u{1F440}",
+  thumbsup: "\u{1F44D}", "+1": "\u{1F44D}", thumbsdown: "\u{1F44E}", "-1": "\u{1F44E}", wave: "\u{1F44B}",
+  pray: "\u{1F64F}", raised_hands: "\u{1F64C}", clap: "\u{1F44F}", ok_hand: "\u{1F44C}", point_right: "\u{1F449}",
+  smile: "\u{1F604}", slightly_smiling_face: "\u{1F642}", thinking_face: "\u{1F914}", heart: "\u2764\ufe0f",
+  fire: "\u{1F525}", sparkles: "\u2728", star: "\u2b50", zap: "\u26a1", question: "\u2753",
+  exclamation: "\u2757", information_source: "\u2139\ufe0f", red_circle: "\u{1F534}",
+  large_green_circle: "\u{1F7E2}", large_yellow_circle: "\u{1F7E1}", large_blue_circle: "\u{1F535}",
+  calendar: "\u{1F4C6}", date: "\u{1F4C5}", hammer_and_wrench: "\u{1F6E0}\ufe0f", shield: "\u{1F6E1}\ufe0f",
 };
-// Like Slack, *bold*, _italic_ and ~strike~ only start and end at word boundaries.
-const TOKEN = /(<[^<>\n]+>)|(`[^`\n]+`)|((?<![\w*])\*[^*\n]+\*(?![\w*]))|((?<![\w_])_[^_\n]+_(?![\w_]))|((?<![\w~])~[^~\n]+~(?![\w~]))|(:[a-z0-9_+-]+:)/g;
+// Like Slack, *bold*, _italic_ and ~strike~ only start and end at word boundaries; a bare web
+// address becomes a link, as Slack makes it one.
+const TOKEN = /(<[^<>\n]+>)|(`[^`\n]+`)|((?<![\w*])\*[^*\n]+\*(?![\w*]))|((?<![\w_])_[^_\n]+_(?![\w_]))|((?<![\w~])~[^~\n]+~(?![\w~]))|(:[a-z0-9_+-]+:)|(https?:\/\/[^\s<>]+[^\s<>.,;:!?)'"\u201d])/g;
+
+// ------------------------------------------------------------------ times
+
+// Slack's date formatting (`<!date^EPOCH^{date_short_pretty} {time}|fallback>`), in the
+// reader's own time zone, as Slack shows it: "Dec 6, 2026 9:21 PM", "Today 9:21 PM".
+const LOCALE = "en-US";
+
+function ordinal(day) {
+  const tens = day % 100;
+  if (tens >= 11 && tens <= 13) return day + "th";
+  return day + ({ 1: "st", 2: "nd", 3: "rd" }[day % 10] || "th");
+}
+
+function dayOffset(date) {
+  const midnight = (d) => new Date(d.getFullYear(), d.getMonth(), d.getDate()).getTime();
+  return Math.round((midnight(date) - midnight(new Date())) / 86400000);
+}
+
+function ago(date) {
+  const seconds = Math.round((Date.now() - date.getTime()) / 1000);
+  const span = Math.abs(seconds);
+  const [n, unit] = span < 60 ? [span, "second"] : span < 3600 ? [Math.round(span / 60), "minute"]
+    : span < 86400 ? [Math.round(span / 3600), "hour"] : [Math.round(span / 86400), "day"];
+  const words = n + " " + unit + (n === 1 ? "" : "s");
+  return seconds >= 0 ? words + " ago" : "in " + words;
+}
+
+function dateToken(date, token) {
+  const part = (options) => new Intl.DateTimeFormat(LOCALE, options).format(date);
+  const month = part({ month: "long" });
+  const short = part({ month: "short", day: "numeric", year: "numeric" });
+  const full = month + " " + ordinal(date.getDate()) + ", " + date.getFullYear();
+  const pretty = (fallback) => ({ "-1": "yesterday", 0: "today", 1: "tomorrow" }[dayOffset(date)] || fallback);
+  switch (token) {
+    case "date_num": return date.getFullYear() + "-" + String(date.getMonth() + 1).padStart(2, "0") + "-" + String(date.getDate()).padStart(2, "0");
+    case "date": return full;
+    case "date_short": return short;
+    case "date_long": return part({ weekday: "long" }) + ", " + full;
+    case "date_pretty": return pretty(full);
+    case "date_short_pretty": return pretty(short);
+    case "date_long_pretty": return pretty(part({ weekday: "long" }) + ", " + full);
+    case "time": return part({ hour: "numeric", minute: "2-digit" });
+    case "time_secs": return part({ hour: "numeric", minute: "2-digit", second: "2-digit" });
+    case "ago": return ago(date);
+    default: return null;
+  }
+}
+
+// A <time> with the moment in ISO 8601 and, on hover, the date with its zone named.
+function timeNode(date, shown) {
+  const zoned = new Intl.DateTimeFormat(LOCALE, { dateStyle: "full", timeStyle: "long" }).format(date);
+  return el("time", { datetime: date.toISOString(), title: zoned }, shown);
+}
+
+function slackDate(format, date) {
+  const text = format.replace(/\{(\w+)\}/g, (whole, token) => {
+    const value = dateToken(date, token);
+    return value === null ? whole : value;
+  });
+  return text.charAt(0).toUpperCase() + text.slice(1);
+}
+
+// Every time the page writes itself (a message's, an audit record's) is written the same way.
+function when(date, format) {
+  return timeNode(date, slackDate(format || "{date_short_pretty} {time}", date));
+}
 
 function angle(inner) {
   const [target, label] = inner.split(/\|(.*)/s);
@@ -53,8 +137,9 @@ function angle(inner) {
   if (target.startsWith("#")) return el("span", { class: "mention" }, "#" + (label || channelName(target.slice(1))));
   if (target.startsWith("!subteam^")) return el("span", { class: "mention" }, "@" + (label || target.slice(9)));
   if (target.startsWith("!date^")) {
-    const stamp = Number(target.split("^")[1]);
-    return Number.isFinite(stamp) ? new Date(stamp * 1000).toLocaleString() : (label || "");
+    const [, stamp, format] = target.split("^");
+    const date = new Date(Number(stamp) * 1000);
+    return Number.isFinite(date.getTime()) && format ? when(date, format) : (label || "");
   }
   if (target.startsWith("!")) return el("span", { class: "mention" }, "@" + target.slice(1));
   if (/^https?:\/\//.test(target)) {
@@ -80,7 +165,8 @@ function inline(text) {
     else if (match[3]) out.push(el("b", {}, inline(inner)));
     else if (match[4]) out.push(el("i", {}, inline(inner)));
     else if (match[5]) out.push(el("s", {}, inline(inner)));
-    else out.push(EMOJI[inner] || whole);
+    else if (match[6]) out.push(EMOJI[inner] || whole);
+    else out.push(el("a", { href: unescape(whole), target: "_blank", rel: "noopener noreferrer" }, unescape(whole)));
     last = match.index + whole.length;
   }
   out.push(unescape(text.slice(last)));
@@ -234,7 +320,7 @@ function messageNode(m, extraClass) {
   const body = m.blocks && m.blocks.length ? renderBlocks(m.blocks, ctx)
     : files.length ? [fileLinks(files)] : [el("div", {}, mrkdwn(m.text))];
   return el("div", { class: "msg " + (extraClass || ""), "data-testid": "message", "data-ts": m.ts, "data-case": caseId || null },
-    el("div", {}, el("span", { class: "who" }, "Refund Desk"), el("span", { class: "when" }, new Date(Number(m.ts.split(".")[0]) * 1000).toLocaleTimeString()),
+    el("div", {}, el("span", { class: "who" }, "Refund Desk"), el("span", { class: "when" }, when(new Date(Number(m.ts.split(".")[0]) * 1000), "{time}")),
       m.edited ? el("span", { class: "edited" }, " (edited)") : ""),
     body,
     caseId ? el("div", { class: "case-link" }, el("a", { href: "#", onclick: (e) => { e.preventDefault(); openCase(caseId); } }, "Case " + caseId + " · decision trace and audit")) : "");
@@ -342,7 +428,7 @@ async function drawCase() {
         : "audit verify: broken at record " + verify.first_bad_seq + ": " + verify.problem),
     el("table", { "data-testid": "audit" },
       el("tr", {}, el("th", {}, "#"), el("th", {}, "action"), el("th", {}, "actor"), el("th", {}, "details")),
-      c.audit.map((r) => el("tr", {}, el("td", {}, r.seq), el("td", {}, r.action, el("div", { class: "muted" }, new Date(r.at).toLocaleTimeString())), el("td", {}, actor(r)),
+      c.audit.map((r) => el("tr", {}, el("td", {}, r.seq), el("td", {}, r.action, el("div", { class: "muted" }, when(new Date(r.at)))), el("td", {}, actor(r)),
         el("td", { class: "payload" }, ledger(r.payload || {}, c.currency))))));
 }
 
