@@ -1,7 +1,8 @@
 """App Home: undelivered cases (for the leads and the people who decide them), the viewer's
-queue (oldest first, with SLA time left, and the card's Approve / Approve partially / Deny /
-Escalate buttons), recent decisions, and which rules fired this week (those two, like case
-details everywhere, only for the people `may_read` names; others see a short note)."""
+queue (oldest first, with SLA time left, why each case is theirs, and only those of the card's
+Approve / Approve partially / Deny / Escalate buttons whose click the viewer may make),
+recent decisions, and which rules fired this week (those two, like case details everywhere,
+only for the people `may_read` names; others see a short note)."""
 
 from __future__ import annotations
 

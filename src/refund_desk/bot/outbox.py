@@ -434,7 +434,8 @@ class Outbox:
         if event == "case.note":
             return f":memo: {mrkdwn.render(Text.from_json(data.get('text')))}"
         if event == "case.reminder":  # whoever may decide it now, as the card names them
-            named = mrkdwn.render(deciders(session, case, policy).who()) if policy else ""
+            still = may_not_act(session, case)
+            named = mrkdwn.render(deciders(session, case, policy).who(still)) if policy else ""
             who = named or "approvers"
             return (
                 f":alarm_clock: Reminder for {who}: this case waits for a decision "
