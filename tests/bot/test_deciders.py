@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 import pytest
 
+from refund_desk.cases import approvals
 from refund_desk.cases.approvals import may_decide
 from refund_desk.demo.slack import SlackEmulator
 from refund_desk.storage.models import Case
@@ -218,3 +219,28 @@ def test_escalated_to_managers_named_as_a_user_group_the_card_names_that_group(
     assert refused_codes(desk, case_id) == ["not_an_approver"]
     approve(desk, "U0MGR1")
     assert desk.get(case_id)["status"] == "refunded"
+
+
+# ---------------------------------------------------------------- what a click will do, said first
+
+
+def test_the_modal_refuses_exactly_whom_the_click_refuses_and_for_the_same_reason(
+    desk: SlackHarness,
+) -> None:
+    case_id = review_case(desk)
+    core = desk.runtime.desk
+    value = desk.buttons()["approve"]
+    allowed = set()
+    for user in PEOPLE:
+        try:
+            seen = approvals.preview(core, token_value=value, user=user)
+        except approvals.ClickRefused as refusal:
+            with pytest.raises(approvals.Refused) as clicked:
+                approvals.act(core, token_value=value, user=user)
+            assert clicked.value.code == refusal.code, user
+            assert refusal.case is not None and case_id in refusal.case.as_text()
+            continue
+        assert seen.effect.as_text() == "Refunds 600.00 USD now to the customer's payment."
+        allowed.add(user)
+    assert allowed == clickable(desk, case_id) == {"U0FIN1", "U0FIN2"}
+    assert desk.get(case_id)["status"] == "awaiting_approval", "a preview decides nothing"

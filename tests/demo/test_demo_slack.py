@@ -13,11 +13,13 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from refund_desk.bot.blocks import cards
+from refund_desk.cases.approvals import Preview
 from refund_desk.demo.runner import channels_from, policy_source, users_from
 from refund_desk.demo.slack import SlackEmulator
 from refund_desk.demo.slack.modals import REQUIRED, submission_values
 from refund_desk.demo.slack.web_api import METHODS
 from refund_desk.policy import parse_policy, run_policy_tests
+from refund_desk.text import text
 from tests.demo.demo_process import clean_env
 
 
@@ -102,7 +104,8 @@ def test_a_thread_an_update_an_ephemeral_and_a_dm(slack: Any, sandbox: SlackEmul
 
 
 def test_a_modal_needs_a_fresh_trigger_of_its_user(slack: Any, sandbox: SlackEmulator) -> None:
-    view = cards.deny_modal("token", "C0REFUNDS").to_dict()
+    seen = Preview("c1", "deny", text("Case c1"), text("You"), text("Denies it."), "USD")
+    view = cards.deny_modal(seen, "token", "C0REFUNDS").to_dict()
     assert slack("views.open", trigger_id="1.abc", view=view)["error"] == "invalid_trigger_id"
     trigger = sandbox.workspace.issue_trigger("U0FIN1")
     opened = slack("views.open", trigger_id=trigger, view=view)

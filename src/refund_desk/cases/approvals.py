@@ -134,18 +134,7 @@ def _admit(
     approval already given. The policy and the amount an approval pays (None for a deny, an
     escalation, or a partial approval checked `before_typing` its amount, when only who may
     approve is known); raises `Refused`."""
-    used_by = session.connection().execute(_BY_NONCE, {"nonce": token.nonce}).scalar()
-    if used_by is not None:
-        if case.status in DECIDABLE:
-            raise Refused(
-                "already_decided",
-                text("This button was already used by ", Person(used_by), "; use the latest card."),
-            )
-        raise Refused("already_decided", text("Already decided by ", Person(used_by), "."))
-    if case.revision != token.revision or case.status not in DECIDABLE:
-        raise Refused("stale", _stale_message(session, case))
-    if token.policy_version != case.policy_version or token.currency != case.currency:
-        raise Refused("token_mismatch", "This button does not match the case any more.")
+    _check_token(session, case, token)
     _check_duties(session, case, user)
     policy = _authority_policy(session, case)
     if token.action == "escalate":
@@ -168,6 +157,22 @@ def _admit(
     _check_resolved(session, case, pay)
     _check_not_approved(session, case, user)
     return policy, pay
+
+
+def _check_token(session: Session, case: Case, token: tokens.ActionToken) -> None:
+    """The button is unused, drawn for the case as it is now, and for its policy and currency."""
+    used_by = session.connection().execute(_BY_NONCE, {"nonce": token.nonce}).scalar()
+    if used_by is not None:
+        if case.status in DECIDABLE:
+            raise Refused(
+                "already_decided",
+                text("This button was already used by ", Person(used_by), "; use the latest card."),
+            )
+        raise Refused("already_decided", text("Already decided by ", Person(used_by), "."))
+    if case.revision != token.revision or case.status not in DECIDABLE:
+        raise Refused("stale", _stale_message(session, case))
+    if token.policy_version != case.policy_version or token.currency != case.currency:
+        raise Refused("token_mismatch", "This button does not match the case any more.")
 
 
 def _check_not_approved(session: Session, case: Case, user: str) -> None:
