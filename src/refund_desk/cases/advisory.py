@@ -160,17 +160,19 @@ _GUARDRAILS = {
 
 
 def why(rule: str, policy: LoadedPolicy | None) -> str:
-    """Why ``rule`` decided, in words: the guardrail's meaning or the rule's condition."""
+    """Why ``rule`` decided, in words: the guardrail's meaning, or the rule's description
+    (its condition where it has none)."""
     if rule.startswith("guardrail:"):
         return _GUARDRAILS.get(rule.removeprefix("guardrail:"), "a hard limit")
     if policy is None:
         return "no policy is published"
     if rule == "default":
-        return "no rule matched"
+        return policy.doc.default.description or "no rule matched"
     try:
-        return policy.doc.rule(rule).when
+        found = policy.doc.rule(rule)
     except KeyError:
         return rule
+    return found.description or found.when
 
 
 def explanation(
