@@ -78,7 +78,7 @@ def test_provenance_and_explanation_are_on_the_case(desk: Harness) -> None:
     assert explanation.startswith("Advisory (AI-generated, not a decision).")
     assert "600.00 USD (customer_input)" in explanation
     assert "refundable 900.00 USD" in explanation
-    assert "Rule: large -> review (tier 3): request.amount > 500." in explanation
+    assert "Rule: large -> review (tier 3): Refunds over 500.00 USD go to finance." in explanation
     assert "ada@example.com" not in explanation and "Lovelace" not in explanation
 
 

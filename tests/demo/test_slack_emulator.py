@@ -271,7 +271,7 @@ def test_the_errors_the_bot_acts_on_are_slacks_own(openapi: dict[str, Any]) -> N
 
 PAGE_JS = Path(__file__).resolve().parents[2] / "src/refund_desk/demo/slack/static/page.js"
 SHORT_CODE = re.compile(r"(?<![\w:/]):([a-z][a-z0-9_+-]*[a-z0-9]|x):(?![\w/])")
-NOT_EMOJI = {"memory", "emoji"}  # SQLite's ":memory:"; Slack's `"emoji": true` field
+NOT_EMOJI = {"memory", "emoji", "mailto"}  # ":memory:", `"emoji": true`, a regex for "<mailto:…>"
 
 
 def _short_codes_the_app_writes() -> set[str]:

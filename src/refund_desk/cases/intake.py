@@ -87,6 +87,8 @@ class RefundRequest(BaseModel):
         if self.amount is None:
             return None
         problem = amount_problem(self.amount, self.currency)
+        if problem is None and not self.amount.strip():
+            problem = "empty; leave it out to refund what is left, or type one, such as 12.50."
         if problem is not None:
             raise InvalidRequest("invalid_amount", "The amount is not valid.", {"amount": problem})
         return money.to_minor(self.amount, self.currency)
