@@ -118,7 +118,9 @@ def test_delivery_missing_what_a_case_needs_writes_nothing(channels: Channels) -
     assert channels.counts() == before
 
 
-def test_unconfigured_platform_refuses(channels: Channels, sqlite_url: str) -> None:
+def test_an_unconfigured_platform_is_an_unknown_route(channels: Channels, sqlite_url: str) -> None:
+    """Without its secret a channel's webhook answers as a path the server does not know (it
+    was 503 `not_configured`, which told a stranger which integrations a desk has)."""
     from fastapi.testclient import TestClient
 
     from refund_desk.runtime import build
@@ -127,6 +129,8 @@ def test_unconfigured_platform_refuses(channels: Channels, sqlite_url: str) -> N
 
     bare = build(make_settings(sqlite_url))
     client = TestClient(create_app(bare, scheduler=False))
+    unknown = client.post("/webhooks/nothing-here", content=b"{}")
     for path in ("/webhooks/shopify", "/webhooks/zendesk", "/webhooks/gorgias", "/webhooks/email"):
-        assert client.post(path, content=b"{}").status_code == 503
+        answer = client.post(path, content=b"{}")
+        assert (answer.status_code, answer.json()) == (404, unknown.json())
     bare.db.dispose()

@@ -194,7 +194,7 @@ def test_unknown_event_is_acknowledged_and_logged(
     assert (audit, jobs, events) == (before[0], before[1], before[2] + 1)
 
 
-def test_without_a_webhook_secret_the_route_refuses(
+def test_without_a_webhook_secret_the_route_is_an_unknown_route(
     on_fake: StripeHarness,
 ) -> None:
     on_fake.runtime.settings = on_fake.runtime.settings.model_copy(
@@ -202,5 +202,5 @@ def test_without_a_webhook_secret_the_route_refuses(
     )
     event = fixture("customer.created")
     response = on_fake.webhook(event, signed(event))
-    assert response.status_code == 503
-    assert response.json()["error"]["code"] == "webhook_not_configured"
+    assert response.status_code == 404  # was 503 `webhook_not_configured`
+    assert response.json() == {"error": {"code": "not_found", "message": "Not Found", "fields": {}}}

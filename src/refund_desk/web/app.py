@@ -313,8 +313,12 @@ def create_app(
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        # An unknown route, an unconfigured webhook (`errors.no_such_route`), a method a route
+        # does not take (405, with the `Allow` Starlette lists).
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
-        return JSONResponse(error_body(code, str(exc.detail)), status_code=exc.status_code)
+        return JSONResponse(
+            error_body(code, str(exc.detail)), status_code=exc.status_code, headers=exc.headers
+        )
 
     registry = metrics.registry_for(runtime.db)
 

@@ -5,7 +5,8 @@ Each verifies its sender first (a shared bearer secret for mail, Shopify's HMAC 
 Zendesk's HMAC of timestamp + body, the header a Gorgias HTTP integration is configured to
 send), refuses and logs anything else, maps the delivery to one `ChannelRequest` and answers
 201 for a new case, 200 for a repeat. Replays of a signed delivery are harmless: the same
-message, return or ticket always answers with its one case.
+message, return or ticket always answers with its one case. A channel whose secret is not set
+answers 404, as a path the server does not know.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from refund_desk.runtime import Runtime
 from refund_desk.storage.audit import Actor
 from refund_desk.storage.models import Case
 from refund_desk.web.admission import admitted
-from refund_desk.web.errors import error_response
+from refund_desk.web.errors import error_response, no_such_route
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/webhooks")
@@ -104,7 +105,7 @@ async def _run(request: Request, runtime: Runtime, fn: Any, *args: Any) -> JSONR
 async def email_webhook(request: Request) -> JSONResponse:
     runtime: Runtime = request.app.state.runtime
     if runtime.settings.email_secret is None:
-        return _refuse("email", "not_configured", "REFUND_DESK_EMAIL_SECRET is not set.", 503)
+        raise no_such_route()  # REFUND_DESK_EMAIL_SECRET
     if not _bearer_ok(request, runtime.settings.webhook_secrets("email_secret")):
         return _refuse("email", "unauthorized", "Send `Authorization: Bearer <secret>`.", 401)
     if int(request.headers.get("content-length") or 0) > MAX_BODY:
@@ -191,7 +192,7 @@ def _email(runtime: Runtime, message: mail.InboundMail, raw: bytes) -> JSONRespo
 async def shopify_webhook(request: Request) -> JSONResponse:
     runtime: Runtime = request.app.state.runtime
     if runtime.settings.shopify_secret is None:
-        return _refuse("shopify", "not_configured", "SHOPIFY_WEBHOOK_SECRET is not set.", 503)
+        raise no_such_route()  # SHOPIFY_WEBHOOK_SECRET
     body = await request.body()
     given = request.headers.get("x-shopify-hmac-sha256", "")
     expected = [
@@ -269,7 +270,7 @@ def _fresh(stamp: str) -> bool:
 async def zendesk_webhook(request: Request) -> JSONResponse:
     runtime: Runtime = request.app.state.runtime
     if runtime.settings.zendesk_secret is None:
-        return _refuse("zendesk", "not_configured", "ZENDESK_WEBHOOK_SECRET is not set.", 503)
+        raise no_such_route()  # ZENDESK_WEBHOOK_SECRET
     body = await request.body()
     given = request.headers.get("x-zendesk-webhook-signature", "")
     stamp = request.headers.get("x-zendesk-webhook-signature-timestamp", "")
@@ -293,7 +294,7 @@ async def gorgias_webhook(request: Request) -> JSONResponse:
     so the integration carries `Authorization: Bearer <GORGIAS_WEBHOOK_SECRET>`."""
     runtime: Runtime = request.app.state.runtime
     if runtime.settings.gorgias_secret is None:
-        return _refuse("gorgias", "not_configured", "GORGIAS_WEBHOOK_SECRET is not set.", 503)
+        raise no_such_route()  # GORGIAS_WEBHOOK_SECRET
     if not _bearer_ok(request, runtime.settings.webhook_secrets("gorgias_secret")):
         return _refuse("gorgias", "bad_signature", "The Gorgias secret does not match.", 401)
     payload = _json(await request.body())

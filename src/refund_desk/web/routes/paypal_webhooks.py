@@ -9,7 +9,7 @@ from starlette.concurrency import run_in_threadpool
 from refund_desk.cases.ports import ProcessorError
 from refund_desk.payments import webhooks
 from refund_desk.payments.stripe_api import WebhookRejected
-from refund_desk.web.errors import error_response
+from refund_desk.web.errors import error_response, no_such_route
 
 router = APIRouter()
 
@@ -18,7 +18,7 @@ router = APIRouter()
 async def paypal_webhook(request: Request) -> JSONResponse:
     runtime = request.app.state.runtime
     if runtime.paypal is None or not runtime.settings.paypal_webhook_id:
-        return error_response("not_found", "No such route.", 404)
+        raise no_such_route()
     payload = await request.body()
     desk = runtime.desk
     try:

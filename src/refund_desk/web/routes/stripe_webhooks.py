@@ -1,4 +1,5 @@
-"""`POST /webhooks/stripe`: the signature is verified before anything else happens."""
+"""`POST /webhooks/stripe`: the signature is verified before anything else happens (404, as
+an unknown path, without `STRIPE_WEBHOOK_SECRET`)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from starlette.concurrency import run_in_threadpool
 
 from refund_desk.payments import webhooks
 from refund_desk.payments.stripe_api import WebhookRejected
-from refund_desk.web.errors import error_response
+from refund_desk.web.errors import error_response, no_such_route
 
 router = APIRouter()
 
@@ -16,10 +17,8 @@ router = APIRouter()
 @router.post("/webhooks/stripe")
 async def stripe_webhook(request: Request) -> JSONResponse:
     runtime = request.app.state.runtime
-    if runtime.settings.stripe_webhook_secret is None:
-        return error_response(
-            "webhook_not_configured", "STRIPE_WEBHOOK_SECRET is not set on this server.", 503
-        )
+    if runtime.settings.stripe_webhook_secret is None:  # STRIPE_WEBHOOK_SECRET
+        raise no_such_route()
     payload = await request.body()
     signature = request.headers.get("stripe-signature")
     desk = runtime.desk
