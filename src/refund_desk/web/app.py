@@ -31,7 +31,7 @@ from refund_desk.bot.doctor import queue_doctor
 from refund_desk.cases.errors import CaseError
 from refund_desk.cases.intake import invalid
 from refund_desk.runtime import Runtime, install_jobs
-from refund_desk.web import health, metrics, waiting
+from refund_desk.web import api_models, health, metrics, waiting
 from refund_desk.web.admission import IntakeGate, intake_limit
 from refund_desk.web.errors import error_body
 from refund_desk.web.routes import appeals, inbound, web_form
@@ -319,6 +319,10 @@ def create_app(
         return JSONResponse(
             error_body(code, str(exc.detail)), status_code=exc.status_code, headers=exc.headers
         )
+
+    # /openapi.json: the API's models, its bearer key and the request's rules, for this desk's
+    # processors.
+    api_models.describe(app, runtime.desk.processor.name.split(","))
 
     registry = metrics.registry_for(runtime.db)
 

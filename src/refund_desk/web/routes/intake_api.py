@@ -30,7 +30,7 @@ from refund_desk.customers import addresses, erasure
 from refund_desk.runtime import Runtime
 from refund_desk.storage.audit import Actor
 from refund_desk.storage.models import Case
-from refund_desk.web import waiting
+from refund_desk.web import api_models, waiting
 from refund_desk.web.admission import admitted
 
 
@@ -108,10 +108,15 @@ class KeyFirst(APIRoute):
         return checked
 
 
+# The key is read from the header, not declared as a parameter: the document says it once, as
+# the API's security scheme (`api_models.describe`).
+KeyHeader = Annotated[str | None, Header(include_in_schema=False)]
+
+
 def authenticate(
     request: Request,
     runtime: Annotated[Runtime, Depends(get_runtime)],
-    authorization: Annotated[str | None, Header()] = None,
+    authorization: KeyHeader = None,
 ) -> Presented:
     """The API key of a request to a reading route (a thread hop of its own), or 401."""
     return check_key(runtime, authorization, request.app.state.recent_keys)
@@ -123,14 +128,25 @@ router = APIRouter(prefix="/api/v1", route_class=KeyFirst, strict_content_type=F
 IDEMPOTENCY_KEY_MAX = 200
 
 
-@router.post("/refund-requests", status_code=201)
+@router.post(
+    "/refund-requests",
+    status_code=201,
+    response_class=JSONResponse,
+    responses=api_models.INTAKE_RESPONSES,
+    summary="Ask for a refund",
+)
 async def create_refund_request(
     refund_request: RefundRequest,
     request: Request,
     runtime: Annotated[Runtime, Depends(get_runtime)],
-    authorization: Annotated[str | None, Header()] = None,
-    idempotency_key: Annotated[str | None, Header(max_length=IDEMPOTENCY_KEY_MAX)] = None,
-    prefer: Annotated[str | None, Header()] = None,
+    authorization: KeyHeader = None,
+    idempotency_key: Annotated[
+        str | None,
+        Header(max_length=IDEMPOTENCY_KEY_MAX, description=api_models.IDEMPOTENCY_KEY),
+    ] = None,
+    prefer: Annotated[
+        str | None, Header(description=api_models.PREFER, examples=["wait=5"])
+    ] = None,
 ) -> JSONResponse:
     """Answers once the case, its first audit record and its `advance` job are committed
     (status `received`); with `Prefer: wait=N` (N ≤ 10) it waits up to N seconds for the
@@ -177,7 +193,10 @@ def _create(
     refund_request.amount_minor()  # amount errors by field, before anything is written
     refuse_internal(refund_request)  # `source: slack`, `slack-job-…`: the system's own
     if refund_request.callback_url and not runtime.settings.allow_private_callbacks:
-        found = addresses.problem(refund_request.callback_url)
+        try:
+            found = addresses.problem(refund_request.callback_url)
+        except ValueError:  # `urlsplit`: "http://[" is no URL at all
+            found = "must be a URL"
         if found:
             raise InvalidRequest(
                 "invalid_request", "The request has invalid fields.", {"callback_url": found}
@@ -198,16 +217,26 @@ def _create(
     return _view(runtime, submitted.case_id), submitted.created
 
 
-@router.get("/cases")
+# An ISO date or time, as `datetime.fromisoformat` reads it.
+_WHEN = {"anyOf": [{"type": "string", "format": "date"}, {"type": "string", "format": "date-time"}]}
+
+
+@router.get("/cases", responses=api_models.LIST_RESPONSES, summary="List cases")
 def list_cases(
     runtime: Annotated[Runtime, Depends(get_runtime)],
     api_key: Annotated[Presented, Depends(authenticate)],
-    status: str | None = None,
-    since: str | None = None,
-    until: str | None = None,
-    email: str | None = None,
-    payment: str | None = None,
-    cursor: str | None = None,
+    status: Annotated[str | None, Query(json_schema_extra={"enum": list(Status)})] = None,
+    since: Annotated[
+        str | None, Query(description="Created at or after.", json_schema_extra=_WHEN)
+    ] = None,
+    until: Annotated[
+        str | None, Query(description="Created before.", json_schema_extra=_WHEN)
+    ] = None,
+    email: Annotated[str | None, Query(description="The customer's email.")] = None,
+    payment: Annotated[str | None, Query(description="The payment's id.")] = None,
+    cursor: Annotated[
+        str | None, Query(description="The `next_cursor` of the page before.")
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=listing.PAGE)] = listing.PAGE,
 ) -> dict[str, Any]:
     """Cases oldest first, 100 a page; `next_cursor` asks for the next page (null: no more).
@@ -245,7 +274,7 @@ def _when(value: str | None, name: str, problems: dict[str, str]) -> datetime | 
     return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed
 
 
-@router.get("/cases/{case_id}")
+@router.get("/cases/{case_id}", responses=api_models.CASE_RESPONSES, summary="One case")
 def get_case(
     case_id: str,
     runtime: Annotated[Runtime, Depends(get_runtime)],
@@ -260,7 +289,9 @@ def get_case(
         return view
 
 
-@router.delete("/customers/{email}")
+@router.delete(
+    "/customers/{email}", responses=api_models.ERASE_RESPONSES, summary="Erase a customer"
+)
 def erase_customer(
     email: str,
     runtime: Annotated[Runtime, Depends(get_runtime)],
