@@ -28,6 +28,8 @@ WEBHOOKS = (
         ("GET", "/api/v1/customers/ada@example.com", "DELETE"),
         ("DELETE", "/healthz", "GET"),
         ("GET", "/webhooks/stripe", "POST"),
+        ("PUT", "/request", "GET, POST"),  # two routes on one path: both methods
+        ("OPTIONS", "/appeal/some-token", "GET, POST"),
     ],
 )
 def test_a_method_a_route_does_not_take_is_405_with_allow(

@@ -23,6 +23,7 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 from sqlalchemy import text
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from refund_desk import logs, tracing
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 QUIET_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})  # probes, every few seconds
+METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE")
 
 
 class Sweeper:
@@ -314,11 +316,28 @@ def create_app(
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         # An unknown route, an unconfigured webhook (`errors.no_such_route`), a method a route
-        # does not take (405, with the `Allow` Starlette lists).
+        # does not take (405, its `Allow` naming every method the path takes).
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        headers = exc.headers
+        allowed = _allowed(request) if exc.status_code == 405 else None
+        if allowed:
+            headers = {**(headers or {}), "Allow": ", ".join(allowed)}
         return JSONResponse(
-            error_body(code, str(exc.detail)), status_code=exc.status_code, headers=exc.headers
+            error_body(code, str(exc.detail)), status_code=exc.status_code, headers=headers
         )
+
+    def _allowed(request: Request) -> list[str]:
+        """The methods some route of the app takes at this path (Starlette's 405 names only the
+        first route's: `/request` is a GET route and a POST route)."""
+        return [
+            method
+            for method in METHODS
+            if any(
+                route.matches({**request.scope, "method": method, "path_params": {}})[0]
+                is Match.FULL
+                for route in app.router.routes
+            )
+        ]
 
     # /openapi.json: the API's models, its bearer key and the request's rules, for this desk's
     # processors.
