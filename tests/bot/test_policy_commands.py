@@ -172,7 +172,9 @@ def test_draft_test_backtest_publish_rollback_each_on_the_record(
     assert "rolled back to v1" in say(desk, rollback[1], OTHER_LEAD)
     assert active_version(desk) == 3
     history = say(desk, "history", NOT_LEAD)  # an approver may read
-    when, hashes = r"on \d{4}-\d\d-\d\d \d\d:\d\d UTC", r"· hash `[0-9a-f]{12}`"
+    # Slack's date formatting in the reader's zone, with a fallback that names UTC
+    when = r"on <!date\^\d+\^\{date_short_pretty\} \{time\}\|\w{3} \d+, \d{4} \d\d:\d\d UTC>"
+    hashes = r"· hash `[0-9a-f]{12}`"
     assert re.fullmatch(
         "Policy history, newest first:\n"
         rf"• \*v3\* \(active\): published by <@{OTHER_LEAD}> {when}, rollback to v1 {hashes}\n"

@@ -28,7 +28,7 @@ from refund_desk.policy import (
 from refund_desk.storage.audit import Actor, AuditLog
 from refund_desk.storage.db import on_commit, shared
 from refund_desk.storage.models import Control, PolicyVersion
-from refund_desk.text import Code, Person, Strong, Text, lines, text
+from refund_desk.text import Code, Moment, Person, Strong, Text, lines, text
 
 MODES = ("shadow", "approve-all", "supervised")
 
@@ -115,7 +115,8 @@ def history(session: Session, limit: int = 20) -> Text:
                 " (active)" if r.version == active else "",
                 ": published by ",
                 by_whom(r.published_by),
-                f" on {r.published_at:%Y-%m-%d %H:%M} UTC",
+                " on ",
+                Moment(r.published_at),
                 f", {r.note}" if r.note else "",
                 " · hash ",
                 Code(r.content_hash[:12]),

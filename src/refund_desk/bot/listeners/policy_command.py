@@ -524,7 +524,7 @@ def _draft_state(draft: Any) -> str:
     if draft.last_test_summary:
         parts.append(f"tests: {draft.last_test_summary}")
     if draft.last_backtest_hash and draft.last_backtest_hash == draft.content_hash:
-        parts.append(f"backtested {draft.last_backtest_at:%Y-%m-%d %H:%M} UTC")
+        parts.append(f"backtested {mrkdwn.when(draft.last_backtest_at)}")
     return ", ".join(parts)
 
 

@@ -214,7 +214,7 @@ def find_cases(desk: Desk, user: str, text: str) -> str:
         ).all()
         lines = [
             f"`{c.id}` · {money.format_money(c.amount, c.currency)} · "
-            f"{c.status.replace('_', ' ')} · payment `{c.payment_id}` · {c.created_at:%Y-%m-%d}"
+            f"{c.status.replace('_', ' ')} · payment `{c.payment_id}` · {mrkdwn.when(c.created_at)}"
             for c in found
         ]
     if not lines:
