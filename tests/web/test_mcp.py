@@ -265,3 +265,16 @@ def test_calls_are_rate_limited_per_caller_and_customer_text_is_bounded() -> Non
     assert marked is not None
     assert len(marked["customer_content"]) == MOST_TEXT and marked["truncated"]
     assert marked["injection_suspected"] is True
+
+
+def test_a_read_key_files_no_request_through_the_api_either(desk: Harness) -> None:
+    reader = create_api_key(desk.runtime.db, "reader", scope="read")
+    refused = desk.post(desk.request(desk.payment("30.00"), "20.00"), key=reader)
+    assert refused.status_code == 403 and refused.json()["error"]["code"] == "read_only_key"
+    assert desk.counts()[0] == 0
+    assert (
+        "403"
+        in desk.client.get("/openapi.json").json()["paths"]["/api/v1/refund-requests"]["post"][
+            "responses"
+        ]
+    )

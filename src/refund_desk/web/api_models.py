@@ -431,6 +431,7 @@ INTAKE_RESPONSES: dict[int | str, dict[str, Any]] = {
     },
     400: _error("The body could not be read as text (`http_error`)."),
     401: UNAUTHORIZED,
+    403: _error("The key may read, not file requests (scope `read`: `read_only_key`)."),
     409: _error("This `Idempotency-Key` was used with another body (`idempotency_key_reused`)."),
     422: _error(
         "Not a request this desk can take: a field, an unknown payment "
