@@ -23,7 +23,7 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 from sqlalchemy import text
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.routing import Match
+from starlette.routing import Match, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from refund_desk import logs, tracing
@@ -39,7 +39,7 @@ from refund_desk.web.routes import appeals, inbound, web_form
 from refund_desk.web.routes import intake_api as api
 from refund_desk.web.routes import paypal_webhooks as paypal_routes
 from refund_desk.web.routes import stripe_webhooks as stripe_routes
-from refund_desk.web.routes.mcp_http import mcp_route
+from refund_desk.web.routes.mcp_http import McpEndpoint
 
 if TYPE_CHECKING:
     from refund_desk.demo.slack import SlackEmulator
@@ -251,9 +251,9 @@ def create_app(
         if surface is not None:  # the workspace checked against the policy, as a job
             surface.start_jobs([await asyncio.to_thread(queue_doctor, surface, "start-up")])
         try:
-            async with assistants.session_manager.run():  # `/mcp`
-                yield
+            yield
         finally:
+            await assistants.close()  # `/mcp`, if an assistant started it
             if socket_mode is not None:
                 await socket_mode.close()
             if sweeper is not None:
@@ -283,8 +283,8 @@ def create_app(
     app.include_router(api.router)
     app.include_router(stripe_routes.router)
     app.include_router(paypal_routes.router)
-    route, assistants = mcp_route(runtime, app.state.recent_keys)
-    app.router.routes.append(route)
+    assistants = McpEndpoint(runtime, app.state.recent_keys)
+    app.router.routes.append(Route("/mcp", endpoint=assistants))
     app.state.socket_mode = None
     if surface is not None:
         if surface.http:  # only with a signing secret; never in Socket Mode
