@@ -26,9 +26,10 @@ from refund_desk.governance.consent import (
     consent,
     digest_of,
     needs_second_lead,
+    other_leads,
     pending,
 )
-from refund_desk.governance.drafts import Change, get_draft, leads
+from refund_desk.governance.drafts import Change, get_draft
 from refund_desk.governance.proof import proof_against_active, proof_record, proof_summary
 from refund_desk.governance.versions import (
     MODES,
@@ -131,14 +132,14 @@ def _who_confirms(session: Session, proposal: Proposal, asker: str | None) -> Te
     why = "it is more permissive" if proposal.looser else "second-lead is on"
     asked = pending(session, proposal)
     if asked is not None and asked.payload.get("digest") == proposal.digest and asked.actor_id:
-        others = _other_leads(session, asked.actor_id)
+        others = other_leads(session, asked.actor_id)
         return text(
             Person(asked.actor_id),
             f" asked to {proposal.what} ({why}); a different lead (",
             people(others),
             ") confirms it with the same hash.",
         )
-    others = _other_leads(session, asker)
+    others = other_leads(session, asker)
     if not others:
         return text(
             Mark("warning"),
@@ -148,11 +149,6 @@ def _who_confirms(session: Session, proposal: Proposal, asker: str | None) -> Te
             " first (or the admin uses the command line).",
         )
     return text(f"Then a second lead confirms it ({why}) with the same hash: ", people(others), ".")
-
-
-def _other_leads(session: Session, user: str | None) -> list[str]:
-    """The active version's leads but ``user`` (a user group counts: it may hold others)."""
-    return [lead for lead in leads(session) if lead != user]
 
 
 def preview_publish(session: Session, *, draft_id: int, asker: str | None = None) -> Text:

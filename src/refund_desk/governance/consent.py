@@ -72,13 +72,17 @@ def needs_second_lead(session: Session, proposal: Proposal) -> bool:
     return proposal.looser or control(session).publish_needs_second_lead
 
 
+def other_leads(session: Session, user: str | None) -> list[str]:
+    """The active version's leads but ``user`` (a user group counts: it may hold others)."""
+    return [lead for lead in leads(session) if lead != user]
+
+
 def second_leads(session: Session, asked_by: str | None = None) -> Text | None:
     """Who may confirm a change, by name ("Lee Park or Lina Haddad"): the leads of the active
     version (``drafts.leads``, the list ``require_lead`` checks) but the one who asked; with
     nobody asking yet, all of them, if there are two. None when nobody can: the policy has
     one lead (a user group may hold more)."""
-    named = leads(session)
-    others = [lead for lead in named if lead != asked_by]
+    others = other_leads(session, asked_by)
     one = len(others) == 1 and not others[0].startswith("S")  # `S…`: a user group
     if not others or (asked_by is None and one):
         return None
