@@ -23,7 +23,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from datetime import UTC, datetime
+from datetime import UTC
 from typing import Any, TypeVar
 
 import anyio
@@ -37,7 +37,6 @@ from refund_desk import clock
 from refund_desk.cases import listing
 from refund_desk.cases.errors import CaseError
 from refund_desk.cases.intake import RefundRequest, submit
-from refund_desk.cases.lifecycle import Status
 from refund_desk.cases.people import may_read
 from refund_desk.cases.views import case_view
 from refund_desk.governance.drafts import parse_ref, source_of
@@ -260,16 +259,7 @@ def _record(runtime: Runtime, caller: Caller, tool: str, case_id: str | None) ->
 def _find(
     runtime: Runtime, caller: Caller, given: dict[str, str | None], cursor: str | None, limit: int
 ) -> dict[str, Any]:
-    status, email = given["status"], given["email"]
-    if status is not None and status not in set(Status):
-        raise ToolError(f"invalid status {status!r}: one of {', '.join(Status)}")
-    filters = listing.Filters(
-        status=status,
-        since=_when(given["since"], "since"),
-        until=_when(given["until"], "until"),
-        email_hash=runtime.desk.vault.email_hash(email) if email else None,
-        payment=given["payment"],
-    )
+    filters = listing.Filters.read(runtime.desk.vault.email_hash, **given)
     vault = runtime.desk.vault if caller.reads_personal else None
     with runtime.db.read() as session:
         cases, next_cursor = listing.page(
@@ -443,16 +433,6 @@ def _status(runtime: Runtime) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------- shapes
-
-
-def _when(value: str | None, name: str) -> datetime | None:
-    if value is None:
-        return None
-    try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError:
-        raise ToolError(f"invalid {name}: an ISO date or time, e.g. 2026-11-01") from None
-    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed
 
 
 def _customer(text: Any, injection: bool) -> dict[str, Any] | None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import base64
 import csv
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import IO, Any
@@ -17,6 +17,7 @@ from sqlalchemy import Select, and_, func, or_, select
 from sqlmodel import Session, col
 
 from refund_desk.cases.errors import InvalidRequest
+from refund_desk.cases.lifecycle import Status
 from refund_desk.cases.views import major
 from refund_desk.storage.models import Approval, AuditRecord, Case, Execution, Payment
 
@@ -56,6 +57,39 @@ class Filters:
     until: datetime | None = None
     email_hash: str | None = None
     payment: str | None = None
+
+    @classmethod
+    def read(
+        cls,
+        email_hash: Callable[[str], str],
+        *,
+        status: str | None = None,
+        since: str | None = None,
+        until: str | None = None,
+        email: str | None = None,
+        payment: str | None = None,
+    ) -> Filters:
+        """The filters of `GET /api/v1/cases` (and the MCP `find_cases`) as typed, or
+        `InvalidRequest` naming each field that is not one."""
+        problems: dict[str, str] = {}
+        if status is not None and status not in set(Status):
+            problems["status"] = f"one of {', '.join(Status)}"
+        start, end = _when(since, "since", problems), _when(until, "until", problems)
+        if problems:
+            raise InvalidRequest("invalid_request", "The request has invalid fields.", problems)
+        hashed = email_hash(email) if email else None
+        return cls(status=status, since=start, until=end, email_hash=hashed, payment=payment)
+
+
+def _when(value: str | None, name: str, problems: dict[str, str]) -> datetime | None:
+    if value is None:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        problems[name] = "an ISO date or time, e.g. 2026-11-01 or 2026-11-01T12:00:00Z"
+        return None
+    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed
 
 
 def encode_cursor(case: Case) -> str:
