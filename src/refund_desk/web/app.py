@@ -32,7 +32,7 @@ from refund_desk.bot.doctor import queue_doctor
 from refund_desk.cases.errors import CaseError
 from refund_desk.cases.intake import invalid
 from refund_desk.runtime import Runtime, install_jobs
-from refund_desk.web import api_models, health, metrics, waiting
+from refund_desk.web import api_models, desk, health, metrics, waiting
 from refund_desk.web.admission import IntakeGate, intake_limit
 from refund_desk.web.errors import error_body
 from refund_desk.web.routes import appeals, inbound, web_form
@@ -40,6 +40,7 @@ from refund_desk.web.routes import intake_api as api
 from refund_desk.web.routes import paypal_webhooks as paypal_routes
 from refund_desk.web.routes import stripe_webhooks as stripe_routes
 from refund_desk.web.routes.mcp_http import McpEndpoint
+from refund_desk.web.security import PageHeaders
 
 if TYPE_CHECKING:
     from refund_desk.demo.slack import SlackEmulator
@@ -277,6 +278,7 @@ def create_app(
     )
     runtime.desk.jobs.listeners.append(waiters.job_finished)
 
+    app.add_middleware(PageHeaders)  # every HTML page: CSP, nosniff, no framing; HEAD as GET
     app.add_middleware(RequestLog)
     # Traces only with OTEL_EXPORTER_OTLP_ENDPOINT; otherwise nothing is loaded or exported.
     tracing.setup(runtime.settings.otlp_endpoint, app=app, engine=runtime.db.engine)
@@ -295,6 +297,7 @@ def create_app(
         app.include_router(pending_router(runtime.settings.slack_signing_secret.get_secret_value()))
     for customer_channel in (web_form.router, inbound.router, appeals.router):
         app.include_router(customer_channel)
+    desk.install(app)
     if slack_emulator is not None:
         app.include_router(slack_emulator.router())
 

@@ -1,0 +1,7 @@
+"""The desk's insights pages."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+router = APIRouter(include_in_schema=False)
