@@ -3,14 +3,13 @@ with a CSRF token bound to the signed-in person, and the helpers the templates s
 
 from __future__ import annotations
 
-import time
 from datetime import datetime
 from typing import Any
 
 from fastapi import Request
 from fastapi.responses import Response
 
-from refund_desk import money
+from refund_desk import clock, money
 from refund_desk.text import Text
 from refund_desk.web import pages
 from refund_desk.web.desk import session
@@ -44,7 +43,7 @@ def page(
 
     def csrf() -> str:
         assert viewer is not None, "a form on a page without a signed-in person"
-        return pages.csrf_token(secret, cookie, csrf_purpose(viewer), time.time())
+        return pages.csrf_token(secret, cookie, csrf_purpose(viewer), clock.now().timestamp())
 
     response = pages.render(
         f"desk/{template}",
@@ -76,7 +75,7 @@ def keep(request: Request, response: Response) -> Response:
 def csrf_ok(request: Request, viewer: Viewer, token: str | None) -> bool:
     secret = request.app.state.runtime.settings.secret_value()
     cookie = request.cookies.get(pages.CSRF_COOKIE)
-    return pages.csrf_ok(secret, cookie, token, csrf_purpose(viewer), time.time())
+    return pages.csrf_ok(secret, cookie, token, csrf_purpose(viewer), clock.now().timestamp())
 
 
 def amount(minor: int | None, currency: str) -> str:
