@@ -57,6 +57,17 @@ class Filters:
     until: datetime | None = None
     email_hash: str | None = None
     payment: str | None = None
+    # The desk's: a case, payment or order id in one box; the decision's tier and rule; who
+    # decided; the payment's processor; amounts (minor units) of cases in `currency`.
+    reference: str | None = None
+    tier: int | None = None
+    rule: str | None = None
+    source: str | None = None
+    decider: str | None = None
+    processor: str | None = None
+    currency: str | None = None
+    amount_min: int | None = None
+    amount_max: int | None = None
 
     @classmethod
     def read(
@@ -92,16 +103,32 @@ def _when(value: str | None, name: str, problems: dict[str, str]) -> datetime | 
     return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed
 
 
-def encode_cursor(case: Case) -> str:
-    raw = json.dumps([case.created_at.isoformat(), case.id]).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+# The orders a page can come in: the column, and whether the largest comes first. Each page is
+# a keyset over (that column, id).
+ORDERS: dict[str, tuple[str, bool]] = {
+    "oldest": ("created_at", False),
+    "newest": ("created_at", True),
+    "largest": ("amount", True),
+    "smallest": ("amount", False),
+    "updated": ("updated_at", True),
+}
 
 
-def decode_cursor(cursor: str) -> tuple[datetime, str]:
+def encode_cursor(case: Case, order: str = "oldest") -> str:
+    value = getattr(case, ORDERS[order][0])
+    raw = json.dumps([value.isoformat() if isinstance(value, datetime) else value, case.id])
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str, order: str = "oldest") -> tuple[datetime | int, str]:
     try:
         padded = cursor + "=" * (-len(cursor) % 4)
-        at, case_id = json.loads(base64.urlsafe_b64decode(padded.encode()))
-        return datetime.fromisoformat(at), str(case_id)
+        value, case_id = json.loads(base64.urlsafe_b64decode(padded.encode()))
+        if ORDERS[order][0] == "amount":
+            if not isinstance(value, int):
+                raise TypeError(value)
+            return value, str(case_id)
+        return datetime.fromisoformat(value), str(case_id)
     except (ValueError, TypeError):
         raise InvalidRequest(
             "invalid_cursor", "The cursor is not one this API gave.", {"cursor": "unknown"}
@@ -109,21 +136,29 @@ def decode_cursor(cursor: str) -> tuple[datetime, str]:
 
 
 def page(
-    session: Session, filters: Filters, *, cursor: str | None = None, limit: int = PAGE
+    session: Session,
+    filters: Filters,
+    *,
+    cursor: str | None = None,
+    limit: int = PAGE,
+    order: str = "oldest",
 ) -> tuple[list[Case], str | None]:
-    """Up to `limit` cases oldest first after `cursor`; the cursor of the next page or None."""
+    """Up to `limit` cases in `order` (oldest first unless told) after `cursor`; the cursor of
+    the next page or None."""
+    name, descending = ORDERS[order]
+    key, tie = getattr(Case, name), col(Case.id)
     stmt = _filtered(select(Case), filters)
     if cursor:
-        at, case_id = decode_cursor(cursor)
-        stmt = stmt.where(
-            or_(col(Case.created_at) > at, and_(col(Case.created_at) == at, col(Case.id) > case_id))
-        )
-    rows = list(
-        session.scalars(stmt.order_by(col(Case.created_at), col(Case.id)).limit(limit + 1)).all()
-    )
+        value, case_id = decode_cursor(cursor, order)
+        if descending:
+            stmt = stmt.where(or_(key < value, and_(key == value, tie < case_id)))
+        else:
+            stmt = stmt.where(or_(key > value, and_(key == value, tie > case_id)))
+    ordered = (key.desc(), tie.desc()) if descending else (key, tie)
+    rows = list(session.scalars(stmt.order_by(*ordered).limit(limit + 1)).all())
     more = len(rows) > limit
     rows = rows[:limit]
-    return rows, (encode_cursor(rows[-1]) if more and rows else None)
+    return rows, (encode_cursor(rows[-1], order) if more and rows else None)
 
 
 def _filtered(stmt: Select[Any], filters: Filters) -> Select[Any]:
@@ -137,6 +172,29 @@ def _filtered(stmt: Select[Any], filters: Filters) -> Select[Any]:
         stmt = stmt.where(col(Case.email_hash) == filters.email_hash)
     if filters.payment:
         stmt = stmt.where(col(Case.payment_id) == filters.payment)
+    if filters.reference:
+        ref = filters.reference
+        stmt = stmt.where(
+            or_(col(Case.id) == ref, col(Case.payment_id) == ref, col(Case.external_id) == ref)
+        )
+    if filters.tier is not None:
+        stmt = stmt.where(Case.decision["tier"].as_integer() == filters.tier)  # type: ignore[index]
+    if filters.rule:
+        stmt = stmt.where(Case.decision["rule"].as_string() == filters.rule)  # type: ignore[index]
+    if filters.source:
+        stmt = stmt.where(col(Case.source) == filters.source)
+    if filters.decider:
+        decided = select(col(Approval.case_id)).where(col(Approval.approver) == filters.decider)
+        stmt = stmt.where(col(Case.id).in_(decided))
+    if filters.processor:
+        paid = select(col(Payment.id)).where(col(Payment.processor) == filters.processor)
+        stmt = stmt.where(col(Case.payment_id).in_(paid))
+    if filters.currency:
+        stmt = stmt.where(col(Case.currency) == filters.currency)
+    if filters.amount_min is not None:
+        stmt = stmt.where(col(Case.amount) >= filters.amount_min)
+    if filters.amount_max is not None:
+        stmt = stmt.where(col(Case.amount) <= filters.amount_max)
     return stmt
 
 
@@ -224,11 +282,11 @@ def stamp(at: datetime) -> str:
 
 
 def iter_export(
-    session: Session, filters: Filters, *, batch: int = 500
+    session: Session, filters: Filters, *, batch: int = 500, order: str = "oldest"
 ) -> Iterator[dict[str, Any]]:
     cursor: str | None = None
     while True:
-        cases, cursor = page(session, filters, cursor=cursor, limit=batch)
+        cases, cursor = page(session, filters, cursor=cursor, limit=batch, order=order)
         yield from export_rows(session, cases)
         if cursor is None:
             return
