@@ -68,7 +68,7 @@ def test_approve_on_the_web_pays_once(desk: Harness) -> None:
 def test_tier_4_takes_two_people_and_says_nothing_is_paid_after_the_first(desk: Harness) -> None:
     case_id = waiting_case(desk, chargebacks=1)
     first = browser(desk, FINANCE)
-    seen, done = click(first, case_id, "Approve (1 of 2)")
+    seen, _ = click(first, case_id, "Approve (1 of 2)")
     assert "nothing is paid yet" in seen
     assert desk.get(case_id)["status"] == "awaiting_approval"
     assert case_id not in first.get("/desk").text, "the first approver waits for a second"

@@ -13,7 +13,7 @@ from urllib.parse import urlencode
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response, StreamingResponse
 
-from refund_desk import money
+from refund_desk import clock, money
 from refund_desk.bot.outbox import active_doc
 from refund_desk.cases import listing
 from refund_desk.cases.errors import InvalidRequest
@@ -184,6 +184,6 @@ def export(request: Request, viewer: Viewer = Depends(reader)) -> Response:
                     out.truncate()
         yield out.getvalue()
 
-    stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M")
+    stamp = clock.now().strftime("%Y%m%d-%H%M")
     headers = {"Content-Disposition": f'attachment; filename="cases-{stamp}.csv"'}
     return keep(request, StreamingResponse(lines(), media_type="text/csv", headers=headers))
