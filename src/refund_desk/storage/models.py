@@ -114,6 +114,9 @@ class Case(SQLModel, table=True):
     __table_args__ = (
         Index("ix_cases_payment_status", "payment_id", "status"),
         Index("ix_cases_email_created", "email_hash", "created_at"),
+        Index("ix_cases_created_at", "created_at", "id"),  # the desk's orders
+        Index("ix_cases_updated_at", "updated_at", "id"),
+        Index("ix_cases_amount", "amount", "id"),
     )
     id: str = Field(primary_key=True, max_length=40)
     revision: int = 0

@@ -20,11 +20,12 @@ from sqlalchemy import func, select
 from sqlmodel import Session, col
 
 from refund_desk import clock
-from refund_desk.bot.blocks.cards import _buttons, until
-from refund_desk.bot.card_facts import card_context
+from refund_desk.bot.blocks.cards import CardContext, _buttons, until
+from refund_desk.bot.card_facts import _why
 from refund_desk.cases import approvals, tokens
 from refund_desk.cases.approvals import DECIDABLE, may_decide, preview_in
 from refund_desk.cases.errors import CaseError
+from refund_desk.cases.quorum import approval_count, approvals_needed
 from refund_desk.governance.versions import load_version
 from refund_desk.runtime import Runtime
 from refund_desk.storage.models import AuditRecord, Case
@@ -34,7 +35,7 @@ from refund_desk.web.desk.render import csrf_ok, keep, page
 from refund_desk.web.desk.session import Viewer
 
 router = APIRouter(include_in_schema=False)
-SHOWN = 50  # cases on the page
+SHOWN = 20  # cases on the page, as in App Home
 SCANNED = 2000  # waiting cases looked at, most urgent first, to find them
 LABELS = {
     "approve": "Approve",
@@ -63,7 +64,6 @@ class Row:
     """A case in the queue: what its card says, why it is this person's, and their buttons."""
 
     case: Case
-    email: str | None
     why: str | None  # why a person decides: the rule's description
     who: Text  # "You decide as a finance approver, limit 5,000.00 USD"
     due: datetime | None
@@ -97,9 +97,18 @@ def my_queue_rows(runtime: Runtime, user: str, now: datetime) -> list[Row]:
 
 
 def _row(session: Session, runtime: Runtime, case: Case, user: str, now: datetime) -> Row | None:
+    """The card's facts and the buttons ``user`` may press: each one asked of the checks its
+    click makes (`approvals.preview_in`), so no button here is refused when pressed."""
     desk = runtime.desk
     policy = load_version(session, case.policy_version) if case.policy_version else None
-    ctx = card_context(session, desk, case, policy, now)
+    ctx = CardContext(
+        case=case,
+        email=None,
+        approvals=approval_count(session, case),
+        needed=approvals_needed(case),
+        channel_group=None,
+        now=now,
+    )
     buttons: list[Button] = []
     who: Text | None = None
     refused: Text | None = None
@@ -120,8 +129,7 @@ def _row(session: Session, runtime: Runtime, case: Case, user: str, now: datetim
         return None
     return Row(
         case=case,
-        email=ctx.email,
-        why=ctx.why,
+        why=_why(case, policy),
         who=who,
         due=case.sla_due_at,
         due_in=until(case.sla_due_at, now),
@@ -149,6 +157,7 @@ def my_queue(request: Request, viewer: Viewer = Depends(reader)) -> Response:
         said=said,
         said_case=request.query_params.get("case"),
         labels=LABELS,
+        shown=SHOWN,
     )
 
 
