@@ -260,6 +260,7 @@ def build_surface(desk: Desk, settings: Settings) -> Surface | None:
         client=WebClient(token=token, base_url=settings.slack_api_url),
         default_channel=settings.channel,
         directory=directory,
+        desk_url=settings.public_url,
     )
     surface = Surface(
         app=app, desk=desk, outbox=outbox, settings=settings, http=http, directory=directory

@@ -11,7 +11,7 @@ from datetime import datetime
 from sqlalchemy import func, select
 from sqlmodel import Session, col
 
-from refund_desk.bot.blocks.cards import CardContext, Decider, Told
+from refund_desk.bot.blocks.cards import CardContext, Decider, Told, record_url
 from refund_desk.cases import advisory
 from refund_desk.cases.advisory import why
 from refund_desk.cases.approvals import deciders, may_not_act
@@ -24,7 +24,13 @@ from refund_desk.storage.models import Approval, Case, CustomerMessage, Executio
 
 
 def card_context(
-    session: Session, desk: Desk, case: Case, policy: LoadedPolicy | None, now: datetime
+    session: Session,
+    desk: Desk,
+    case: Case,
+    policy: LoadedPolicy | None,
+    now: datetime,
+    *,
+    desk_url: str | None = None,
 ) -> CardContext:
     decision = case.decision or {}
     group = decision.get("approvers")
@@ -48,6 +54,7 @@ def card_context(
         summary=advisory.summary_text(desk.vault, case.advice or {}, session=session),
         evidence=tuple(shown(desk.vault, case.evidence, session=session)),
         processor=_processor(session, case.payment_id),
+        record_url=record_url(desk_url, case.id),
     )
 
 

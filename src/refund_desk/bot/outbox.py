@@ -92,6 +92,7 @@ class Outbox:
     client: WebClient
     default_channel: str | None
     directory: SlackDirectory
+    desk_url: str | None = None  # the web desk's public address: cards link to the record
 
     # ------------------------------------------------------------ plain calls
 
@@ -359,7 +360,8 @@ class Outbox:
     ) -> tuple[cards.CardContext, LoadedPolicy | None]:
         version = case.policy_version or control(session).active_version
         policy = load_version(session, version) if version else None
-        return card_context(session, self.desk, case, policy, clock.now()), policy
+        ctx = card_context(session, self.desk, case, policy, clock.now(), desk_url=self.desk_url)
+        return ctx, policy
 
     def channel_for(self, case: Case, policy: LoadedPolicy | None) -> str | None:
         if policy is not None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 from slack_sdk.models.blocks import (
     ActionsBlock,
@@ -85,6 +86,7 @@ class CardContext:
     summary: str = ""  # the advisor's summary, unsealed (it quotes the customer)
     evidence: tuple[dict[str, Any], ...] = ()  # the case's evidence, its links and names unsealed
     processor: str | None = None  # the payment's ("paypal")
+    record_url: str | None = None  # the case's record on the web desk (`/desk/cases/{id}`)
 
 
 def mask_email(email: str | None) -> str:
@@ -377,6 +379,8 @@ def case_blocks(ctx: CardContext, *, secret: str) -> list[Block]:
             blocks.append(ContextBlock(elements=[MarkdownTextObject(text=_clip(told, 1900))]))
     # The ids an operator searches the logs, the API and the processor's metadata with.
     ids = f"case `{escape(case.id)}` · correlation `{escape(case.correlation_id)}`"
+    if ctx.record_url:  # a link, not a button: a button would send Slack an action to answer
+        ids = f"<{escape(ctx.record_url)}|Open the case record> · {ids}"
     blocks.append(ContextBlock(block_id="ids", elements=[MarkdownTextObject(text=ids)]))
     return blocks
 
@@ -409,6 +413,13 @@ def _buttons(ctx: CardContext, secret: str) -> list[ButtonElement]:
         ButtonElement(text="Deny", action_id="deny", value=token("deny"), style="danger"),
         ButtonElement(text="Escalate", action_id="escalate", value=token("escalate")),
     ]
+
+
+def record_url(public_url: str | None, case_id: str) -> str | None:
+    """The case's record on the web desk, under the desk's public address."""
+    if not public_url:
+        return None
+    return f"{public_url.rstrip('/')}/desk/cases/{quote(case_id, safe='')}"
 
 
 def fallback_text(case: Case) -> str:
