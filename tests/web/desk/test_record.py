@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 from sqlalchemy import select
@@ -142,7 +143,10 @@ def test_hostile_customer_text_is_shown_as_text(desk: Harness) -> None:
     assert "injection suspected" in page.lower()
 
 
-def test_evidence_images_show_inline_through_the_signed_file_route(desk: Harness) -> None:
+def test_evidence_images_show_inline_through_the_signed_file_route(
+    desk: Harness, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(desk.runtime.settings, "evidence_dir", tmp_path / "evidence")
     payment = desk.payment("30.00")
     form = desk.client.get("/request").text
     csrf = re.search(r'name="csrf_token" value="([^"]+)"', form)
