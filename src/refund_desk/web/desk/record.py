@@ -50,6 +50,7 @@ from refund_desk.storage.models import (
 )
 from refund_desk.web import pages
 from refund_desk.web.desk.access import reader
+from refund_desk.web.desk.queue import record_mark
 from refund_desk.web.desk.render import amount, page, stamp, words
 from refund_desk.web.desk.session import Viewer
 
@@ -459,6 +460,7 @@ def case_record(request: Request, case_id: str, viewer: Viewer = Depends(reader)
         "record.html",
         title=f"Case {case_id}",
         section="cases",
+        mark=record_mark(runtime),  # `desk.js` asks `/desk/changes` whether the record moved
         **_context(runtime, record, names),
     )
 
@@ -480,6 +482,7 @@ def render_record(runtime: Runtime, case_id: str, viewer: Viewer | None = None) 
         amount=amount,
         stamp=stamp,
         words=words,
+        mark=record_mark(runtime),
         **_context(runtime, record, names),
     )
     return bytes(response.body).decode()
