@@ -6,6 +6,7 @@ import itertools
 import re
 from datetime import datetime, timedelta
 from typing import Any
+from xml.etree import ElementTree
 
 from refund_desk import clock
 from refund_desk.storage.models import Approval, Case, Execution, Payment, ProcessorFinding
@@ -190,6 +191,12 @@ def test_the_page_draws_each_figure_as_svg_with_its_table(desk: Harness) -> None
     assert "Refund re_0 of 5.00 USD is not ours." in html
     assert "No data in this period" not in html
     assert not re.search(r"<style|style=", html)
+    drawn = re.findall(r"<svg .*?</svg>", html, re.S)
+    assert len(drawn) == 8
+    for svg in drawn:  # well-formed, named by its title and description
+        root = ElementTree.fromstring(svg)
+        assert root.get("role") == "img"
+        assert root.find("{http://www.w3.org/2000/svg}title") is not None
 
 
 def test_a_period_with_no_data_says_so(desk: Harness) -> None:
