@@ -95,6 +95,8 @@ def measure(name: str, url: str, cases: int, waiting: int, rounds: int) -> None:
         conn.execute(text("UPDATE cases SET status = 'refunded'"))
         conn.execute(text("UPDATE cases SET status = 'denied' WHERE id LIKE '%3' OR id LIKE '%7'"))
         conn.execute(text("UPDATE cases SET status = 'parked' WHERE id LIKE '%99'"))
+    with runtime.db.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(text("ANALYZE" if runtime.db.is_sqlite else "VACUUM ANALYZE cases"))
     print(f"{name}: seeded {cases:,} decided cases in {seconds:.1f}s", flush=True)
     with runtime.db.write() as session:
         publish(session, runtime.desk.audit, source=POLICY.read_text(), actor=Actor("cli", "b"))

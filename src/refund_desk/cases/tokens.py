@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 
 from refund_desk.cases.errors import TokenRefused
 from refund_desk.crypto import keyed_hash, same
+from refund_desk.storage.models import Case
 
 TOKEN_LIFETIME = timedelta(days=7)
 ACTIONS = ("approve", "approve_partial", "deny", "escalate")
@@ -60,6 +61,21 @@ def issue(
         json.dumps(asdict(token), separators=(",", ":"), sort_keys=True).encode()
     ).decode()
     return f"{body}.{_sign(secret, body)}"
+
+
+def for_case(secret: str, case: Case, action: str, *, now: datetime) -> str:
+    """The token of one of ``case``'s buttons, for the case as it is now (its amount, revision
+    and policy version): a Slack card's, or the web desk's confirmation's."""
+    return issue(
+        secret,
+        case_id=case.id,
+        action=action,
+        amount=case.amount,
+        currency=case.currency,
+        revision=case.revision,
+        policy_version=case.policy_version,
+        now=now,
+    )
 
 
 def verify(secret: str, value: str, *, now: datetime) -> ActionToken:

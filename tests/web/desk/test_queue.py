@@ -22,13 +22,24 @@ def waiting_case(desk: Harness, amount: str = "600.00", *, chargebacks: int = 0)
     return str(body["id"])
 
 
-def tokens_on(page: str, case_id: str) -> dict[str, str]:
-    """The buttons a queue page shows for a case: action label -> token."""
+def buttons_on(page: str, case_id: str) -> dict[str, dict[str, str]]:
+    """The buttons a queue page shows for a case: label -> the form they post."""
     section = page.split(f'id="h-{case_id}"', 1)[1].split("</section>", 1)[0]
     found = re.findall(
-        r'name="token" value="([^"]+)">\s*<button[^>]*aria-label="([^:"]+):', section
+        r'name="revision" value="(\d+)">\s*<button type="submit" name="action" '
+        r'value="([a-z_]+)"[^>]*aria-label="([^:"]+):',
+        section,
     )
-    return {label: token for token, label in found}
+    return {
+        label: {"case": case_id, "revision": revision, "action": action}
+        for revision, action, label in found
+    }
+
+
+def token_of(page: str) -> str:
+    match = re.search(r'name="token" value="([^"]+)"', page)
+    assert match, "no token on the confirmation"
+    return match.group(1)
 
 
 def csrf_of(page: str) -> str:
@@ -39,12 +50,20 @@ def csrf_of(page: str) -> str:
 
 def click(client: TestClient, case_id: str, label: str, **typed: str) -> tuple[str, object]:
     """Open my queue, press a case's button, read the confirmation, confirm it."""
+    seen = confirmation(client, case_id, label)
+    done = client.post(
+        "/desk/decide", data={"token": token_of(seen), "csrf": csrf_of(seen), **typed}
+    )
+    return seen, done
+
+
+def confirmation(client: TestClient, case_id: str, label: str) -> str:
+    """Open my queue and press a case's button: the confirmation page."""
     queue = client.get("/desk").text
-    token = tokens_on(queue, case_id)[label]
-    seen = client.post("/desk/decide/confirm", data={"token": token, "csrf": csrf_of(queue)})
+    form = buttons_on(queue, case_id)[label]
+    seen = client.post("/desk/decide/confirm", data={**form, "csrf": csrf_of(queue)})
     assert seen.status_code == 200, seen.text
-    done = client.post("/desk/decide", data={"token": token, "csrf": csrf_of(seen.text), **typed})
-    return seen.text, done
+    return seen.text
 
 
 def test_a_finance_case_waits_in_finance_queues_only(desk: Harness) -> None:
@@ -96,21 +115,20 @@ def test_partial_deny_and_escalate(desk: Harness) -> None:
 def test_a_replayed_button_and_a_missing_csrf_token_change_nothing(desk: Harness) -> None:
     case_id = waiting_case(desk)
     fin = browser(desk, FINANCE)
-    queue = fin.get("/desk").text
-    token = tokens_on(queue, case_id)["Deny"]
+    seen = confirmation(fin, case_id, "Deny")
+    token = token_of(seen)
     refused = fin.post("/desk/decide", data={"token": token, "reason": "no"})
     assert refused.status_code == 403
     assert desk.get(case_id)["status"] == "awaiting_approval"
-    fin.post("/desk/decide", data={"token": token, "csrf": csrf_of(queue), "reason": "no"})
-    again = fin.post("/desk/decide", data={"token": token, "csrf": csrf_of(queue), "reason": "x"})
+    fin.post("/desk/decide", data={"token": token, "csrf": csrf_of(seen), "reason": "no"})
+    again = fin.post("/desk/decide", data={"token": token, "csrf": csrf_of(seen), "reason": "x"})
     assert again.status_code == 409 and "Nothing was changed" in again.text
     assert desk.get(case_id)["status"] == "denied"
 
 
 def test_a_person_who_may_not_decide_is_refused_with_the_slack_words(desk: Harness) -> None:
     case_id = waiting_case(desk)
-    queue = browser(desk, FINANCE).get("/desk").text
-    token = tokens_on(queue, case_id)["Approve"]
+    token = token_of(confirmation(browser(desk, FINANCE), case_id, "Approve"))
     lead = browser(desk, LEAD)
     csrf = csrf_of(lead.get("/desk/cases").text)
     refused = lead.post("/desk/decide", data={"token": token, "csrf": csrf})

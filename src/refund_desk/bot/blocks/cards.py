@@ -389,16 +389,7 @@ def _buttons(ctx: CardContext, secret: str) -> list[ButtonElement]:
     case, now = ctx.case, ctx.now
 
     def token(action: str) -> str:
-        return tokens.issue(
-            secret,
-            case_id=case.id,
-            action=action,
-            amount=case.amount,
-            currency=case.currency,
-            revision=case.revision,
-            policy_version=case.policy_version,
-            now=now,
-        )
+        return tokens.for_case(secret, case, action, now=now)
 
     step = f" ({ctx.approvals + 1} of {ctx.needed})" if ctx.needed > 1 else ""
     return [

@@ -1,11 +1,12 @@
 """My queue: the cases the signed-in person may decide, most urgent first, with the card's
 buttons; and the decision itself, through the same function, token and checks as a Slack click.
 
-A button posts its single-use token to a confirmation page that says what this person's click
-will do (`approvals.preview`, the text Slack's modal shows: "approval 1 of 2: nothing is paid
-yet"), or why it would be refused; confirming calls `approvals.act`, which consumes the token in
-one short transaction. Its jobs (the card's update in Slack, the refund) start as a Slack click's
-do.
+A button opens a confirmation page that says what this person's click will do
+(`approvals.preview`, the text Slack's modal shows: "approval 1 of 2: nothing is paid yet"), or
+why it would be refused, and carries the single-use token of the case as that page shows it
+(`tokens.for_case`, as a Slack card's buttons); confirming calls `approvals.act`, which consumes
+the token in one short transaction. Its jobs (the card's update in Slack, the refund) start as
+after a Slack click.
 """
 
 from __future__ import annotations
@@ -17,25 +18,23 @@ from urllib.parse import quote
 from fastapi import APIRouter, Depends, Form, Request
 from fastapi.responses import JSONResponse, RedirectResponse, Response
 from sqlalchemy import func, select
-from sqlmodel import Session, col
+from sqlmodel import col
 
 from refund_desk import clock
-from refund_desk.bot.blocks.cards import CardContext, _buttons, until
+from refund_desk.bot.blocks.cards import until
 from refund_desk.bot.card_facts import _why
 from refund_desk.cases import approvals, tokens
-from refund_desk.cases.approvals import DECIDABLE, may_decide, preview_in
-from refund_desk.cases.errors import CaseError
+from refund_desk.cases.approvals import DECIDABLE, may_decide
 from refund_desk.cases.quorum import approval_count, approvals_needed
 from refund_desk.governance.versions import load_version
 from refund_desk.runtime import Runtime
 from refund_desk.storage.models import AuditRecord, Case
-from refund_desk.text import Text
 from refund_desk.web.desk.access import reader
 from refund_desk.web.desk.render import csrf_ok, keep, page
 from refund_desk.web.desk.session import Viewer
 
 router = APIRouter(include_in_schema=False)
-SHOWN = 20  # cases on the page, as in App Home
+SHOWN = 50  # cases on the page
 SCANNED = 2000  # waiting cases looked at, most urgent first, to find them
 LABELS = {
     "approve": "Approve",
@@ -53,30 +52,29 @@ def record_mark(runtime: Runtime) -> str:
 
 
 @dataclass(frozen=True)
-class Button:
-    action: str
-    label: str
-    token: str
-
-
-@dataclass(frozen=True)
 class Row:
-    """A case in the queue: what its card says, why it is this person's, and their buttons."""
+    """A case in the queue: what its card says and the card's buttons."""
 
     case: Case
     why: str | None  # why a person decides: the rule's description
-    who: Text  # "You decide as a finance approver, limit 5,000.00 USD"
+    group: str | None  # the approver group the policy named
     due: datetime | None
     due_in: str | None
     approvals: int
     needed: int
-    buttons: tuple[Button, ...]
-    refused: Text | None  # why Approve is not theirs (over their limit, say)
+
+    @property
+    def buttons(self) -> list[tuple[str, str]]:
+        step = f" ({self.approvals + 1} of {self.needed})" if self.needed > 1 else ""
+        return [
+            (action, label + (step if action == "approve" else ""))
+            for action, label in LABELS.items()
+        ]
 
 
 def my_queue_rows(runtime: Runtime, user: str, now: datetime) -> list[Row]:
-    """The cases ``user`` may decide now, soonest deadline first (no deadline last, then the
-    oldest), each with only the buttons whose click ``user`` may make."""
+    """The cases ``user`` may decide now (`approvals.may_decide`: the checks a click makes),
+    soonest deadline first (no deadline last, then the oldest)."""
     desk = runtime.desk
     with desk.db.read() as session:
         waiting = session.scalars(
@@ -90,54 +88,19 @@ def my_queue_rows(runtime: Runtime, user: str, now: datetime) -> list[Row]:
             if len(rows) >= SHOWN:
                 break
             if may_decide(session, case, user, desk.directory):
-                row = _row(session, runtime, case, user, now)
-                if row is not None:
-                    rows.append(row)
+                policy = load_version(session, case.policy_version) if case.policy_version else None
+                rows.append(
+                    Row(
+                        case=case,
+                        why=_why(case, policy),
+                        group=(case.decision or {}).get("approvers"),
+                        due=case.sla_due_at,
+                        due_in=until(case.sla_due_at, now),
+                        approvals=approval_count(session, case),
+                        needed=approvals_needed(case),
+                    )
+                )
         return rows
-
-
-def _row(session: Session, runtime: Runtime, case: Case, user: str, now: datetime) -> Row | None:
-    """The card's facts and the buttons ``user`` may press: each one asked of the checks its
-    click makes (`approvals.preview_in`), so no button here is refused when pressed."""
-    desk = runtime.desk
-    policy = load_version(session, case.policy_version) if case.policy_version else None
-    ctx = CardContext(
-        case=case,
-        email=None,
-        approvals=approval_count(session, case),
-        needed=approvals_needed(case),
-        channel_group=None,
-        now=now,
-    )
-    buttons: list[Button] = []
-    who: Text | None = None
-    refused: Text | None = None
-    for button in _buttons(ctx, desk.secret):
-        token = str(button.value)
-        try:
-            seen = preview_in(
-                session, case, tokens.verify(desk.secret, token, now=now), user, desk.directory
-            )
-        except CaseError as refusal:
-            if button.action_id == "approve":
-                refused = refusal.text
-            continue
-        who = who or seen.who
-        label = str(button.text.text) if button.text else LABELS[str(button.action_id)]
-        buttons.append(Button(str(button.action_id), label, token))
-    if not buttons or who is None:
-        return None
-    return Row(
-        case=case,
-        why=_why(case, policy),
-        who=who,
-        due=case.sla_due_at,
-        due_in=until(case.sla_due_at, now),
-        approvals=ctx.approvals,
-        needed=ctx.needed,
-        buttons=tuple(buttons),
-        refused=refused,
-    )
 
 
 @router.get("/desk")
@@ -165,26 +128,44 @@ def my_queue(request: Request, viewer: Viewer = Depends(reader)) -> Response:
 def confirm(
     request: Request,
     viewer: Viewer = Depends(reader),
-    token: str = Form(""),
+    case: str = Form(""),
+    action: str = Form(""),
+    revision: str = Form(""),
     csrf: str = Form(""),
 ) -> Response:
-    """What this person's click will do, said before it does anything (Slack's modal)."""
+    """What this person's click will do, said before it does anything (Slack's modal), with
+    the single-use token of the case as it is now: confirming consumes it."""
     if not csrf_ok(request, viewer, csrf):
         return page(request, viewer, "forbidden.html", title="Not accepted", status=403)
     runtime: Runtime = request.app.state.runtime
+    desk = runtime.desk
+    with desk.db.read() as session:
+        found = session.get(Case, case)
+        if found is None or action not in LABELS:
+            return page(
+                request,
+                viewer,
+                "record_missing.html",
+                title="No such case",
+                status=404,
+                case_id=case,
+            )
+        token = tokens.for_case(desk.secret, found, action, now=desk.now())
+        moved = str(found.revision) != revision
     try:
-        seen = approvals.preview(runtime.desk, token_value=token, user=viewer.user)
+        seen = approvals.preview(desk, token_value=token, user=viewer.user)
     except approvals.Refused as refusal:
         return _refused(request, viewer, refusal)
     return page(
         request,
         viewer,
         "confirm.html",
-        title=LABELS.get(seen.action, "Decide"),
+        title=LABELS[seen.action],
         section="queue",
         seen=seen,
         token=token,
         ceiling=seen.ceiling,
+        moved=moved,
     )
 
 
