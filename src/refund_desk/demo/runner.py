@@ -385,6 +385,7 @@ class Where:
     def addresses(self) -> str:
         return (
             f"  Slack sandbox:  {self.base}/sandbox/   (pick who you are under Acting as)\n"
+            f"  web desk:       {self.base}/desk   (sign in with the sandbox's Slack as anyone)\n"
             f"  customer form:  {self.base}/request\n"
             f"  API docs:       {self.base}/docs\n"
             f"  try, as Olivia in the sandbox:  {TRY_COMMAND}\n"

@@ -2,13 +2,12 @@
 
 `GET /sandbox/` serves a plain HTML/JS page (no build step, no network) that polls
 `/sandbox/state`. Clicks, modal submissions, slash commands and App Home visits come back to
-`/sandbox/act/*`, which turn them into the signed requests Slack would send. The case panel
-reads the app's own record (`case_view`, `verify_chain`), the same data the API serves.
+`/sandbox/act/*`, which turn them into the signed requests Slack would send. A case's record is
+the web desk's (`/desk/cases/{id}`): the page links there, one record view, not two.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
@@ -19,11 +18,9 @@ from sqlalchemy import select
 from sqlmodel import col
 
 from refund_desk import money
-from refund_desk.cases.views import case_view
 from refund_desk.demo.slack import requests as events
 from refund_desk.demo.slack.modals import submission_values
 from refund_desk.demo.slack.state import Message, SlackError
-from refund_desk.storage.audit import verify_chain
 from refund_desk.storage.models import Case, SlackMessage
 
 if TYPE_CHECKING:
@@ -128,16 +125,6 @@ def router(sandbox: SlackEmulator) -> APIRouter:
         snapshot["user"] = user
         snapshot["cases"], snapshot["shown"] = _cases(request.app.state.runtime)
         return JSONResponse(snapshot, headers={"Cache-Control": "no-store"})
-
-    @page.get("/sandbox/cases/{case_id}")
-    def case(case_id: str, request: Request) -> JSONResponse:
-        """The case with its decision trace and audit records, and `audit verify` over all."""
-        runtime: Runtime = request.app.state.runtime
-        with runtime.db.read() as session:
-            view = case_view(session, case_id, with_audit=True, vault=runtime.desk.vault)
-            result = verify_chain(runtime.settings.secret_value(), session)
-        view["audit_verify"] = asdict(result)
-        return JSONResponse(view)
 
     @page.get("/sandbox/files/{file_id}/{name}")
     async def shared_file(file_id: str, name: str) -> Response:

@@ -34,7 +34,7 @@ from refund_desk.web.desk.render import csrf_ok, keep, page
 from refund_desk.web.desk.session import Viewer
 
 router = APIRouter(include_in_schema=False)
-SHOWN = 50  # cases on the page
+SHOWN = 20  # cases on the page, as in App Home
 SCANNED = 2000  # waiting cases looked at, most urgent first, to find them
 LABELS = {
     "approve": "Approve",

@@ -4,7 +4,7 @@
 "use strict";
 
 const $ = (id) => document.getElementById(id);
-const view = { user: localStorage.getItem("sandbox-user") || "", place: "C0REFUNDS", caseId: null };
+const view = { user: localStorage.getItem("sandbox-user") || "", place: "C0REFUNDS" };
 let state = null;
 const drawn = {};
 
@@ -176,7 +176,7 @@ function inline(text) {
 // A case id in a message (a backtest's examples) opens that case, as the link under a card does.
 function caseCode(text) {
   if (!/^case_[0-9a-f]{8,}$/.test(text)) return el("code", {}, text);
-  return el("a", { href: "#", class: "case-ref", onclick: (e) => { e.preventDefault(); openCase(text); } }, el("code", {}, text));
+  return el("a", { href: deskLink(text), class: "case-ref", target: "_blank", rel: "noopener" }, el("code", {}, text));
 }
 
 function lines(text) {
@@ -323,7 +323,7 @@ function messageNode(m, extraClass) {
     el("div", {}, el("span", { class: "who" }, "Refund Desk"), el("span", { class: "when" }, when(new Date(Number(m.ts.split(".")[0]) * 1000), "{time}")),
       m.edited ? el("span", { class: "edited" }, " (edited)") : ""),
     body,
-    caseId ? el("div", { class: "case-link" }, el("a", { href: "#", onclick: (e) => { e.preventDefault(); openCase(caseId); } }, "Case " + caseId + " · decision trace and audit")) : "");
+    caseId ? el("div", { class: "case-link" }, el("a", { href: deskLink(caseId), target: "_blank", rel: "noopener" }, "Case " + caseId + " · its record on the desk")) : "");
 }
 
 // A shared file opens from the message, as in Slack (a backtest's CSV).
@@ -384,73 +384,15 @@ function drawPicker() {
 
 function drawCases() {
   $("cases").replaceChildren(...state.cases.map((c) =>
-    el("button", { class: "case-row" + (c.id === view.caseId ? " selected" : ""), type: "button", "data-testid": "case-row", "data-case": c.id, onclick: () => openCase(c.id) },
+    el("a", { class: "case-row", href: deskLink(c.id), target: "_blank", rel: "noopener", "data-testid": "case-row", "data-case": c.id },
       el("span", {}, c.amount),
       el("span", {}, el("span", { class: "chip " + c.status }, c.status.replace("_", " ")), " ", c.rule ? c.rule : "default", c.tier ? " · tier " + c.tier : ""),
       el("span", { class: "muted" }, c.requested_by ? "by " + userName(c.requested_by) : c.source))));
 }
 
-// ------------------------------------------------------------------ the case panel
-
-async function openCase(caseId) {
-  view.caseId = caseId;
-  drawCases();
-  await drawCase();
-}
-
-async function drawCase() {
-  const panel = $("case-panel");
-  if (!view.caseId) { panel.hidden = true; return; }
-  const response = await fetch("/sandbox/cases/" + encodeURIComponent(view.caseId));
-  if (!response.ok) { panel.hidden = false; panel.replaceChildren(el("p", {}, "Could not load the case.")); return; }
-  const c = await response.json();
-  const d = c.decision || {};
-  const verify = c.audit_verify;
-  const actor = (r) => {
-    if (r.actor_kind === "human") return userName(r.actor_id) + " (person)";
-    return r.actor_id ? r.actor_id + " (" + r.actor_kind + ")" : r.actor_kind;
-  };
-  panel.hidden = false;
-  panel.replaceChildren(
-    el("h3", {}, "Case ", el("code", {}, c.id), " ", el("span", { class: "chip " + c.status, "data-testid": "case-status" }, c.status)),
-    el("div", {}, c.amount + " " + c.currency + " · payment ", el("code", {}, c.payment), " · from " + c.source),
-    el("h4", {}, "Decision"),
-    el("div", {}, "Outcome ", el("b", {}, d.outcome || "-"), " by rule ", el("code", {}, d.rule || "-"), " · tier " + (d.tier || "-") + " · policy v" + (d.policy_version || "-"),
-      d.approvers ? " · approvers " + d.approvers : ""),
-    d.reason ? el("div", { class: "muted" }, d.reason) : "",
-    el("table", { "data-testid": "trace" }, el("tr", {}, el("th", {}, "rule"), el("th", {}, "matched")),
-      (d.trace || []).map((t) => el("tr", {}, el("td", {}, el("code", {}, t.rule)), el("td", {}, t.error ? "error: " + t.error : t.result ? "yes" : "no")))),
-    el("h4", {}, "Refunds at the processor"),
-    c.refunds.length ? el("ul", { "data-testid": "refunds" }, c.refunds.map((r) => el("li", {}, el("code", {}, r.id), " " + r.amount + " " + c.currency + " · " + r.status))) : el("p", { class: "muted" }, "None."),
-    el("h4", {}, "Audit records"),
-    el("div", { class: "verify " + (verify.ok ? "ok" : "bad"), "data-testid": "audit-verify" },
-      verify.ok ? "audit verify: ok, " + verify.count + " records, head " + verify.head_hash.slice(0, 16) + "…"
-        : "audit verify: broken at record " + verify.first_bad_seq + ": " + verify.problem),
-    el("table", { "data-testid": "audit" },
-      el("tr", {}, el("th", {}, "#"), el("th", {}, "action"), el("th", {}, "actor"), el("th", {}, "details")),
-      c.audit.map((r) => el("tr", {}, el("td", {}, r.seq), el("td", {}, r.action, el("div", { class: "muted" }, when(new Date(r.at)))), el("td", {}, actor(r)),
-        el("td", { class: "payload" }, ledger(r.payload || {}, c.currency))))));
-}
-
-// Money in the record is stored in minor units; a ledger shows it in major units beside them.
-const MONEY_KEYS = new Set(["amount", "from", "to", "captured", "refundable", "refunded", "requested_amount"]);
-const EXPONENT = { JPY: 0, KRW: 0, VND: 0, CLP: 0, ISK: 0, UGX: 0, XAF: 0, XOF: 0, BHD: 3, JOD: 3, KWD: 3, OMR: 3, TND: 3 };
-
-function major(minor, currency) {
-  const exp = EXPONENT[currency] ?? 2;
-  const sign = minor < 0 ? "-" : "";
-  const digits = String(Math.abs(minor)).padStart(exp + 1, "0");
-  const whole = exp ? digits.slice(0, -exp) + "." + digits.slice(-exp) : digits;
-  return sign + whole + " " + currency;
-}
-
-function ledger(payload, currency) {
-  const shown = {};
-  for (const [key, value] of Object.entries(payload)) {
-    shown[key] = MONEY_KEYS.has(key) && Number.isInteger(value)
-      ? major(value, payload.currency || currency) + " (" + value + ")" : value;
-  }
-  return JSON.stringify(shown);
+// A case's record is the desk's: one record view, signed in with (this sandbox's) Slack.
+function deskLink(caseId) {
+  return "/desk/cases/" + encodeURIComponent(caseId);
 }
 
 // ------------------------------------------------------------------ talking to the server
@@ -497,9 +439,8 @@ async function refresh() {
   if (changed("sidebar", [state.channels, view.place])) drawSidebar();
   if (changed("channel", [view.place, state.user, state.messages, state.ephemerals, state.home, state.shown])) drawChannel();
   if (changed("modal", state.modal)) drawModal(state.modal);
-  if (changed("cases", [state.cases, view.caseId])) {
+  if (changed("cases", [state.cases])) {
     drawCases();
-    if (view.caseId) drawCase();
   }
 }
 
