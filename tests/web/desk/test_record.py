@@ -16,7 +16,6 @@ from refund_desk.customers.erasure import erase_customer
 from refund_desk.demo.slack import SlackEmulator
 from refund_desk.storage.audit import Actor
 from refund_desk.storage.models import Case, Execution
-from refund_desk.web.desk import record
 from refund_desk.web.desk.record import render_record
 from tests.bot.conftest import slack, slack_desk  # noqa: F401 - fixtures for the card's link
 from tests.bot.helpers import review_case
@@ -179,7 +178,6 @@ def test_a_case_with_50_audit_records_checks_its_own_records(
             approvals.act(runtime, token_value=token, user=SUPPORT)
     count = len(desk.get(case_id)["audit"])
     assert count == 50
-    monkeypatch.setattr(record, "FULL_CHECK_UP_TO", 10)  # a long chain: the case's records
     page = _page(desk, LEAD, case_id)
     assert page.count("<details>") == 50 and f"The audit record ({count})" in page
     assert "Chain check passed" in page and f"this case's {count} records" in page
@@ -220,3 +218,17 @@ def test_the_card_links_to_the_record_and_the_record_to_the_thread(
     assert "Farah Nasser denied the refund under v1, rule large, tier 3" in _page(
         desk, LEAD, case_id
     )
+
+
+def test_the_whole_chain_is_checked_when_a_reader_asks(desk: Harness) -> None:
+    desk.post(desk.request(desk.payment("900.00"), "600.00"))
+    page = browser(desk, LEAD).get("/desk/audit/verify")
+    assert page.status_code == 200 and "The chain holds" in page.text
+    with desk.runtime.db.engine.begin() as conn:  # an edit in the database, past the triggers
+        if desk.runtime.db.is_sqlite:
+            conn.exec_driver_sql("DROP TRIGGER IF EXISTS audit_records_no_update")
+        else:
+            conn.exec_driver_sql("ALTER TABLE audit_records DISABLE TRIGGER USER")
+        conn.exec_driver_sql("UPDATE audit_records SET actor_id = 'someone' WHERE seq = 2")
+    broken = browser(desk, LEAD).get("/desk/audit/verify")
+    assert "The chain is broken at record 2" in broken.text

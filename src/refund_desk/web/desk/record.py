@@ -8,9 +8,9 @@ findings, customer messages, the SLA clock and the audit records, each written a
 (`sentences.py`) with its raw record a click away.
 
 The chain is checked as far as is cheap for one request: every record of the case is
-recomputed with the chain's key and linked to its neighbours in the chain; the whole chain
-too while it is short (`FULL_CHECK_UP_TO`). The page says which it did. `render_record` gives
-the page's HTML for a case id without a request (the bench calls it).
+recomputed with the chain's key and linked to its neighbours in the chain. The whole chain is
+checked on `/desk/audit/verify`, as `refund-desk audit verify` does, when a reader asks.
+`render_record` gives the page's HTML for a case id without a request (the bench calls it).
 """
 
 from __future__ import annotations
@@ -56,7 +56,6 @@ from refund_desk.web.desk.session import Viewer
 
 router = APIRouter(include_in_schema=False)
 
-FULL_CHECK_UP_TO = 5000  # records: the whole chain is recomputed on the page up to this length
 NAME_LOOKUPS_PER_PAGE = 8  # Slack `users.info` calls one page may make (the rest: cached or ids)
 
 
@@ -332,13 +331,11 @@ def _evidence(runtime: Runtime, case: Case, items: list[dict[str, Any]]) -> list
 
 def check_chain(secret: str, session: Session, records: list[AuditRecord]) -> ChainCheck:
     """The case's records recomputed with the chain's key and linked to their neighbours
-    (the record before each, and the one after, links to it); the whole chain as
-    `refund-desk audit verify` does while it holds at most `FULL_CHECK_UP_TO` records."""
+    (the record before each, and the one after, links to it). The whole chain, as `refund-desk
+    audit verify` checks it, is a page of its own (`/desk/audit/verify`): its cost grows with
+    every case the desk ever had."""
     head = session.get(AuditHead, 1)
     length = head.seq if head is not None else 0
-    if length <= FULL_CHECK_UP_TO:
-        result = verify_chain(secret, session)
-        return ChainCheck("full", result.ok, result.count, length, result.problem)
     wanted = {r.seq - 1 for r in records} | {r.seq + 1 for r in records}
     wanted -= {r.seq for r in records}
     neighbours = {
@@ -486,3 +483,12 @@ def render_record(runtime: Runtime, case_id: str, viewer: Viewer | None = None) 
         **_context(runtime, record, names),
     )
     return bytes(response.body).decode()
+
+
+@router.get("/desk/audit/verify")
+def verify_whole_chain(request: Request, viewer: Viewer = Depends(reader)) -> Response:
+    """Every audit record recomputed in order with the chain's key: `refund-desk audit verify`."""
+    runtime: Runtime = request.app.state.runtime
+    with runtime.db.read() as session:
+        result = verify_chain(runtime.settings.secret_value(), session)
+    return page(request, viewer, "audit_verify.html", title="The audit chain", result=result)
