@@ -1,4 +1,5 @@
-"""The Slack emulator: one workspace, its Web API, `response_url`s and signed requests to the app.
+"""The Slack emulator: one workspace, its Web API, `response_url`s and signed requests to the app,
+and Sign in with Slack (OpenID Connect, `oidc.py`) for the desk on the web.
 
 The demo mounts its routers into the app (`router()`); tests serve its Web API alone on loopback
 (`start()`) and read what the app did with the query helpers. `rate_limits["chat.postMessage"]
@@ -19,6 +20,7 @@ from typing import Any
 from fastapi import APIRouter, FastAPI
 
 from refund_desk.bot.doctor import REQUIRED_SCOPES
+from refund_desk.demo.slack.oidc import OpenIdProvider
 from refund_desk.demo.slack.state import Channel, Message, User, Workspace
 from refund_desk.demo.slack.web_api import ResponseUrl
 
@@ -44,6 +46,8 @@ class SlackEmulator:
     retry_after: int = 1
     scopes: list[str] = field(default_factory=lambda: list(GRANTED_SCOPES))
     base_url: str | None = None  # set by start(): the root of the emulator served alone
+    # The app registered for Sign in with Slack: client id and secret, its redirect URLs.
+    oidc: OpenIdProvider = field(default_factory=OpenIdProvider)
     _server: Any = None
     _thread: threading.Thread | None = None
 
@@ -70,21 +74,24 @@ class SlackEmulator:
     # ------------------------------------------------------------ serving
 
     def router(self) -> APIRouter:
-        """The Web API and the demo's page, mounted into the demo's app."""
-        from refund_desk.demo.slack import page, web_api
+        """The Web API, Sign in with Slack and the demo's page, mounted into the demo's app."""
+        from refund_desk.demo.slack import oidc, page, web_api
 
         combined = APIRouter()
+        combined.include_router(oidc.router(self))  # before the Web API's /api/{method}
         combined.include_router(web_api.router(self))
         combined.include_router(page.router(self))
         return combined
 
     def start(self) -> str:
-        """Serve the Web API alone on loopback; returns its URL for `SLACK_API_URL`."""
+        """Serve the Web API (and Sign in with Slack: `issuer`) alone on loopback; returns its
+        URL for `SLACK_API_URL`."""
         import uvicorn
 
-        from refund_desk.demo.slack import web_api
+        from refund_desk.demo.slack import oidc, web_api
 
         app = FastAPI()
+        app.include_router(oidc.router(self))
         app.include_router(web_api.router(self))
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -122,6 +129,12 @@ class SlackEmulator:
     def api_url(self) -> str:
         assert self.base_url is not None, "start() the emulator first"
         return f"{self.base_url}sandbox/slack/api/"
+
+    @property
+    def issuer(self) -> str:
+        """Where Sign in with Slack lives when served alone (the desk's `SLACK_OIDC_ISSUER`)."""
+        assert self.base_url is not None, "start() the emulator first"
+        return f"{self.base_url}sandbox/slack"
 
     def response_url(
         self, base: str, user: str, channel: str, message_ts: str | None = None
