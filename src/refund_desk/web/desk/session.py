@@ -3,7 +3,11 @@
 The cookie holds the Slack user id, their name, when they signed in and when they were last
 seen, HMAC-signed with a key derived from the deployment secret: any replica reads it, and an
 edited one fails the signature. It is HttpOnly, SameSite=Lax, Secure when the desk's public
-address is HTTPS; it lapses after `IDLE` without a request and `LONGEST` after sign-in.
+address is HTTPS; it lapses after `IDLE` without the person's own request (a page's script
+asking in the background, `Sec-Fetch-Mode` other than `navigate`, does not count, so an open tab
+does not keep an absent person signed in) and `LONGEST` after sign-in, when the browser drops it
+too. It is stateless: sign-out removes it from this browser; a copy taken before lapses by the
+same clocks.
 
 The person's roles are read from the active policy on every request (`people.roles`, the one
 answer every surface uses), never stored in the cookie: a person the policy drops loses the
@@ -62,7 +66,7 @@ def start(response: Response, request: Request, secret: str, user: str, name: st
 
 
 def end(response: Response, request: Request) -> None:
-    response.delete_cookie(COOKIE, path="/", secure=_secure(request), httponly=True, samesite="lax")
+    response.delete_cookie(COOKIE, path="/", secure=secure(request), httponly=True, samesite="lax")
 
 
 def read(request: Request, secret: str) -> Session | None:
@@ -72,7 +76,7 @@ def read(request: Request, secret: str) -> Session | None:
     if not body or not signature or not same(_sign(secret, body), signature):
         return None
     try:
-        data = json.loads(base64.urlsafe_b64decode(body.encode()))
+        data = json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
         found = Session(str(data["u"]), str(data["n"]), int(data["i"]), int(data["s"]))
     except (ValueError, KeyError, TypeError):
         return None
@@ -85,10 +89,17 @@ def read(request: Request, secret: str) -> Session | None:
 
 
 def refresh(response: Response, request: Request, secret: str, found: Session) -> None:
-    """Keep an active session alive: the idle clock starts again from this request."""
+    """Keep an active session alive: the idle clock starts again from this request, when it is
+    the person's own (a page opened, a form sent), not a script's fetch in the background."""
     now = int(clock.now().timestamp())
-    if now - found.seen >= _REFRESH_AFTER:
+    if now - found.seen >= _REFRESH_AFTER and _by_the_person(request):
         _write(response, request, secret, Session(found.user, found.name, found.signed_in, now))
+
+
+def _by_the_person(request: Request) -> bool:
+    """A navigation (or a client that does not say: not a browser's fetch)."""
+    mode = request.headers.get("sec-fetch-mode")
+    return mode is None or mode == "navigate"
 
 
 def viewer(runtime: Runtime, found: Session) -> Viewer:
@@ -108,19 +119,23 @@ def viewer(runtime: Runtime, found: Session) -> Viewer:
 
 def _write(response: Response, request: Request, secret: str, found: Session) -> None:
     data = {"u": found.user, "n": found.name, "i": found.signed_in, "s": found.seen}
-    body = base64.urlsafe_b64encode(json.dumps(data, separators=(",", ":")).encode()).decode()
+    raw = json.dumps(data, separators=(",", ":")).encode()
+    # Without base64's padding: a cookie value with `=` would be sent quoted.
+    body = base64.urlsafe_b64encode(raw).decode().rstrip("=")
+    left = found.signed_in + int(LONGEST.total_seconds()) - int(clock.now().timestamp())
     response.set_cookie(
         COOKIE,
         f"{body}.{_sign(secret, body)}",
-        max_age=int(LONGEST.total_seconds()),
+        max_age=max(left, 0),  # the browser forgets it when the session may last no longer
         httponly=True,
         samesite="lax",
-        secure=_secure(request),
+        secure=secure(request),
         path="/",
     )
 
 
-def _secure(request: Request) -> bool:
+def secure(request: Request) -> bool:
+    """Cookies of the desk are Secure when its public address (or this request) is HTTPS."""
     runtime: Runtime = request.app.state.runtime
     return runtime.settings.public_url.startswith("https://") or request.url.scheme == "https"
 
