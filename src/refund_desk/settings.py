@@ -41,6 +41,14 @@ class Settings(BaseSettings):
     slack_signing_secret: SecretStr | None = _env("SLACK_SIGNING_SECRET")
     slack_app_token: SecretStr | None = _env("SLACK_APP_TOKEN")
     slack_api_url: str = _env("SLACK_API_URL", "https://slack.com/api/")
+    # Sign in with Slack for the desk on the web (OpenID Connect): the app's client id and
+    # secret (its Basic Information page), where Slack's OpenID Connect lives (its issuer; the
+    # demo points it at its emulator), and the workspace whose people may sign in (an ID token
+    # of another team is refused; unset: any team the app is installed in).
+    slack_client_id: str | None = _env("SLACK_CLIENT_ID")
+    slack_client_secret: SecretStr | None = _env("SLACK_CLIENT_SECRET")
+    slack_oidc_issuer: str = _env("SLACK_OIDC_ISSUER", "https://slack.com")
+    slack_team_id: str | None = _env("SLACK_TEAM_ID")
     channel: str | None = _env("REFUND_DESK_CHANNEL")
     sweep_seconds: float = _env("REFUND_DESK_SWEEP_SECONDS", 30.0, gt=0)
     # Threads per replica running the jobs its requests create (default: 1 on SQLite, 2 else).
