@@ -37,7 +37,7 @@ from refund_desk import clock
 from refund_desk.cases import listing
 from refund_desk.cases.errors import CaseError
 from refund_desk.cases.intake import RefundRequest, submit
-from refund_desk.cases.people import may_read
+from refund_desk.cases.people import may_read, reads_only
 from refund_desk.cases.views import case_view
 from refund_desk.governance.drafts import parse_ref, source_of
 from refund_desk.governance.versions import control, evaluate, load_version
@@ -107,7 +107,8 @@ def operator(runtime: Runtime, user: str) -> Caller:
         version = control(session).active_version
         doc = load_version(session, version).doc if version else None
     member = doc is not None and may_read(doc, user, None)
-    return Caller(Actor("human", user), reads_personal=member, may_propose=member)
+    proposes = member and doc is not None and not reads_only(doc, user, None)  # a viewer reads
+    return Caller(Actor("human", user), reads_personal=member, may_propose=proposes)
 
 
 def key_caller(name: str, scope: str) -> Caller:

@@ -74,7 +74,7 @@ def test_leads_and_readers_come_from_their_groups(desk: SlackHarness) -> None:
     assert "acme-refunds v1" in desk.slash("U0OPS1", "/refund-policy", "show").text  # operator
     assert "acme-refunds v1" in desk.slash("U0FIN1", "/refund-policy", "show").text  # approver
     refused = desk.slash("U0STRANGER", "/refund-policy", "show").text
-    assert "Only the policy's leads, approvers, managers and operators" in refused
+    assert "Only the policy's leads, approvers, managers, operators and viewers" in refused
     assert "damaged-small" not in refused
     assert "acme-refunds" not in desk.slash("U0STRANGER", "/refund-policy", "history").text
     assert "show [vN]" in desk.slash("U0STRANGER", "/refund-policy", "help").text

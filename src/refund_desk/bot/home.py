@@ -155,7 +155,7 @@ def _queued(
 
 NOT_A_READER = (
     "Decisions and the rules that fired are shown to the policy's leads, approvers, "
-    "managers and operators."
+    "managers, operators and viewers."
 )
 
 

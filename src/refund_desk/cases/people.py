@@ -49,8 +49,9 @@ def is_lead(doc: PolicyDocument, user: str, directory: Directory | None) -> bool
 
 def roles(doc: PolicyDocument, user: str, directory: Directory | None) -> list[str]:
     """What ``user`` is under the policy, in words ("lead", "finance approver", "manager",
-    "operator"): the one answer for the words a surface shows beside a person and for what
-    they may read (`may_read`). Empty: the policy names them nowhere."""
+    "operator", "viewer"): the one answer for the words a surface shows beside a person and for
+    what they may read (`may_read`). Empty: the policy names them nowhere. A viewer reads
+    everything and decides nothing: no approver group, manager or lead list names them."""
     found = ["lead"] if is_lead(doc, user, directory) else []
     found += [
         f"{name} approver"
@@ -61,10 +62,19 @@ def roles(doc: PolicyDocument, user: str, directory: Directory | None) -> list[s
         found.append("manager")
     if is_one_of(doc.operators, user, directory):
         found.append("operator")
+    if is_one_of(doc.viewers, user, directory):
+        found.append("viewer")
     return found
+
+
+def reads_only(doc: PolicyDocument, user: str, directory: Directory | None) -> bool:
+    """Whether the policy makes ``user`` a viewer and nothing else: they read, never act (no
+    decision, no proposal for an assistant)."""
+    return roles(doc, user, directory) == ["viewer"]
 
 
 def may_read(doc: PolicyDocument, user: str, directory: Directory | None) -> bool:
     """Case details, the policy text, counterfactuals and history are for the leads, the
-    approvers, the managers and the policy's operators: whoever has a role (`roles`)."""
+    approvers, the managers and the policy's operators and viewers: whoever has a role
+    (`roles`)."""
     return bool(roles(doc, user, directory))

@@ -6,13 +6,15 @@ group, limit), the managers, the ``rates`` that turn another currency into the p
 ``leads`` who change the policy, the ``operators`` who read it, the breaker and the review
 sample. A change is *permissive* when it lets someone new act, raises a limit, makes an
 amount in another currency look smaller (a lower rate, or a rate where there was none), or
-loosens a brake. Narrowing changes are listed too, as not permissive.
+loosens a brake. Narrowing changes are listed too, as not permissive. The ``viewers`` read
+and decide nothing: a change of them is listed, never permissive (it widens who may read, not
+who may pay).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal
 
 from refund_desk.policy.schema import People, PolicyDocument
@@ -36,6 +38,7 @@ def changed_settings(old: PolicyDocument, new: PolicyDocument) -> list[Setting]:
     out += _approver_groups(old, new)
     out += _managers(old, new)
     out += _people("operators", old.operators, new.operators)
+    out += _reading_only("viewers", old.viewers, new.viewers)
     out += _names("leads", old.leads, new.leads)
     out += _rates(old, new)
     out += _brakes(old, new)
@@ -67,6 +70,11 @@ def _people(name: str, old: People | None, new: People | None) -> list[Setting]:
     """Members and user group of a named set of people (absent: nobody)."""
     members = _names(f"{name}.members", old.members if old else (), new.members if new else ())
     return members + _names(f"{name}.usergroup", _usergroup(old), _usergroup(new))
+
+
+def _reading_only(name: str, old: People | None, new: People | None) -> list[Setting]:
+    """People who read and decide nothing: shown, never a loosening of who may pay."""
+    return [replace(s, permissive=False) for s in _people(name, old, new)]
 
 
 def _usergroup(people: People | None) -> list[str]:

@@ -8,7 +8,8 @@ concrete witness context that is evaluated with the real engine before it is rep
 
 Regions come most important first (``KINDS``). Settings outside the rules that say who may
 act and against which limits (approver groups, managers, ``rates``, ``leads``, ``operators``,
-breaker, review sample) are compared by ``authority.py``. ``ProofReport.more_permissive`` is
+breaker, review sample) are compared by ``authority.py``; ``viewers`` decide nothing, so a change
+of them is listed and never looser. ``ProofReport.more_permissive`` is
 true when any region or setting loosens, or when the analysis could not finish.
 
 An expression outside the translated subset does not make the answer "no differences":

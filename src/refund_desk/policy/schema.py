@@ -242,6 +242,9 @@ class PolicyDocument(_Strict):
     # Who may read case details, the policy, counterfactuals and history besides the leads,
     # approvers and managers (support agents who file cases).
     operators: People | None = None
+    # Who reads everything and decides nothing (finance, auditors): the desk, case details,
+    # the policy and history, never a decision, a filing or a change of the policy.
+    viewers: People | None = None
     channels: dict[str, ChannelId] = Field(default_factory=dict)
     sla: dict[Annotated[int, Field(ge=1, le=4)], Annotated[str, AfterValidator(_duration)]] = Field(
         default_factory=dict
@@ -296,8 +299,9 @@ def group_members(doc: PolicyDocument, group: str) -> tuple[str, ...]:
 
 
 def usergroups(doc: PolicyDocument) -> set[str]:
-    """Every Slack user group the policy names (approver groups, managers, leads, operators)."""
-    people = [*doc.approvers.values(), doc.managers, doc.operators]
+    """Every Slack user group the policy names (approver groups, managers, leads, operators,
+    viewers)."""
+    people = [*doc.approvers.values(), doc.managers, doc.operators, doc.viewers]
     named = {p.usergroup for p in people if p is not None and p.usergroup}
     return named | {lead for lead in doc.leads if lead.startswith("S")}
 
@@ -552,10 +556,13 @@ def parse_policy(text: str) -> PolicyDocument:
 def policy_hash(text_or_doc: str | PolicyDocument) -> str:
     """sha256 hex of the canonical JSON of the parsed document: formatting does not count.
 
-    A rule without a ``description`` hashes as it did before descriptions existed, so the
-    texts published then keep their hashes (and their backtests)."""
+    A rule without a ``description`` hashes as it did before descriptions existed, and a
+    policy without ``viewers`` as before viewers existed, so the texts published then keep
+    their hashes (and their backtests)."""
     doc = parse_policy(text_or_doc) if isinstance(text_or_doc, str) else text_or_doc
     data = doc.model_dump(mode="json")
+    if data.get("viewers") is None:
+        data.pop("viewers", None)
     for decides in [*data["rules"], data["default"]]:
         if decides.get("description") is None:
             decides.pop("description", None)

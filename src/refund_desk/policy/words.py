@@ -144,7 +144,7 @@ def details(rule: Rule) -> Text:
 
 def policy_words(doc: PolicyDocument) -> Text:
     """The policy as a lead reads it: each rule in order with what it does and its details
-    line, the default, who approves how much, the leads, operators and channels."""
+    line, the default, who approves how much, the leads, operators, viewers and channels."""
     rules = [
         lines(
             text(f"{n}. ", rule_title(r, quoted=False), ": ", decides(doc, r), "."),
@@ -172,6 +172,8 @@ def policy_words(doc: PolicyDocument) -> Text:
     out.append(text("Leads (change the policy): ", people(doc.leads), "."))
     if doc.operators is not None:
         out.append(text("Operators (read cases): ", everyone(doc.operators), "."))
+    if doc.viewers is not None:
+        out.append(text("Viewers (read everything, decide nothing): ", everyone(doc.viewers), "."))
     if doc.channels:
         shown = [text(f"{use} ", named(where)) for use, where in doc.channels.items()]
         out.append(text("Channels: ", join(", ", shown), "."))
@@ -409,7 +411,7 @@ def setting_name(path: str) -> str:
         who = group_name(parts[1])
         tail = {"members": f"{who} approvers", "usergroup": f"{who}'s user group"}
         return tail.get(parts[-1], f"{who}'s {parts[-1]}") if len(parts) > 2 else f"group {who}"
-    if parts[0] in ("managers", "operators") and len(parts) == 2:
+    if parts[0] in ("managers", "operators", "viewers") and len(parts) == 2:
         tail = {"members": parts[0], "usergroup": f"{parts[0]}' user group"}
         return tail.get(parts[1], f"{parts[0]}' {parts[1]}")
     if parts[0] == "rates" and len(parts) == 2:

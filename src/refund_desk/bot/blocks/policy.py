@@ -29,7 +29,7 @@ DRAFT_MODAL = "policy_draft_modal"
 REVIEW_RIGHT, REVIEW_WRONG = "policy_review_right", "policy_review_wrong"
 MAX_TEXT_INPUT = 3000
 
-HELP = """*`/refund-policy`* — the policy's leads, approvers, managers and operators may read; only
+HELP = """*`/refund-policy`* — everyone the policy names may read; only
 its leads may change anything.
 *Read*
 • `show [vN]` the policy in words (a draft: `show d3`; the YAML: `show v2 yaml`) · `history`

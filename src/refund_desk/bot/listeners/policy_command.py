@@ -1,6 +1,6 @@
-"""`/refund-policy`: the policy's leads, approvers, managers and operators may read it (`help`
-answers everyone); its leads draft, test, backtest, shadow-run, publish, roll back, set the mode
-and pull the kill switch.
+"""`/refund-policy`: everyone the policy names (leads, approvers, managers, operators, viewers)
+may read it (`help` answers everyone); its leads draft, test, backtest, shadow-run, publish,
+roll back, set the mode and pull the kill switch.
 
 A listener does one short transaction (off the event loop) and acknowledges with an
 ephemeral answer; each change commits with its audit record and its message to the policy
@@ -105,12 +105,13 @@ class PolicyCommands:
 
     def _require_reader(self, session: Session, user: str) -> None:
         """Case details, the policy, counterfactuals and history are for the leads, approvers,
-        managers and the policy's operators; others get a short refusal."""
+        managers and the policy's operators and viewers; others get a short refusal."""
         doc = active_doc(session)  # nothing published: nothing to keep from anyone
         if doc is not None and not may_read(doc, user, self.desk.directory):
             raise Forbidden(
                 "not_a_reader",
-                "Only the policy's leads, approvers, managers and operators may read this.",
+                "Only the policy's leads, approvers, managers, operators and viewers may read "
+                "this.",
             )
 
     def help(self, session: Session, rest: list[str]) -> str:

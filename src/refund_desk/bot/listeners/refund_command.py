@@ -200,8 +200,8 @@ def find_cases(desk: Desk, user: str, text: str) -> str:
         doc = active_doc(session)
         if doc is None or not may_read(doc, user, desk.directory):
             return (
-                ":no_entry: Only the policy's leads, approvers, managers and operators may "
-                "look up cases."
+                ":no_entry: Only the policy's leads, approvers, managers, operators and viewers "
+                "may look up cases."
             )
         conditions = [col(c) == needle for c in (Case.id, Case.payment_id, Case.external_id)]
         if "@" in needle:
