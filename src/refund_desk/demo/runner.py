@@ -43,6 +43,7 @@ from refund_desk.cases.people import roles
 from refund_desk.customers.intake import channel_key
 from refund_desk.demo.paypal import PayPalEmulator, PayPalEmulatorServer
 from refund_desk.demo.slack import Channel, SlackEmulator, User
+from refund_desk.demo.slack.oidc import TEAM_ID
 from refund_desk.governance.versions import control, publish
 from refund_desk.jobs.queue import ClaimedJob, enqueue
 from refund_desk.policy import PolicyDocument, parse_policy
@@ -61,6 +62,7 @@ NAMES = {
     "U0FIN1": "Farah Nasser",
     "U0FIN2": "Felix Braun",
     "U0MGR1": "Maya Chen",
+    "U0AUD1": "Ada Brooks",
 }
 CHANNEL_NAMES = {"approvals": "refunds", "finance": "finance-approvals", "policy": "refund-policy"}
 # A payment of the sample store nobody has asked about: the pair to try `/refund` (and the
@@ -136,6 +138,7 @@ def users_from(doc: PolicyDocument) -> list[User]:
         *(doc.leads or []),
         *(doc.managers.members if doc.managers else []),
         *(doc.operators.members if doc.operators else []),
+        *(doc.viewers.members if doc.viewers else []),
     ]
     return [
         User(uid, NAMES.get(uid, uid), ", ".join(roles(doc, uid, None)) or "no role in the policy")
@@ -171,7 +174,13 @@ def demo_settings(
         PAYPAL_CLIENT_SECRET=paypal.emulator.client_secret,
         PAYPAL_API_BASE=paypal.url,
         PAYPAL_WEBHOOK_ID=paypal.emulator.webhook_id,
+        # Sign in with Slack at /desk, through the emulator's consent page.
+        SLACK_CLIENT_ID=sandbox.oidc.client_id,
+        SLACK_CLIENT_SECRET=sandbox.oidc.client_secret,
+        SLACK_OIDC_ISSUER=f"{base}/sandbox/slack",
+        SLACK_TEAM_ID=TEAM_ID,
     )
+    sandbox.oidc.redirect_urls.append(f"{base}/desk/sign-in/callback")  # as manifest.yml does
     return settle_secret(settings)
 
 
