@@ -144,23 +144,12 @@ def test_approve_in_the_browser_refunds_once_and_the_requester_is_refused(
     assert "Filed by @Lee Park" in decided and "by @Lina Haddad" in decided, decided
     assert "Not sent to the customer" in decided and "Customer told" not in decided
 
-    # The case panel: the decision trace, the approval with who acted, and `audit verify`.
+    # The link under the card opens the case's record on the web desk (one record view; the
+    # desk's browser test reads it there).
     case_id = card(page, "75.00 USD").get_attribute("data-case")
     assert case_id
-    card(page, "75.00 USD").get_by_role("link", name=f"Case {case_id}").click()
-    panel = page.locator("#case-panel")
-    panel.locator("[data-testid=case-status]", has_text="refunded").wait_for()
-    approved = panel.locator("[data-testid=audit] tr", has_text="case.approved")
-    assert "Lina Haddad (person)" in approved.inner_text()
-    assert "75.00 USD (7500)" in approved.inner_text(), "money as a ledger shows it"
-    refused = panel.locator("[data-testid=audit] tr", has_text="approval.refused")
-    assert "Lee Park (person)" in refused.inner_text()
-    assert "own_request" in refused.inner_text()
-    assert panel.locator("[data-testid=trace] tr").count() > 1
-    assert panel.locator("[data-testid=refunds] li").count() == 1
-    assert "audit verify: ok" in panel.locator("[data-testid=audit-verify]").inner_text()
-    approved.scroll_into_view_if_needed()
-    page.screenshot(path=str(shots(tmp_path) / "demo-audit.png"))
+    link = card(page, "75.00 USD").get_by_role("link", name=f"Case {case_id}")
+    assert link.get_attribute("href") == f"/desk/cases/{case_id}"
 
     # Exactly once at the processor, read by the CLI from the demo's own database.
     payment = demo.case(case_id)["payment"]
@@ -265,11 +254,6 @@ def test_the_page_reads_as_slack_shows_it_to_each_person(demo: Demo, page, tmp_p
     found = page.locator("[data-testid=ephemeral]", has_text="customer1@example.com")
     found.wait_for()
     assert "Cases matching" in found.inner_text() and "Only the policy" not in found.inner_text()
-    # A case's record writes its times the same way.
-    page.locator("[data-testid=case-row]").first.click()
-    page.locator("[data-testid=audit] time").first.wait_for()
-    audit = page.locator("[data-testid=audit] time").all_inner_texts()
-    assert all(SLACK_TIME.fullmatch(t) for t in audit), audit
 
 
 def test_the_sample_stream_ends_every_way_and_memory_stays_small(
@@ -338,8 +322,7 @@ def test_a_lead_reads_the_policy_in_words_and_opens_a_backtests_cases_and_csv(
 
     # An example opens its case; the CSV opens where the chat runs.
     [moved] = [c for c, v in cases.items() if v["amount"] == "150.00 USD"]
-    summary.get_by_role("link", name=moved).click()
-    page.locator("#case-panel h3", has_text=moved).wait_for()
+    assert summary.get_by_role("link", name=moved).get_attribute("href") == f"/desk/cases/{moved}"
     href = summary.locator("[data-testid=file]").get_attribute("href")
     assert href
     csv_text = page.request.get(demo.base + href).text()

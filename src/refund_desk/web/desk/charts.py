@@ -23,6 +23,7 @@ FONT = 12
 # patterns tell the series apart without them.
 COLOURS = ("#0b5394", "#a1001a", "#7a4b00", "#0a6b2f", "#5b2a86", "#4a4a4a")
 PATTERNS = ("solid", "stripes", "dots", "cross")
+LABEL_CHARS = 56  # a bar's label past this is cut with "…" (the table beside it has it whole)
 
 
 @dataclass(frozen=True)
@@ -122,18 +123,21 @@ def columns(
     top = max(totals, default=0)
     if not labels or top <= 0:
         return Chart(key, title, summary, head, rows, _nothing(key, title, summary), True)
-    left, plot_h, legend_y = 44.0, 160.0, 196.0
+    ticks = {frac: fmt(top * frac) for frac in (0.0, 0.5, 1.0)}
+    if ticks[0.5] in (ticks[0.0], ticks[1.0]):  # a count of 1: no "0" half way
+        del ticks[0.5]
+    widest = max(len(t) for t in ticks.values())
+    left, plot_h, legend_y = max(44.0, widest * FONT * 0.62 + 8), 160.0, 196.0
     legend, legend_h = _legend(key, series, legend_y)
     height = legend_y + legend_h
     step = (WIDTH - left) / len(labels)
     bar = max(step * 0.8, 1.0)
     parts = [_open(key, title, summary, height), _defs(key, len(series))]
-    for frac in (0.0, 0.5, 1.0):  # gridlines with values
+    for frac, tick in ticks.items():  # gridlines with values
         y = 10 + plot_h * (1 - frac)
         parts.append(
-            f'<line x1="{left}" x2="{WIDTH}" y1="{y:.1f}" y2="{y:.1f}" stroke="#c8c8c8"/>'
-            f'<text x="{left - 4}" y="{y + 4:.1f}" text-anchor="end">'
-            f"{escape(fmt(top * frac))}</text>"
+            f'<line x1="{left:.1f}" x2="{WIDTH}" y1="{y:.1f}" y2="{y:.1f}" stroke="#c8c8c8"/>'
+            f'<text x="{left - 4:.1f}" y="{y + 4:.1f}" text-anchor="end">{escape(tick)}</text>'
         )
     for i, label in enumerate(labels):
         x, base = left + i * step + (step - bar) / 2, 10 + plot_h
@@ -185,7 +189,8 @@ def bars(
     y = 0.0
     body = []
     for i, label in enumerate(labels):
-        body.append(f'<text x="0" y="{y + FONT:.1f}" font-weight="600">{escape(label)}</text>')
+        shown = label if len(label) <= LABEL_CHARS else label[: LABEL_CHARS - 1] + "…"
+        body.append(f'<text x="0" y="{y + FONT:.1f}" font-weight="600">{escape(shown)}</text>')
         y += FONT + 6
         for j, s in enumerate(series):
             value = s.values[i]
