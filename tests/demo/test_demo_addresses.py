@@ -44,6 +44,7 @@ def test_the_addresses_come_last_and_again_when_the_demo_stops(tmp_path: Path) -
         assert last.splitlines() == [
             f"{READY}{demo.base}/sandbox/",
             f"  Slack sandbox:  {demo.base}/sandbox/   (pick who you are under Acting as)",
+            f"  web desk:       {demo.base}/desk   (sign in with the sandbox's Slack as anyone)",
             f"  customer form:  {demo.base}/request",
             f"  API docs:       {demo.base}/docs",
             f"  try, as Olivia in the sandbox:  {TRY_COMMAND}",
@@ -59,6 +60,7 @@ def test_the_addresses_come_last_and_again_when_the_demo_stops(tmp_path: Path) -
     goodbye = printed_after(demo, STOPPED, timeout=5)
     assert f"its data is kept in {demo.dir}" in goodbye
     assert f"  Slack sandbox:  {demo.base}/sandbox/" in goodbye
+    assert f"  web desk:       {demo.base}/desk" in goodbye
     assert f"  try, as Olivia in the sandbox:  {TRY_COMMAND}" in goodbye
 
 

@@ -190,16 +190,22 @@ def read_record(runtime: Runtime, case_id: str, viewer: Viewer | None) -> Record
         summary = ""
         if vault is not None:
             erased = case.erased_at is not None
-            email = ERASED if erased else vault.decrypt(case.email_enc) or ERASED
-            name = ERASED if erased else (vault.decrypt(case.name_enc) if case.name_enc else None)
+            email = ERASED if erased else vault.decrypt(case.email_enc, session=session) or ERASED
+            name = (
+                ERASED
+                if erased
+                else (vault.decrypt(case.name_enc, session=session) if case.name_enc else None)
+            )
             message = (
                 ERASED
                 if erased
-                else (vault.decrypt(case.message_enc) if case.message_enc else None)
+                else (
+                    vault.decrypt(case.message_enc, session=session) if case.message_enc else None
+                )
             )
             summary = summary_text(vault, case.advice or {}, session=session)
             reply_channel = _reply_channel(
-                vault.decrypt(case.reply_enc) if case.reply_enc else None
+                vault.decrypt(case.reply_enc, session=session) if case.reply_enc else None
             )
         evidence = _evidence(runtime, case, shown(vault, case.evidence, session=session))
         approvals = list(
@@ -234,7 +240,9 @@ def read_record(runtime: Runtime, case_id: str, viewer: Viewer | None) -> Record
             for m in messages:
                 if m.direction == "in":
                     session.expunge(m)
-                    m.body = ERASED if not m.body else (vault.decrypt(m.body) or ERASED)
+                    m.body = (
+                        ERASED if not m.body else (vault.decrypt(m.body, session=session) or ERASED)
+                    )
         records = list(
             session.scalars(
                 select(AuditRecord)
