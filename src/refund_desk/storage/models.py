@@ -114,13 +114,15 @@ class Case(SQLModel, table=True):
     __table_args__ = (
         Index("ix_cases_payment_status", "payment_id", "status"),
         Index("ix_cases_email_created", "email_hash", "created_at"),
-        Index("ix_cases_created_at", "created_at", "id"),  # the desk's orders
+        Index("ix_cases_created_at", "created_at", "id"),  # the desk's orders, alone ...
         Index("ix_cases_updated_at", "updated_at", "id"),
         Index("ix_cases_amount", "amount", "id"),
+        Index("ix_cases_status_created", "status", "created_at", "id"),  # ... after a status
+        Index("ix_cases_status_amount", "status", "amount", "id"),
     )
     id: str = Field(primary_key=True, max_length=40)
     revision: int = 0
-    status: str = Field(max_length=20, index=True)
+    status: str = Field(max_length=20)
     source: str = Field(max_length=20)
     external_id: str | None = Field(default=None, max_length=200)
     correlation_id: str = Field(max_length=40)

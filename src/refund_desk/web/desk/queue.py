@@ -77,17 +77,18 @@ def my_queue_rows(runtime: Runtime, user: str, now: datetime) -> list[Row]:
     soonest deadline first (no deadline last, then the oldest)."""
     desk = runtime.desk
     with desk.db.read() as session:
-        waiting = session.scalars(
-            select(Case)
+        waiting = session.scalars(  # ids first: a case is read only if it is looked at
+            select(col(Case.id))
             .where(col(Case.status).in_(DECIDABLE))
             .order_by(col(Case.sla_due_at).is_(None), col(Case.sla_due_at), col(Case.created_at))
             .limit(SCANNED)
         ).all()
         rows: list[Row] = []
-        for case in waiting:
+        for case_id in waiting:
             if len(rows) >= SHOWN:
                 break
-            if may_decide(session, case, user, desk.directory):
+            case = session.get(Case, case_id)
+            if case is not None and may_decide(session, case, user, desk.directory):
                 policy = load_version(session, case.policy_version) if case.policy_version else None
                 rows.append(
                     Row(
