@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import IO, Any
 
-from sqlalchemy import Select, and_, func, or_, select
+from sqlalchemy import Select, and_, func, literal, or_, select
 from sqlmodel import Session, col
 
 from refund_desk.cases.errors import InvalidRequest
@@ -161,9 +161,18 @@ def page(
     return rows, (encode_cursor(rows[-1], order) if more and rows else None)
 
 
+def _fixed(value: Any) -> Any:
+    """A filter value written into the statement's text rather than bound: PostgreSQL plans a
+    prepared statement for its values only for its first five runs, then may keep a generic
+    plan that knows none of them (a filtered list ordered by amount went from 1 ms to 180 ms:
+    a sort of every row of the status instead of the amount index). Only values checked to be
+    a status, a slug, a currency code or an integer are passed here."""
+    return literal(value, literal_execute=True)
+
+
 def _filtered(stmt: Select[Any], filters: Filters) -> Select[Any]:
     if filters.status:
-        stmt = stmt.where(col(Case.status) == filters.status)
+        stmt = stmt.where(col(Case.status) == _fixed(filters.status))
     if filters.since:
         stmt = stmt.where(col(Case.created_at) >= filters.since)
     if filters.until:
@@ -177,24 +186,25 @@ def _filtered(stmt: Select[Any], filters: Filters) -> Select[Any]:
         stmt = stmt.where(
             or_(col(Case.id) == ref, col(Case.payment_id) == ref, col(Case.external_id) == ref)
         )
+    decision: Any = Case.decision
     if filters.tier is not None:
-        stmt = stmt.where(Case.decision["tier"].as_integer() == filters.tier)  # type: ignore[index]
+        stmt = stmt.where(decision["tier"].as_integer() == _fixed(filters.tier))
     if filters.rule:
-        stmt = stmt.where(Case.decision["rule"].as_string() == filters.rule)  # type: ignore[index]
+        stmt = stmt.where(decision["rule"].as_string() == _fixed(filters.rule))
     if filters.source:
-        stmt = stmt.where(col(Case.source) == filters.source)
+        stmt = stmt.where(col(Case.source) == _fixed(filters.source))
     if filters.decider:
         decided = select(col(Approval.case_id)).where(col(Approval.approver) == filters.decider)
         stmt = stmt.where(col(Case.id).in_(decided))
     if filters.processor:
-        paid = select(col(Payment.id)).where(col(Payment.processor) == filters.processor)
+        paid = select(col(Payment.id)).where(col(Payment.processor) == _fixed(filters.processor))
         stmt = stmt.where(col(Case.payment_id).in_(paid))
     if filters.currency:
-        stmt = stmt.where(col(Case.currency) == filters.currency)
+        stmt = stmt.where(col(Case.currency) == _fixed(filters.currency))
     if filters.amount_min is not None:
-        stmt = stmt.where(col(Case.amount) >= filters.amount_min)
+        stmt = stmt.where(col(Case.amount) >= _fixed(filters.amount_min))
     if filters.amount_max is not None:
-        stmt = stmt.where(col(Case.amount) <= filters.amount_max)
+        stmt = stmt.where(col(Case.amount) <= _fixed(filters.amount_max))
     return stmt
 
 

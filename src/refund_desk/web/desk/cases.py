@@ -5,6 +5,7 @@ export what is filtered as the CSV of `refund-desk cases export`."""
 from __future__ import annotations
 
 import io
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -19,6 +20,7 @@ from refund_desk.cases import listing
 from refund_desk.cases.errors import InvalidRequest
 from refund_desk.cases.intake import SOURCES
 from refund_desk.cases.lifecycle import Status
+from refund_desk.policy.schema import SLUG as SLUG_PATTERN
 from refund_desk.runtime import Runtime
 from refund_desk.storage.models import Case
 from refund_desk.web.desk.access import reader
@@ -27,6 +29,7 @@ from refund_desk.web.desk.render import keep, page
 from refund_desk.web.desk.session import Viewer
 
 router = APIRouter(include_in_schema=False)
+SLUG = re.compile(SLUG_PATTERN)
 PAGE = 50
 FIELDS = (
     "q", "status", "tier", "rule", "source", "decider", "processor",
@@ -55,7 +58,9 @@ class Search:
         return urlencode({**kept, **extra})
 
 
-def read_search(request: Request, runtime: Runtime, policy_currency: str) -> Search:
+def read_search(
+    request: Request, runtime: Runtime, policy_currency: str, processors: list[str]
+) -> Search:
     given = {name: request.query_params.get(name, "").strip() for name in FIELDS}
     found = Search(given)
     problems = found.problems
@@ -73,6 +78,12 @@ def read_search(request: Request, runtime: Runtime, policy_currency: str) -> Sea
     source = given["source"] or None
     if source is not None and source not in SOURCES:
         problems["source"] = "Choose a source from the list."
+    rule = given["rule"] or None
+    if rule is not None and not SLUG.fullmatch(rule):
+        problems["rule"] = f"{rule!r} is not a rule's id such as large or damaged-small."
+    processor = given["processor"] or None
+    if processor is not None and processor not in processors:
+        problems["processor"] = "Choose a processor from the list."
     since = _day(given["since"], "since", problems)
     until = _day(given["until"], "until", problems)
     currency = (given["currency"] or policy_currency).upper()
@@ -93,15 +104,19 @@ def read_search(request: Request, runtime: Runtime, policy_currency: str) -> Sea
         email_hash=email_hash,
         reference=None if email_hash or not q else q,
         tier=tier,
-        rule=given["rule"] or None,
+        rule=rule,
         source=source,
         decider=given["decider"] or None,
-        processor=given["processor"] or None,
+        processor=processor,
         currency=currency if (low is not None or high is not None) else None,
         amount_min=low,
         amount_max=high,
     )
     return found
+
+
+def _processors(runtime: Runtime) -> list[str]:
+    return runtime.desk.processor.name.split(",")
 
 
 def _day(value: str, name: str, problems: dict[str, str]) -> datetime | None:
@@ -129,7 +144,7 @@ def cases(request: Request, viewer: Viewer = Depends(reader)) -> Response:
     runtime: Runtime = request.app.state.runtime
     with runtime.db.read() as session:
         doc = active_doc(session)
-        search = read_search(request, runtime, doc.currency if doc else "USD")
+        search = read_search(request, runtime, doc.currency if doc else "USD", _processors(runtime))
         rows: list[Case] = []
         cursor = request.query_params.get("cursor") or None
         next_cursor = None
@@ -157,7 +172,7 @@ def cases(request: Request, viewer: Viewer = Depends(reader)) -> Response:
         sources=SOURCES,
         sorts=SORTS,
         rules=rules,
-        processors=runtime.desk.processor.name.split(","),
+        processors=_processors(runtime),
         mark=record_mark(runtime),
     )
 
@@ -168,7 +183,7 @@ def export(request: Request, viewer: Viewer = Depends(reader)) -> Response:
     runtime: Runtime = request.app.state.runtime
     with runtime.db.read() as session:
         doc = active_doc(session)
-        search = read_search(request, runtime, doc.currency if doc else "USD")
+        search = read_search(request, runtime, doc.currency if doc else "USD", _processors(runtime))
     if search.problems:
         return cases(request, viewer)
 
