@@ -19,6 +19,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col
 
 from refund_desk import logs, money
+from refund_desk.advisor import reply
 from refund_desk.cases import facts as case_facts
 from refund_desk.cases.errors import Conflict, InvalidRequest, Unavailable
 from refund_desk.cases.lifecycle import Status, record_possible_duplicate
@@ -408,10 +409,13 @@ def _capture(
             None if first_sighting else case_facts.duplicate_of(session, payment.id, amount)
         )
         customer = desk.vault.for_customer(session, email_hash)  # their own data key
+        # What the customer wrote now is the message; what it quotes is kept beside it.
+        said = reply.read(request.message) if request.message else None
         row |= {
             "email_enc": customer.encrypt(str(request.email)),
             "name_enc": customer.encrypt(request.name or payment.customer_name),
-            "message_enc": customer.encrypt(request.message),
+            "message_enc": customer.encrypt(said.current if said else None),
+            "earlier_enc": customer.encrypt(said.earlier or None) if said else None,
             "amount": amount,
             "amount_source": amount_source,
             "possible_duplicate": duplicate_of is not None,

@@ -123,6 +123,7 @@ def _add_audit(session: Session, view: dict[str, Any], case: Case, vault: Vault 
     if "summary" in advice:
         advice["summary"] = summary_text(vault, advice, session=session) if vault else None
     view["advice"] = advice if case.advice is not None else None
+    view["earlier_messages"] = vault.decrypt(case.earlier_enc, session=session) if vault else None
     view["provenance"] = case.provenance
     records = session.scalars(
         select(AuditRecord)

@@ -89,6 +89,7 @@ def scrub(session: Session, case: Case, now: datetime) -> set[str]:
                 kept[key] = ERASED
         evidence.append(kept)
     case.email_enc, case.name_enc, case.message_enc, case.reply_enc = "", None, None, None
+    case.earlier_enc = None
     case.advice = advice if case.advice is not None else None
     case.evidence = evidence if case.evidence is not None else None
     case.erased_at = case.erased_at or now

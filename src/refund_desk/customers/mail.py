@@ -1,8 +1,10 @@
 """Reading a raw RFC 822 message, as inbound-mail services forward it.
 
-Only the standard library: sender, subject, Message-ID and thread headers, the text body (the
-plain part, else the HTML part with its tags stripped), and attachments as bytes. Which
-attachments are evidence is decided later, by content.
+The standard library reads the sender, subject, Message-ID and thread headers, the text body
+(the plain part, else the HTML part as text, `advisor.reply.html_to_text`) and attachments as
+bytes. Which attachments are evidence is decided later, by content. The body is kept whole:
+the intake splits what the customer wrote now from what it quotes (`advisor.reply.read`), and
+the reference, amount and links here are read from what they wrote now only.
 """
 
 from __future__ import annotations
@@ -12,10 +14,11 @@ from dataclasses import dataclass, field
 from email import message_from_bytes, policy
 from email.message import EmailMessage
 from email.utils import parseaddr
-from html import unescape
+from functools import cached_property
+
+from refund_desk.advisor import reply
 
 MAX_TEXT = 10_000
-_TAG = re.compile(r"<[^>]+>")
 _OUR_ID = re.compile(r"<tell\.\d+\.(case_[0-9a-f]{20})@")
 _SUBJECT_REF = re.compile(r"\[(case_[0-9a-f]{20})\]")
 _PAYMENT = re.compile(
@@ -48,11 +51,16 @@ class InboundMail:
         found = _SUBJECT_REF.search(self.subject)
         return found.group(1) if found else None
 
+    @cached_property
+    def current(self) -> str:
+        """What the sender wrote now: the body without its quoted history and footers."""
+        return reply.read(self.text).current
+
     def payment_reference(self) -> str | None:
-        return find_payment(self.subject, self.text)
+        return find_payment(self.subject, self.current)
 
     def amount(self) -> str | None:
-        found = _AMOUNT.search(self.text)
+        found = _AMOUNT.search(self.current)
         return found.group(1).replace(",", ".") if found else None
 
 
@@ -98,18 +106,8 @@ def _text(msg: EmailMessage) -> str:
         payload = body.get_payload(decode=True)
         content = payload.decode("utf-8", "replace") if isinstance(payload, bytes) else ""
     if body.get_content_subtype() == "html":
-        content = unescape(_TAG.sub(" ", content))
-    return _strip_quote(str(content)).strip()
-
-
-def _strip_quote(text: str) -> str:
-    """Drop the quoted original under a reply (our own words need not come back)."""
-    lines = []
-    for line in text.splitlines():
-        if re.match(r"^On .+ wrote:$", line.strip()) or line.startswith(">"):
-            break
-        lines.append(line)
-    return "\n".join(lines)
+        return reply.html_to_text(str(content)).strip()
+    return str(content).strip()
 
 
 def _attachments(msg: EmailMessage) -> list[tuple[str, bytes]]:

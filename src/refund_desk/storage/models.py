@@ -136,7 +136,10 @@ class Case(SQLModel, table=True):
     email_enc: str = Field(sa_column=Column(Text, nullable=False))
     email_hash: str = Field(max_length=64)
     name_enc: str | None = Field(default=None, sa_column=Column(Text))
-    message_enc: str | None = Field(default=None, sa_column=Column(Text))
+    message_enc: str | None = Field(default=None, sa_column=Column(Text))  # what they wrote now
+    # what their message quoted or carried under it (earlier mails, forwards, signatures):
+    # for a person to read, never read for a field (`advisor/reply.py`)
+    earlier_enc: str | None = Field(default=None, sa_column=Column(Text))
     customer_verified: bool = False
     possible_duplicate: bool = False
     duplicate_of: str | None = Field(default=None, max_length=40)

@@ -255,6 +255,12 @@ class CaseDetail(CaseView):
     decision: DecisionDetail
     facts: dict[str, Any] | None = Field(description="The frozen facts the policy decided on.")
     advice: dict[str, Any] | None = Field(description="The advisor's advice, if asked.")
+    earlier_messages: str | None = Field(
+        default=None,
+        description="What the customer's message quoted or carried under it (earlier mails,"
+        " forwards, signatures), kept for a person; the advisor reads none of it. Null when"
+        " there was none or the customer was erased.",
+    )
     provenance: dict[str, Any] | None = Field(description="Where each decisive field came from.")
     audit: list[AuditRecord]
     deciders: Deciders | None = Field(description="null: the case waits for nobody.")

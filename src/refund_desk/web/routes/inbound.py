@@ -149,7 +149,7 @@ def _email(runtime: Runtime, message: mail.InboundMail, raw: bytes) -> JSONRespo
         runtime.desk,
         thread,
         sender=message.sender,
-        text=message.text,
+        text=message.current,  # our own words, quoted under it, need not come back
         message_id=message.message_id,
         uploads=uploads,
         store=evidence.EvidenceStore(runtime.settings.evidence_path()),
@@ -175,7 +175,7 @@ def _email(runtime: Runtime, message: mail.InboundMail, raw: bytes) -> JSONRespo
         name=message.name,
         verify=True,
         uploads=uploads,
-        links=evidence.links_in(message.text),
+        links=evidence.links_in(message.current),
         reply={
             "message_id": message.message_id,
             "subject": message.subject,

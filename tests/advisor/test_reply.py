@@ -1,0 +1,90 @@
+"""What the customer wrote now: quoted history, forwards and footers are taken out of it."""
+
+from __future__ import annotations
+
+import pytest
+
+from refund_desk.advisor.reply import html_to_text, read
+
+
+def test_a_plain_message_is_all_current() -> None:
+    said = read("The kettle leaks. Please refund 24,90 €.")
+    assert said.current == "The kettle leaks. Please refund 24,90 €."
+    assert said.earlier == ""
+
+
+@pytest.mark.parametrize(
+    "intro",
+    [
+        "On Tue, 4 Feb 2025 at 09:30, Help Desk <care@kettles.example> wrote:",
+        "Am 04.02.2025 um 09:30 schrieb Help Desk <care@kettles.example>:",
+        "Le mar. 4 févr. 2025 à 09:30, Help Desk <care@kettles.example> a écrit :",
+        "Em ter., 4 de fev. de 2025 às 09:30, Help Desk <care@kettles.example> escreveu:",
+        # headers no library pattern knows: found by their shape (a time or an address, a colon)
+        "Il giorno mar 4 feb 2025 alle ore 09:30 Help Desk <care@kettles.example> ha scritto:",
+        "4 Şub 2025 Sal 09:30 tarihinde Help Desk <care@kettles.example> şunu yazd\u0131:",
+    ],
+)
+def test_the_quoted_reply_under_the_message_is_earlier(intro: str) -> None:
+    quote = "> Your order 7710 of 180,00 € shipped."
+    said = read(f"Still leaking, refund 24,90 €.\n\n{intro}\n{quote}")
+    assert said.current == "Still leaking, refund 24,90 €."
+    assert said.earlier.startswith(intro)
+    assert "7710" in said.earlier and "7710" not in said.current
+
+
+def test_a_forwarded_message_with_a_rule_and_headers_is_earlier() -> None:
+    said = read(
+        "See below, I never got it.\n\n-------- Weitergeleitete Nachricht --------\n"
+        "Von: Versand <ship@kettles.example>\nDatum: 3. Februar 2025\nBetreff: Bestellung 55120\n\n"
+        "Ihre Bestellung 55120 über 89,00 € ist unterwegs."
+    )
+    assert said.current == "See below, I never got it."
+    assert "55120" in said.earlier
+
+
+def test_an_outlook_rule_opens_the_earlier_mail() -> None:
+    said = read(
+        "Please refund the 45 GBP.\n\n________________________________\n"
+        "From: Kettles <care@kettles.example>\nSent: 03 March 2025 10:12\nSubject: Order 9911\n\n"
+        "Your order 9911 for £120.00 shipped."
+    )
+    assert said.current == "Please refund the 45 GBP."
+    assert "9911" in said.earlier
+
+
+@pytest.mark.parametrize(
+    "footer", ["Sent from my iPhone", "Enviado do meu iPhone", "iPhone'umdan gönderildi"]
+)
+def test_a_sent_from_line_is_a_footer(footer: str) -> None:
+    said = read(f"The lid snapped off, refund please.\n\n{footer}")
+    assert said.current == "The lid snapped off, refund please."
+    assert said.earlier == footer
+
+
+def test_a_signature_under_a_dash_line_is_a_footer() -> None:
+    said = read("Refund 12 USD please.\n-- \nMaria Lopez\nTel. +1 555 0100 · order desk 4471")
+    assert said.current == "Refund 12 USD please."
+    assert "4471" in said.earlier
+
+
+def test_a_web_form_dump_is_what_the_customer_wrote() -> None:
+    form = "Name: Ana\nEmail: ana@mail.example\nOrder: 4471\nAmount: 39,99 €\nMessage: broken"
+    assert read(form) == read(form)  # deterministic
+    assert read(form).current == form and read(form).earlier == ""
+
+
+def test_html_becomes_text_and_a_blockquote_a_quote() -> None:
+    said = read(
+        "<div>The mug came&nbsp;broken, refund &euro;12,50<br>Thanks</div>"
+        "<div>On Mon, 3 Mar 2025 10:00, Shop &lt;a@shop.example&gt; wrote:"
+        "<blockquote>Order 9999 total €80,00<br>shipped</blockquote></div>"
+    )
+    assert said.current == "The mug came broken, refund €12,50\nThanks"
+    assert "9999" in said.earlier and "80,00" in said.earlier
+
+
+def test_html_to_text_leaves_plain_text_alone_and_drops_styles() -> None:
+    assert html_to_text("a < b and 3 > 2") == "a < b and 3 > 2"
+    assert html_to_text("<style>p{color:red}</style><p>Hello</p><p>there</p>") == "Hello\n\nthere"
+    assert html_to_text("<table><tr><td>Lamp</td><td>39,99 €</td></tr></table>") == "Lamp 39,99 €"
