@@ -88,3 +88,26 @@ def test_html_to_text_leaves_plain_text_alone_and_drops_styles() -> None:
     assert html_to_text("a < b and 3 > 2") == "a < b and 3 > 2"
     assert html_to_text("<style>p{color:red}</style><p>Hello</p><p>there</p>") == "Hello\n\nthere"
     assert html_to_text("<table><tr><td>Lamp</td><td>39,99 €</td></tr></table>") == "Lamp 39,99 €"
+
+
+def test_a_message_that_is_only_a_forward_is_the_forwarded_message() -> None:
+    said = read(
+        "---------- Forwarded message ---------\nFrom: Kim <kim@mail.example>\n"
+        "Date: Mon, 7 Apr 2025 09:14\nSubject: my order\n\nThe blender never arrived. "
+        "Refund 55 GBP please.\n\nSent from my phone"
+    )
+    assert said.current == "The blender never arrived. Refund 55 GBP please."
+    assert said.earlier.startswith("---------- Forwarded message")
+    assert "Sent from my phone" in said.earlier
+
+
+def test_a_reply_written_under_the_quote_is_current() -> None:
+    said = read(
+        "On Mon, 11 Nov at 09:12, Returns Team wrote:\n> We refunded £84.99 for order 1200.\n\n"
+        "That is not the fee I asked about: refund the £15 restocking fee on order 7730."
+    )
+    assert (
+        said.current
+        == "That is not the fee I asked about: refund the £15 restocking fee on order 7730."
+    )
+    assert "84.99" in said.earlier and "84.99" not in said.current

@@ -28,6 +28,8 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
 from refund_desk import money
+from refund_desk.advisor import reply
+from refund_desk.advisor.model import load_model
 from refund_desk.cases.ports import INTENTS, REASONS, Advice, AdviceRequest, Advisor, AdvisorError
 
 __all__ = [
@@ -66,6 +68,7 @@ class Labelled:
     intent: str | None = None
     where: str = ""
     lang: str = UNKNOWN_LANG
+    injection: bool | None = None  # labelled an injection attempt (True) or not (False)
 
 
 @dataclass
@@ -84,6 +87,22 @@ class Report:
     correct_by_lang: Counter[tuple[str, str]] = field(default_factory=Counter)  # (field, lang)
     # (confidence, reason right) for every answered request: the calibration's raw material
     confidences: list[tuple[float, bool]] = field(default_factory=list)
+    # the injection check, on lines labelled `injection`: (label, flagged) -> requests
+    injection: Counter[tuple[bool, bool]] = field(default_factory=Counter)
+    # lines in a language the offline advisor has not learned, per language: (lines, flagged)
+    unlearned: dict[str, list[int]] = field(default_factory=dict)
+
+    def injection_recall(self) -> float | None:
+        attacks = self.injection[(True, True)] + self.injection[(True, False)]
+        return self.injection[(True, True)] / attacks if attacks else None
+
+    def injection_false_alarms(self) -> float | None:
+        clean = self.injection[(False, True)] + self.injection[(False, False)]
+        return self.injection[(False, True)] / clean if clean else None
+
+    def unlearned_flagged(self) -> float | None:
+        lines = sum(n for n, _ in self.unlearned.values())
+        return sum(f for _, f in self.unlearned.values()) / lines if lines else None
 
     def share(self, name: str) -> float:
         base = self.intents if name == "intent" else self.total
@@ -178,7 +197,14 @@ def parse_line(line: str, where: str) -> Labelled:
         intent=intent,
         where=where,
         lang=lang.lower(),
+        injection=_injection_label(data.get("injection"), where),
     )
+
+
+def _injection_label(raw: object, where: str) -> bool | None:
+    if raw is None or isinstance(raw, bool):
+        return raw
+    raise EvalError(f"{where}: injection must be true, false or null")
 
 
 def load(paths: Iterable[Path]) -> list[Labelled]:
@@ -211,13 +237,21 @@ def _found(advice: Advice) -> tuple[Decimal | None, str | None]:
     return Decimal(advice.amount_minor).scaleb(-digits), currency
 
 
-def evaluate(advisor: Advisor, items: Sequence[Labelled]) -> Report:
+def evaluate(
+    advisor: Advisor, items: Sequence[Labelled], learned: frozenset[str] | None = None
+) -> Report:
+    """Each line advised as the desk would: what the customer wrote now (`advisor.reply`, as
+    the intake keeps it) and the labelled currency. `learned` (default: the shipped model's
+    languages) says which lines count as written in a language the advisor has not learned."""
+    if learned is None:
+        learned = load_model().languages
     report = Report()
     for item in items:
         report.total += 1
         report.by_lang[item.lang] += 1
         request = AdviceRequest(
-            message=item.text, currency=item.currency.upper() if item.currency else None
+            message=reply.read(item.text).current,
+            currency=item.currency.upper() if item.currency else None,
         )
         try:
             advice = advisor.advise(request)
@@ -259,6 +293,12 @@ def evaluate(advisor: Advisor, items: Sequence[Labelled]) -> Report:
             report.correct[name] += ok
             report.correct_by_lang[(name, item.lang)] += ok
         report.confusion[(item.reason, advice.reason)] += 1
+        if item.injection is not None:
+            report.injection[(item.injection, advice.injection_suspected)] += 1
+        if learned and item.lang != UNKNOWN_LANG and item.lang not in learned:
+            seen = report.unlearned.setdefault(item.lang, [0, 0])
+            seen[0] += 1
+            seen[1] += not advice.language_learned
         report.confidences.append((min(1.0, max(0.0, advice.confidence)), got["reason"]))
         wrong = [f"{n}={answered[n]!r}" for n, ok in got.items() if not ok]
         if wrong:
@@ -289,6 +329,20 @@ def render(report: Report, *, model: bool) -> str:
             )
     lines.append(f"other for a real reason: {_percent(report.other_share())}")
     lines.append(f"calibration error (ECE): {100 * report.ece():.1f} points")
+    recall, alarms = report.injection_recall(), report.injection_false_alarms()
+    if recall is not None:
+        caught = report.injection[(True, True)]
+        attacks = caught + report.injection[(True, False)]
+        lines.append(f"injection recall: {_percent(recall)} ({caught} of {attacks} attempts)")
+    if alarms is not None:
+        raised = report.injection[(False, True)]
+        clean = raised + report.injection[(False, False)]
+        lines.append(f"injection false alarms: {_percent(alarms)} ({raised} of {clean} others)")
+    flagged = report.unlearned_flagged()
+    if flagged is not None:
+        lines.append(f"not learned, flagged as such: {_percent(flagged)}")
+        for lang, (n, f) in sorted(report.unlearned.items()):
+            lines.append(f"  [{lang}]: {f} of {n}")
     lines += ["", "reliability (confidence bin: requests, mean confidence, accuracy)"]
     for low, high, k, mean, acc in report.reliability():
         lines.append(f"  {low:.1f}-{high:.1f}: {k:>5}  {_percent(mean):>6}  {_percent(acc):>6}")
@@ -300,6 +354,10 @@ def render(report: Report, *, model: bool) -> str:
         cells = [report.confusion[(row, c)] for c in columns]
         lines.append(f"{row:<{width}} " + " ".join(f"{n or '.':>6}" for n in cells))
     return "\n".join(lines)
+
+
+def _rounded(share: float | None) -> float | None:
+    return None if share is None else round(share, 4)
 
 
 def render_json(report: Report, *, model: bool) -> str:
@@ -316,6 +374,12 @@ def render_json(report: Report, *, model: bool) -> str:
             for lang in sorted(report.by_lang)
         },
         "other_for_real_reason": round(report.other_share(), 4),
+        "injection_recall": _rounded(report.injection_recall()),
+        "injection_false_alarms": _rounded(report.injection_false_alarms()),
+        "not_learned_flagged": _rounded(report.unlearned_flagged()),
+        "not_learned": {
+            lang: {"requests": n, "flagged": f} for lang, (n, f) in sorted(report.unlearned.items())
+        },
         "ece": round(report.ece(), 4),
         "reliability": [
             {

@@ -11,6 +11,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 
+from babel import Locale
+from babel.numbers import get_currency_symbol
+from text_to_num import alpha2digit
+
 from refund_desk.advisor.features import fold as _fold
 from refund_desk.advisor.injection import without_injection
 from refund_desk.advisor.reference import extract_order_ref, iso_currency
@@ -48,7 +52,93 @@ _SYMBOLS: dict[str, tuple[str, ...]] = {
     "pesos": _PESOS, "peso": _PESOS, "s/": ("PEN",), "s/.": ("PEN",), "soles": ("PEN",),
     "rs": ("INR",), "rs.": ("INR",), "rupees": ("INR",), "rupee": ("INR",), "inr": ("INR",),
     "pound": ("GBP",),
+    "tl": ("TRY",), "lira": ("TRY",), "türk liras\u0131": ("TRY",),
 }  # fmt: skip
+
+# The symbols each place writes, from CLDR (Babel): "zł", "R$", "₺", "ر.س", "د.إ", "ج.م", "د.ك",
+# "Kč", "kr.", "CHF"... for the currencies of the countries whose customers write to us.
+_LOCALES = [
+    "en_US",
+    "en_GB",
+    "en_IE",
+    "en_AU",
+    "en_CA",
+    "en_IN",
+    "de_DE",
+    "de_AT",
+    "de_CH",
+    "fr_FR",
+    "fr_BE",
+    "fr_CH",
+    "fr_CA",
+    "es_ES",
+    "es_MX",
+    "es_AR",
+    "es_CO",
+    "es_CL",
+    "es_PE",
+    "pt_PT",
+    "pt_BR",
+    "it_IT",
+    "it_CH",
+    "nl_NL",
+    "nl_BE",
+    "pl_PL",
+    "sv_SE",
+    "da_DK",
+    "nb_NO",
+    "cs_CZ",
+    "ja_JP",
+    "tr_TR",
+    "ar_SA",
+    "ar_AE",
+    "ar_EG",
+    "ar_KW",
+    "ar_QA",
+    "ar_BH",
+    "ar_OM",
+    "ar_JO",
+]
+_BIDI = dict.fromkeys(map(ord, "\u200e\u200f\u061c\u202a\u202b\u202c"), None)
+
+
+def _cldr_symbols() -> dict[str, tuple[str, ...]]:
+    """symbol (lower case, without bidi marks or a closing dot) -> the ISO codes it stands for,
+    each place's own currency and the euro, dollar and pound, as CLDR writes them there."""
+    found: dict[str, list[str]] = {}
+    for name in _LOCALES:
+        locale = Locale.parse(name)
+        for code in (*_OWN_CURRENCY.get(locale.territory or "", ()), "EUR", "USD", "GBP"):
+            symbol = get_currency_symbol(code, locale).translate(_BIDI).strip().lower()
+            # "kr." is "kr" at the end of a sentence; "ر.س." and "ر.س" are both written
+            dotted = {symbol} if not re.search("[a-z]", symbol) else set()
+            for written in sorted({symbol.rstrip("."), *dotted}):
+                if written and written != code.lower() and code not in found.get(written, []):
+                    found.setdefault(written, []).append(code)
+    return {symbol: tuple(codes) for symbol, codes in found.items()}
+
+
+_OWN_CURRENCY = {
+    "US": ("USD",), "GB": ("GBP",), "IE": ("EUR",), "AU": ("AUD",), "CA": ("CAD",),
+    "IN": ("INR",), "DE": ("EUR",), "AT": ("EUR",), "CH": ("CHF",), "FR": ("EUR",),
+    "BE": ("EUR",), "ES": ("EUR",), "MX": ("MXN",), "AR": ("ARS",), "CO": ("COP",),
+    "CL": ("CLP",), "PE": ("PEN",), "PT": ("EUR",), "BR": ("BRL",), "IT": ("EUR",),
+    "NL": ("EUR",), "PL": ("PLN",), "SE": ("SEK",), "DK": ("DKK",), "NO": ("NOK",),
+    "CZ": ("CZK",), "JP": ("JPY",), "TR": ("TRY",), "SA": ("SAR",), "AE": ("AED",),
+    "EG": ("EGP",), "KW": ("KWD",), "QA": ("QAR",), "BH": ("BHD",), "OM": ("OMR",),
+    "JO": ("JOD",),
+}  # fmt: skip
+for _symbol, _codes in _cldr_symbols().items():
+    _known = _SYMBOLS.get(_symbol, ())
+    _SYMBOLS[_symbol] = (*_known, *(c for c in _codes if c not in _known))
+# Eastern Arabic and Persian digits, and the Arabic decimal and thousands separators, as the
+# digits and separators the patterns read (U+0661 U+0662 U+066B U+0665 is 12.5); one for one, so
+# positions in the text do not move.
+_DIGITS = str.maketrans(
+    "\u0660\u0661\u0662\u0663\u0664\u0665\u0666\u0667\u0668\u0669"
+    "\u06f0\u06f1\u06f2\u06f3\u06f4\u06f5\u06f6\u06f7\u06f8\u06f9\u066b\u066c",
+    "01234567890123456789.,",
+)
 # "$199.900 COP", "$24.990 pesos chilenos": a dollar sign the code after it makes precise.
 _DOLLAR_SIGN_THEN = re.compile(
     r"\s?(?P<code>(?-i:[A-Z]{3})\b|pesos\s+(?:chilenos|colombianos|argentinos|mexicanos))",
@@ -58,7 +148,8 @@ _DOLLAR_SIGN_THEN = re.compile(
 # one ("$25 100 times") it would glue two numbers together.
 # ("749,-" is a whole amount, as German and Dutch prices are written, also with an en dash)
 _NUM = (
-    r"\d{1,3}(?:[,.'\u00a0\u202f ]\d{3})+(?:[.,]\d{1,3}|,[-\u2013])?|\d+(?:[.,]\d{1,3}|,[-\u2013])?"
+    r"\d{1,3}(?:[,.'\u00a0\u202f ]\d{3})+(?:[.,]\d{1,3}|[.,][-\u2013])?"
+    r"|\d+(?:[.,]\d{1,3}|[.,][-\u2013])?"
 )
 _NUM_PRE = _NUM.replace(" ]", "]")  # after a leading marker: no plain space
 _MARK = "|".join(
@@ -158,11 +249,24 @@ class _Found:
     role: str = ""  # "unit" price, "total", or "" (a plain amount)
 
 
+# A line of a pasted order table that is not the item: shipping, postage, tax ("Versand: 4,95 €",
+# "KDV 18,00 TL", "VAT £3.20"); the ask only when the customer's words say so.
+_FEE_BEFORE = re.compile(
+    r"^\s*[-*\u2022|]?\s*(?:shipping|postage|delivery|handling|tax|vat|gst|versand\w*|porto|mwst|ust|fracht"
+    r"|livraison|frais de port|tva|envio|gastos de envio|iva|spedizione|verzend\w*|btw|frete"
+    r"|portes|wysylk\w*|dostaw\w*|kargo|kdv|vergi|frakt|moms|送料|消費税|税|الشحن|الضريبة|ضريبة)"
+    r"[^\n\d]{0,12}$"
+)
+
+
 def _role(before: str, after: str) -> str | None:
     """What the words around an amount say it is; None when it is not the customer's ask at all
     (the base of a percentage, a threshold, what another shop charges less)."""
     if _BASE_BEFORE.search(before) or _LIMIT_BEFORE.search(before) or _CHEAPER_AFTER.match(after):
         return None
+    line = before.rsplit("\n", 1)[-1]
+    if _FEE_BEFORE.search(line):
+        return "fee"
     if _TOTAL_BEFORE.search(before) or _TOTAL_AFTER.match(after):
         return "total"
     if _UNIT_BEFORE.search(before) or _UNIT_AFTER.match(after):
@@ -182,7 +286,7 @@ def _candidates(marker: str) -> tuple[str, ...]:
 
 def _normalise_number(num: str, currency: str) -> str:
     """'1.234,56' / '1,234.56' / '12,50' / "1'000" -> a plain '1234.56'."""
-    s = re.sub(r"[\u00a0\u202f ']|,[-\u2013]$", "", num)
+    s = re.sub(r"[\u00a0\u202f ']|[.,][-\u2013]$", "", num)
     seps = [ch for ch in s if ch in ".,"]
     if not seps:
         return s
@@ -244,8 +348,65 @@ def extract_amount(text: str, currency: str | None = None) -> tuple[int, str] | 
     req = currency.strip().upper() if currency else None
     if req is not None and not iso_currency(req):
         req = None
-    text = without_injection(text)
+    text = without_injection(text).translate(_DIGITS).translate(_BIDI)
+    found = _marked(text, req)
+    if found is None:
+        return None  # an amount in another currency makes the whole text unclear
+    if found:
+        return _choose(found, _DIFFERENCE_ASKED.search(_fold(text)) is not None)
+    in_words = _in_words(text, req)
+    if in_words is not None:
+        return in_words
     folded = _fold(text)
+    found = []
+    for b in _BARE_ASK.finditer(folded):
+        num = b.group("n") or b.group("m") or b.group("k") or b.group("j")
+        if b.group("n") and num.isdigit() and len(num) >= 4:
+            continue  # "refund 3319 pls": a bare four-digit number is an order, not money
+        value = _bare_minor(num, req)
+        if value is not None:
+            found.append(_Found(value, req or "", True))
+    if not found:
+        for p in _PRICE_SHAPED.finditer(folded):
+            start, end = p.start(), p.end()
+            if _a_date(p.group("n"), folded[max(0, start - 12) : start], folded[end : end + 1]):
+                continue
+            value = _bare_minor(p.group("n"), req)
+            if value is not None:
+                found.append(_Found(value, req or "", False))
+    return _choose(found)
+
+
+# "refund the difference", "die Differenz erstatten": the gap between the two prices named
+_DIFFERENCE_ASKED = re.compile(
+    r"(?:the|die|la|el|a|het|de|różnic\w*|roznic\w*|fark\u0131|farki)?\s*"
+    r"(?:difference|differenz|difference|diferencia|diferenca|differenza|verschil|roznic\w*"
+    r"|mellanskillnad|prisskillnad|fark\w*|差額|الفرق)"
+)
+# text2num reads amounts in words in these languages ("twenty dollars", "vingt euros")
+_WORD_LANGUAGES = ("en", "fr", "es", "pt", "de", "nl", "it", "da")
+# a currency marker the text names with no number beside it: its number may be in words
+_A_MARKER = re.compile(rf"(?<![A-Za-z\u00c0-\u024f])(?:{_MARK})", re.IGNORECASE)
+
+
+def _in_words(text: str, req: str | None) -> tuple[int, str] | None:
+    """An amount written in words with a currency ("twenty dollars", "zwanzig Euro"): the text
+    read by text2num in each language it knows, the first reading with a marked amount."""
+    if not _A_MARKER.search(text):
+        return None
+    for lang in _WORD_LANGUAGES:
+        digits = alpha2digit(text, lang)
+        if digits == text:
+            continue
+        found = _marked(digits, req)
+        if found:
+            return _choose(found)
+    return None
+
+
+def _marked(text: str, req: str | None) -> list[_Found] | None:
+    """The amounts written with a currency marker; None when one contradicts the request's
+    currency."""
     found: list[_Found] = []
     for m in _AMOUNT.finditer(text):
         marker = m.group("pre") or m.group("post") or ""
@@ -276,23 +437,7 @@ def extract_amount(text: str, currency: str | None = None) -> tuple[int, str] | 
             or _DIFFERENCE.search(before[-25:] + " " + after[:14])
         )
         found.append(_Found(value, cur, asked, role))
-    if not found:
-        for b in _BARE_ASK.finditer(folded):
-            num = b.group("n") or b.group("m") or b.group("k") or b.group("j")
-            if b.group("n") and num.isdigit() and len(num) >= 4:
-                continue  # "refund 3319 pls": a bare four-digit number is an order, not money
-            value = _bare_minor(num, req)
-            if value is not None:
-                found.append(_Found(value, req or "", True))
-    if not found:
-        for p in _PRICE_SHAPED.finditer(folded):
-            start, end = p.start(), p.end()
-            if _a_date(p.group("n"), folded[max(0, start - 12) : start], folded[end : end + 1]):
-                continue
-            value = _bare_minor(p.group("n"), req)
-            if value is not None:
-                found.append(_Found(value, req or "", False))
-    return _choose(found)
+    return found
 
 
 _DATE_WORD = re.compile(
@@ -309,12 +454,24 @@ def _a_date(num: str, before: str, next_char: str) -> bool:
     return next_char == "." or bool(_DATE_WORD.search(before))
 
 
-def _choose(found: Sequence[_Found]) -> tuple[int, str] | None:
+def _choose(found: Sequence[_Found], difference: bool = False) -> tuple[int, str] | None:
     """The one amount asked for among those found (unit prices only when nothing else is
-    there), else the one total, else None: that is not clear."""
+    there; a table's shipping and tax lines only when asked), else the one total when no
+    such line is there, else None: that is not clear. When the text asks for "the
+    difference" and no amount is asked for itself: the gap between its two prices, the one
+    amount named ("it went down $10"), or None among more."""
+    fees = any(f.role == "fee" for f in found)
+    found = [f for f in found if f.role != "fee" or f.asked]
     if any(f.role != "unit" for f in found):
         found = [f for f in found if f.role != "unit"]
-    for among in (found, [f for f in found if f.asked], [f for f in found if f.role == "total"]):
+    if difference and not any(f.asked for f in found):
+        prices = sorted({(f.value, f.currency) for f in found})
+        if len(prices) == 2 and prices[0][1] == prices[1][1]:
+            return prices[1][0] - prices[0][0], prices[0][1]
+        if len(prices) > 2:
+            return None
+    totals = [f for f in found if f.role == "total"] if not fees else []
+    for among in (found, [f for f in found if f.asked], totals):
         distinct = {(f.value, f.currency) for f in among}
         if len(distinct) == 1:
             return next(iter(distinct))

@@ -44,6 +44,10 @@ class ReasonModel:
     coef: npt.NDArray[np.float32]  # (rows, classes)
     intercept: npt.NDArray[np.float64]  # (classes,)
     temperature: float
+    # The languages of the corpus it has learned (each with `language.LEARNED_LINES` written
+    # lines or more, ISO 639-1), and the words of its corpus (`language.familiar`).
+    languages: frozenset[str] = frozenset()
+    vocabulary: frozenset[str] = frozenset()
     # The known buckets in ascending order, with each one's idf and row of `coef`: the
     # features of a text are looked up all at once (`margins`), not one by one in the dicts.
     sorted_buckets: npt.NDArray[np.int64] = field(default_factory=lambda: np.empty(0, np.int64))
@@ -107,6 +111,12 @@ def read(path: Path, classes: Sequence[str] = REASONS) -> ReasonModel:
             coef=np.asarray(data["coef"], dtype=np.float32),
             intercept=np.asarray(data["intercept"], dtype=np.float64),
             temperature=float(data["temperature"]),
+            languages=frozenset(str(c) for c in data["languages"])
+            if "languages" in data.files
+            else frozenset(),
+            vocabulary=frozenset(str(w) for w in data["vocabulary"])
+            if "vocabulary" in data.files
+            else frozenset(),
             sorted_buckets=np.asarray(buckets, dtype=np.int64)[order],
             sorted_idf=np.asarray(idf, dtype=np.float64)[order],
             sorted_rows=order.astype(np.int64),

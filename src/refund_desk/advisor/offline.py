@@ -18,6 +18,7 @@ from refund_desk.advisor.extract import extract_amount, extract_order_ref
 from refund_desk.advisor.features import fold as _fold
 from refund_desk.advisor.injection import detect_injection, without_injection
 from refund_desk.advisor.intent import cite_rules, is_policy_question
+from refund_desk.advisor.language import detect, familiar, not_learned
 from refund_desk.advisor.model import load_model
 from refund_desk.advisor.redact import KINDS, redact
 from refund_desk.advisor.spelling import Speller
@@ -325,6 +326,20 @@ def reason_text(redacted: str, *, injection: bool) -> str:
     return _MASKS.sub(" ", text)
 
 
+UNSURE = 0.3
+"""The confidence of a reading in a language the model has not learned: a guess, which every
+policy with a `min_confidence` sends to a person."""
+
+
+def language_of(text: str) -> tuple[str | None, bool]:
+    """The language the text is written in (None: not told) and whether the model learned it."""
+    model = load_model()
+    if not model.languages or familiar(text, model.vocabulary):
+        return None, True
+    code = detect(text)
+    return code, code is None or code in model.languages
+
+
 class OfflineAdvisor:
     """Same input, same advice, no network and no tokens spent."""
 
@@ -333,7 +348,11 @@ class OfflineAdvisor:
     def advise(self, request: AdviceRequest) -> Advice:
         red = redact(request.message, names=request.known_names, emails=request.known_emails)
         injection = detect_injection(request.message)
-        reason, confidence = classify(reason_text(red.text, injection=injection))
+        read = reason_text(red.text, injection=injection)
+        reason, confidence = classify(read)
+        language, learned = language_of(read)
+        if not learned:
+            confidence = min(confidence, UNSURE)
         # Read the reference from the redacted text: a "reference" that is really a card
         # number or phone number is masked there and so never becomes advice.
         order_ref = extract_order_ref(red.text)
@@ -349,6 +368,8 @@ class OfflineAdvisor:
             cited = cite_rules(folded, reason if reason != "other" else None, request.policy)
             reason, confidence = "other", 0.8
         summary = _summary(reason, amount, order_ref, red.text, injection)
+        if not learned:
+            summary = f"{summary} ({not_learned(language)}.)"
         if question:
             summary = (
                 "Customer asks about the refund policy"
@@ -367,4 +388,6 @@ class OfflineAdvisor:
             tokens_used=0,
             intent="policy_question" if question else "refund",
             cited_rules=cited,
+            language=language,
+            language_learned=learned,
         )

@@ -149,6 +149,18 @@ def _structural_cut(lines: list[str]) -> int | None:
     return tail
 
 
+def _below_the_quote(hidden: str) -> str:
+    """The lines under a quote that answer it ("On ... wrote:", "> ...", then the reply): the
+    unquoted lines after the quote's last `> ` line, when the quote is made of `> ` lines."""
+    lines = hidden.split("\n")
+    body = [line for line in lines[1:] if line.strip()]
+    if not body or not _QUOTED.match(body[0]):
+        return ""
+    last = max(i for i, line in enumerate(lines) if _QUOTED.match(line))
+    tail = "\n".join(lines[last + 1 :])
+    return tail if _WORD.search(tail) else ""
+
+
 def _footer_cut(lines: list[str]) -> int | None:
     """Where a signature ("-- " line) or a "Sent from my iPhone" line ends the message."""
     for i, line in enumerate(lines):
@@ -162,12 +174,55 @@ def _footer_cut(lines: list[str]) -> int | None:
     return None
 
 
+_WORD = re.compile(r"[^\W\d_]{2,}")
+_NOTHING_ABOVE = 3  # words: "FYI", "see below" above a forward is not a message of its own
+
+
+def _forwarded(text: str) -> tuple[str, str] | None:
+    """(header, body) of a message that is only a forward: the customer sends what they
+    forward, and its headers are what is taken out."""
+    unwrapped = quotequail.unwrap(text)
+    if unwrapped and unwrapped.get("type") == "forward" and unwrapped.get("text"):
+        body = unwrapped["text"]
+        at = text.rfind(body.strip().split("\n", 1)[0])
+        return (text[:at] if at > 0 else ""), body
+    lines = text.split("\n")
+    for i, line in enumerate(lines):
+        if _RULE.match(line) and i + 1 < len(lines) and _header_block_at(lines, i + 1):
+            end = i + 1
+            while end < len(lines) and (_HEADER.match(lines[end]) or not lines[end].strip()):
+                if not lines[end].strip() and end > i + 1:
+                    break
+                end += 1
+            return "\n".join(lines[:end]), "\n".join(lines[end:])
+    return None
+
+
 def read(message: str) -> Reading:
-    """The message split into what the customer wrote now and what was taken out."""
+    """The message split into what the customer wrote now and what was taken out. A message
+    that is only a forward (nothing above it but a word or two) is the forwarded message."""
     text = html_to_text(message.replace("\r\n", "\n"))
+    said = _split(text)
+    if len(_WORD.findall(said.current)) < _NOTHING_ABOVE and said.earlier:
+        forward = _forwarded(text)
+        if forward is not None and forward[1].strip():
+            header, body = forward
+            inner = _split(body)
+            if inner.current:
+                earlier = "\n\n".join(p.strip() for p in (header, inner.earlier) if p.strip())
+                return Reading(current=inner.current, earlier=earlier)
+    return said
+
+
+def _split(text: str) -> Reading:
     parts = quotequail.quote(text, limit=1_000_000, quote_intro_line=True)
     current = "\n".join(part for shown, part in parts if shown)
-    earlier = ["\n".join(part for shown, part in parts if not shown)]
+    hidden = "\n".join(part for shown, part in parts if not shown)
+    below = _below_the_quote(hidden)
+    if below:  # written under the quote it answers
+        hidden = hidden[: len(hidden) - len(below)]
+        current = f"{current}\n\n{below}" if current.strip() else below
+    earlier = [hidden]
     lines = current.split("\n")
     for cut in (_structural_cut, _footer_cut):
         at = cut(lines)

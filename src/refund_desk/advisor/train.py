@@ -29,6 +29,7 @@ from scipy.sparse import csr_matrix
 from sklearn.linear_model import LogisticRegression
 from sklearn.svm import LinearSVC
 
+from refund_desk.advisor import reply
 from refund_desk.advisor.features import (
     BITS,
     BUCKETS,
@@ -38,6 +39,7 @@ from refund_desk.advisor.features import (
     tfidf,
 )
 from refund_desk.advisor.injection import injection_patterns
+from refund_desk.advisor.language import LEARNED_LINES, words
 from refund_desk.advisor.model import INJECTION_CLASSES, INJECTION_WEIGHTS, WEIGHTS, read
 from refund_desk.advisor.offline import reason_text
 from refund_desk.advisor.redact import redact
@@ -59,10 +61,13 @@ class _Row:
     reason: str
     writer: str
     written: bool  # by hand, not a lexicon phrase or a generated variant
+    lang: str = ""
 
 
 def _as_advised(text: str) -> str:
-    # the patterns decide which sentences are dropped, in training as in advice
+    # what the customer wrote now, as the intake keeps it (`advisor.reply`); the patterns
+    # decide which sentences are dropped, in training as in advice
+    text = reply.read(text).current
     return reason_text(redact(text).text, injection=injection_patterns(text))
 
 
@@ -78,6 +83,7 @@ def _rows(path: Path) -> list[_Row]:
             data["reason"],
             data.get("writer") or FIRST_WRITER,
             data.get("source", "written") == "written",
+            str(data.get("lang") or ""),
         )
         for data in _lines(path)
     ]
@@ -161,7 +167,17 @@ def build(train: Path, report: dict[str, float] | None = None) -> bytes:
     intercept = fit.svm.intercept_.astype(np.float64)
     margins, y = _unseen_writer_margins(rows, classes, report)
     temperature = float(min(TEMPERATURES, key=lambda t: _log_loss(margins, y, float(t))))
-    return _weights_file(classes, buckets, fit.idf, fit.unseen, coef, intercept, temperature)
+    written = Counter(row.lang for row in rows if row.written and row.lang)
+    learned = sorted(lang for lang, n in written.items() if n >= LEARNED_LINES)
+    # the words of at least two lines: a writer's one-off spelling is not the language's
+    seen: Counter[str] = Counter()
+    for row in rows:
+        seen.update(set(words(row.text)))
+    vocabulary = sorted(w for w, n in seen.items() if n >= 2)
+    return _weights_file(
+        classes, buckets, fit.idf, fit.unseen, coef, intercept, temperature,
+        languages=learned, vocabulary=vocabulary,
+    )  # fmt: skip
 
 
 def build_injection(corpus: Sequence[Path], attacks: Path = INJECTION_ATTACKS) -> bytes:
@@ -193,6 +209,9 @@ def _weights_file(
     coef: npt.NDArray[np.float16],
     intercept: npt.NDArray[np.float64],
     temperature: float,
+    *,
+    languages: Sequence[str] = (),
+    vocabulary: Sequence[str] = (),
 ) -> bytes:
     """The bytes of a weights file `advisor.model.read` loads: the features it was trained
     on, and a row of class weights per hashed bucket seen in training."""
@@ -209,6 +228,8 @@ def _weights_file(
         coef=coef,
         intercept=intercept,
         temperature=np.float64(round(temperature, 6)),
+        languages=np.array(list(languages), dtype=str),
+        vocabulary=np.array(list(vocabulary), dtype=str),
     )
     return out.getvalue()
 
@@ -229,8 +250,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     model = read(args.out)
     print(
         f"wrote {args.out} ({args.out.stat().st_size:,} bytes, {len(model.rows):,} n-gram rows,"
-        f" temperature {model.temperature:.4f})"
+        f" temperature {model.temperature:.4f}, {len(model.vocabulary):,} words)"
     )
+    learned = " ".join(sorted(model.languages))
+    print(f"learned languages (>= {LEARNED_LINES} written lines): {learned}")
 
 
 if __name__ == "__main__":

@@ -200,6 +200,8 @@ class Advice:
     # the model failed with this error code and the offline advisor answered instead
     fallback: str | None = None
     fallback_format_error: bool = False  # the failed model did answer, outside the format
+    language: str | None = None  # ISO 639-1, as the offline advisor detected it
+    language_learned: bool = True  # False: a language the offline advisor has not learned
 
 
 class AdvisorError(Exception):

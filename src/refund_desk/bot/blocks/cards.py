@@ -33,6 +33,7 @@ from slack_sdk.models.blocks import (
 from slack_sdk.models.views import View
 
 from refund_desk import money
+from refund_desk.advisor.language import not_learned
 from refund_desk.bot.blocks.evidence import evidence_blocks
 from refund_desk.bot.mrkdwn import escape, mention, render, when
 from refund_desk.cases import tokens
@@ -311,6 +312,8 @@ def _advisory(case: Case, summary: str) -> str | None:
         new.append(":rotating_light: the message tries to instruct the system (treated as data)")
     if advice.get("fallback"):
         new.append("the model failed; this is the offline advisor's reading")
+    if advice.get("language_learned") is False:
+        new.append(not_learned(advice.get("language")))
     found = advice.get("amount_minor")
     if (
         isinstance(found, int)

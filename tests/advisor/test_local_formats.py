@@ -1,0 +1,126 @@
+"""Amounts as people write them in their own formats, words and arithmetic; and the language a
+message is written in, learned or not."""
+
+from __future__ import annotations
+
+import pytest
+
+from refund_desk.advisor.extract import extract_amount
+from refund_desk.advisor.language import detect, familiar, not_learned
+from refund_desk.advisor.offline import UNSURE, OfflineAdvisor
+from refund_desk.cases.ports import AdviceRequest
+
+
+@pytest.mark.parametrize(
+    ("text", "currency", "expected"),
+    [
+        ("Please send back 1.234,56 € for the sofa.", "EUR", (123456, "EUR")),
+        ("Proszę o zwrot 1 234,56 zł za kanapę.", "PLN", (123456, "PLN")),
+        ("Quero de volta R$ 89,90 do pedido.", "BRL", (8990, "BRL")),
+        ("代金の¥3,980を返金してください", "JPY", (3980, "JPY")),
+        ("Bitte CHF 49.– zurückerstatten.", "CHF", (4900, "CHF")),
+        ("Graag 49,- terug.", "EUR", (4900, "EUR")),
+        ("₺1.250,00 iade edilsin lütfen.", "TRY", (125000, "TRY")),
+        ("Toplam 399,90 TL iade edin.", "TRY", (39990, "TRY")),
+    ],
+)
+def test_local_number_formats(text: str, currency: str, expected: tuple[int, str]) -> None:
+    assert extract_amount(text, currency) == expected
+
+
+def test_eastern_arabic_digits_with_the_gulf_and_egyptian_symbols() -> None:
+    assert extract_amount("أرجو استرداد ١٢٥٫٥٠ ر.س", "SAR") == (12550, "SAR")
+    assert extract_amount("المبلغ ٣٥٠ د.إ", "AED") == (35000, "AED")
+    assert extract_amount("استرجاع ٢٠٠ ج.م من فضلك", "EGP") == (20000, "EGP")
+    # the Kuwaiti dinar has three decimals: "12.500" is twelve and a half
+    assert extract_amount("استرداد ١٢٫٥٠٠ د.ك", "KWD") == (12500, "KWD")
+
+
+def test_a_shared_symbol_is_the_payments_currency_and_another_one_contradicts_it() -> None:
+    assert extract_amount("refund the $25 please", "CAD") == (2500, "CAD")
+    assert extract_amount("149 kr tillbaka tack", "SEK") == (14900, "SEK")
+    assert extract_amount("149 kr tilbage tak", "DKK") == (14900, "DKK")
+    assert extract_amount("refund the $25 please", "EUR") is None  # "$" is not the euro
+
+
+@pytest.mark.parametrize(
+    ("text", "currency", "expected"),
+    [
+        ("I just want my twenty dollars back.", "USD", (2000, "USD")),
+        ("Ich möchte meine zwanzig Euro zurück.", "EUR", (2000, "EUR")),
+        ("Rendez-moi mes trente euros.", "EUR", (3000, "EUR")),
+        ("Devuélvanme los quince euros.", "EUR", (1500, "EUR")),
+    ],
+)
+def test_amounts_in_words(text: str, currency: str, expected: tuple[int, str]) -> None:
+    assert extract_amount(text, currency) == expected
+
+
+def test_the_difference_between_two_prices_when_asked() -> None:
+    asked = "I paid 120 € and a week later it was 105 €. Please refund the difference."
+    assert extract_amount(asked, "EUR") == (1500, "EUR")
+    assert extract_amount("Refund the difference of 15 € please.", "EUR") == (1500, "EUR")
+    assert extract_amount("It went down $10 after I bought it, refund the difference", "USD") == (
+        1000,
+        "USD",
+    )
+    three = "Paid $40, then $35, now $30. Refund the difference."
+    assert extract_amount(three, "USD") is None  # which difference: no guess
+
+
+def test_a_tables_shipping_or_tax_line_is_not_the_ask_unless_said() -> None:
+    table = "Lamp 39,99 €\nVersand: 4,99 €\nGesamt: 44,98 €\nDie Lampe kam kaputt an."
+    assert extract_amount(table, "EUR") is None  # unclear: no guess
+    assert extract_amount("Shipping: £4.99\nThe mug is fine.", "GBP") is None
+    said = "I was charged shipping of £4.99 twice, refund £4.99 please."
+    assert extract_amount(said, "GBP") == (499, "GBP")
+    # shipping named in a sentence is an amount like any other
+    assert extract_amount("Pagué envío urgente (4,99 €). Devuélvanme el envío.", "EUR") == (
+        499,
+        "EUR",
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "code"),
+    [
+        ("Tilaus ei koskaan saapunut, haluan rahani takaisin.", "fi"),
+        ("Lamba kırık geldi, paramı iade edin lütfen.", "tr"),
+        ("وصل المصباح مكسوراً، أرجو استرداد المبلغ", "ar"),
+        ("ランプが割れて届きました", "ja"),
+        ("주문한 상품이 도착하지 않았습니다", "ko"),
+        ("Die Lampe kam kaputt an, bitte erstatten Sie den Betrag.", "de"),
+    ],
+)
+def test_detect_the_language(text: str, code: str) -> None:
+    assert detect(text) == code
+
+
+def test_no_letters_no_language_and_a_familiar_ascii_text() -> None:
+    assert detect("12345 !!") is None
+    vocabulary = frozenset({"the", "lamp", "arrived", "broken", "please", "refund"})
+    assert familiar("The lamp arrived broken, please refund", vocabulary)
+    assert not familiar("Lamppu saapui rikki, palauttakaa", vocabulary)
+    assert not familiar("refund pls", vocabulary)  # too short to tell
+
+
+def test_a_language_not_learned_is_said_and_the_confidence_is_a_guess() -> None:
+    advice = OfflineAdvisor().advise(
+        AdviceRequest(
+            message="Tilaamani lamppu saapui rikki. Haluan rahani takaisin, kiitos.",
+            currency="EUR",
+        )
+    )
+    assert advice.language == "fi" and advice.language_learned is False
+    assert advice.confidence <= UNSURE
+    assert "written in Finnish, which the advisor has not learned" in advice.summary
+    assert not_learned("fi") == "written in Finnish, which the advisor has not learned"
+
+
+def test_a_learned_language_is_not_flagged() -> None:
+    for text in (
+        "My order arrived broken and I would like a refund for it please.",
+        "Meine Bestellung kam beschädigt an, ich möchte mein Geld zurück.",
+    ):
+        advice = OfflineAdvisor().advise(AdviceRequest(message=text, currency="EUR"))
+        assert advice.language_learned, text
