@@ -124,3 +124,40 @@ def test_a_learned_language_is_not_flagged() -> None:
     ):
         advice = OfflineAdvisor().advise(AdviceRequest(message=text, currency="EUR"))
         assert advice.language_learned, text
+
+
+def test_arabic_and_turkish_currency_words_from_cldr() -> None:
+    assert extract_amount("أبي استرجاع كامل المبلغ 189 ريال", "SAR") == (18900, "SAR")
+    assert extract_amount("ودفعت ٨٥٠ جنيه، عايز فلوسي ترجع", "EGP") == (85000, "EGP")
+    assert extract_amount("بدي ترجعولي 6 دنانير", "JOD") == (6000, "JOD")
+    assert extract_amount("450 riyal, abi refund", "SAR") == (45000, "SAR")
+    # "ريال" is the riyal of several countries: the payment's currency says which
+    assert extract_amount("رجعوا 120 ريال", "QAR") == (12000, "QAR")
+
+
+def test_turkish_amounts_in_words_by_the_small_table() -> None:
+    assert extract_amount("Yüz yirmi dokuz lira ödemiştim, geri istiyorum.", "TRY") == (
+        12900,
+        "TRY",
+    )
+    assert extract_amount("Seksen dokuz lira doksan kuruşluk oje", "TRY") == (8990, "TRY")
+    assert extract_amount("Bin iki yüz liralık halı uymadı.", "TRY") == (120000, "TRY")
+
+
+def test_cents_in_words_and_the_rand() -> None:
+    assert extract_amount("Paguei oitenta e nove reais e noventa centavos.", "BRL") == (
+        8990,
+        "BRL",
+    )
+    assert extract_amount("please refund the R1 899,00", "ZAR") == (189900, "ZAR")
+    assert extract_amount("Paid R150 for express delivery, refund it", "ZAR") == (15000, "ZAR")
+    assert extract_amount("Paid R150 for express delivery, refund it", "EUR") is None
+    assert extract_amount("the R2D2 toy arrived broken", "ZAR") is None
+
+
+def test_the_shipped_currency_markers_are_cldrs() -> None:
+    import json
+
+    from refund_desk.advisor.currencies import MARKERS, build
+
+    assert json.loads(MARKERS.read_text(encoding="utf-8")) == build()

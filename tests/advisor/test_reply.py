@@ -111,3 +111,21 @@ def test_a_reply_written_under_the_quote_is_current() -> None:
         == "That is not the fee I asked about: refund the £15 restocking fee on order 7730."
     )
     assert "84.99" in said.earlier and "84.99" not in said.current
+
+
+def test_an_outlook_header_block_with_no_rule_opens_the_earlier_mail() -> None:
+    said = read(
+        "Bitte erstatten Sie 49 €.\n\nVon: Shop <info@shop.example>\n"
+        "Gesendet: Montag, 4. Mai 2026 10:21\nAn: Anna\nBetreff: Bestellung 88120\n\n"
+        "Ihre Bestellung 88120 über 120,00 € ist unterwegs."
+    )
+    assert said.current == "Bitte erstatten Sie 49 €."
+    assert "88120" in said.earlier
+
+
+def test_a_paragraph_under_a_dash_line_is_not_a_signature() -> None:
+    text = (
+        "Please look at this.\n-- \n"
+        "I never placed order 90120 and the shipping address on it is not mine at all, $64.00."
+    )
+    assert read(text).current == text

@@ -6,15 +6,15 @@ the redacted text by the caller, so a card or phone number is never mistaken for
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 
-from babel import Locale
-from babel.numbers import get_currency_symbol
 from text_to_num import alpha2digit
 
+from refund_desk.advisor.currencies import MARKERS
 from refund_desk.advisor.features import fold as _fold
 from refund_desk.advisor.injection import without_injection
 from refund_desk.advisor.reference import extract_order_ref, iso_currency
@@ -52,85 +52,21 @@ _SYMBOLS: dict[str, tuple[str, ...]] = {
     "pesos": _PESOS, "peso": _PESOS, "s/": ("PEN",), "s/.": ("PEN",), "soles": ("PEN",),
     "rs": ("INR",), "rs.": ("INR",), "rupees": ("INR",), "rupee": ("INR",), "inr": ("INR",),
     "pound": ("GBP",),
-    "tl": ("TRY",), "lira": ("TRY",), "türk liras\u0131": ("TRY",),
+    "tl": ("TRY",), "lira": ("TRY",), "liralık": ("TRY",), "liralik": ("TRY",),
+    "dh": ("MAD", "AED"), "jd": ("JOD",), "r": ("ZAR",), "rand": ("ZAR",), "zar": ("ZAR",),
+    # Arabic currency words in Latin letters, as typed on a phone ("450 riyal", "1800 geneh")
+    "riyal": ("SAR", "QAR", "OMR"), "riyals": ("SAR", "QAR", "OMR"), "geneh": ("EGP",),
+    "gneh": ("EGP",), "dirham": ("AED", "MAD"), "dirhams": ("AED", "MAD"),
+    # Arabic broken plurals CLDR does not list for these currencies
+    "دنانير": ("KWD", "JOD", "BHD"), "دراهم": ("AED", "MAD"),
 }  # fmt: skip
 
-# The symbols each place writes, from CLDR (Babel): "zł", "R$", "₺", "ر.س", "د.إ", "ج.م", "د.ك",
-# "Kč", "kr.", "CHF"... for the currencies of the countries whose customers write to us.
-_LOCALES = [
-    "en_US",
-    "en_GB",
-    "en_IE",
-    "en_AU",
-    "en_CA",
-    "en_IN",
-    "de_DE",
-    "de_AT",
-    "de_CH",
-    "fr_FR",
-    "fr_BE",
-    "fr_CH",
-    "fr_CA",
-    "es_ES",
-    "es_MX",
-    "es_AR",
-    "es_CO",
-    "es_CL",
-    "es_PE",
-    "pt_PT",
-    "pt_BR",
-    "it_IT",
-    "it_CH",
-    "nl_NL",
-    "nl_BE",
-    "pl_PL",
-    "sv_SE",
-    "da_DK",
-    "nb_NO",
-    "cs_CZ",
-    "ja_JP",
-    "tr_TR",
-    "ar_SA",
-    "ar_AE",
-    "ar_EG",
-    "ar_KW",
-    "ar_QA",
-    "ar_BH",
-    "ar_OM",
-    "ar_JO",
-]
-_BIDI = dict.fromkeys(map(ord, "\u200e\u200f\u061c\u202a\u202b\u202c"), None)
-
-
-def _cldr_symbols() -> dict[str, tuple[str, ...]]:
-    """symbol (lower case, without bidi marks or a closing dot) -> the ISO codes it stands for,
-    each place's own currency and the euro, dollar and pound, as CLDR writes them there."""
-    found: dict[str, list[str]] = {}
-    for name in _LOCALES:
-        locale = Locale.parse(name)
-        for code in (*_OWN_CURRENCY.get(locale.territory or "", ()), "EUR", "USD", "GBP"):
-            symbol = get_currency_symbol(code, locale).translate(_BIDI).strip().lower()
-            # "kr." is "kr" at the end of a sentence; "ر.س." and "ر.س" are both written
-            dotted = {symbol} if not re.search("[a-z]", symbol) else set()
-            for written in sorted({symbol.rstrip("."), *dotted}):
-                if written and written != code.lower() and code not in found.get(written, []):
-                    found.setdefault(written, []).append(code)
-    return {symbol: tuple(codes) for symbol, codes in found.items()}
-
-
-_OWN_CURRENCY = {
-    "US": ("USD",), "GB": ("GBP",), "IE": ("EUR",), "AU": ("AUD",), "CA": ("CAD",),
-    "IN": ("INR",), "DE": ("EUR",), "AT": ("EUR",), "CH": ("CHF",), "FR": ("EUR",),
-    "BE": ("EUR",), "ES": ("EUR",), "MX": ("MXN",), "AR": ("ARS",), "CO": ("COP",),
-    "CL": ("CLP",), "PE": ("PEN",), "PT": ("EUR",), "BR": ("BRL",), "IT": ("EUR",),
-    "NL": ("EUR",), "PL": ("PLN",), "SE": ("SEK",), "DK": ("DKK",), "NO": ("NOK",),
-    "CZ": ("CZK",), "JP": ("JPY",), "TR": ("TRY",), "SA": ("SAR",), "AE": ("AED",),
-    "EG": ("EGP",), "KW": ("KWD",), "QA": ("QAR",), "BH": ("BHD",), "OM": ("OMR",),
-    "JO": ("JOD",),
-}  # fmt: skip
-for _symbol, _codes in _cldr_symbols().items():
+# The symbols and currency words each place writes, from CLDR (`advisor/currencies.py`,
+# built with Babel into `data/currency_markers.json`): "zł", "R$", "₺", "ر.س", "ريال", "lirası".
+for _symbol, _codes in json.loads(MARKERS.read_text(encoding="utf-8")).items():
     _known = _SYMBOLS.get(_symbol, ())
     _SYMBOLS[_symbol] = (*_known, *(c for c in _codes if c not in _known))
+_BIDI = dict.fromkeys(map(ord, "\u200e\u200f\u061c\u202a\u202b\u202c"), None)
 # Eastern Arabic and Persian digits, and the Arabic decimal and thousands separators, as the
 # digits and separators the patterns read (U+0661 U+0662 U+066B U+0665 is 12.5); one for one, so
 # positions in the text do not move.
@@ -151,17 +87,21 @@ _NUM = (
     r"\d{1,3}(?:[,.'\u00a0\u202f ]\d{3})+(?:[.,]\d{1,3}|[.,][-\u2013])?"
     r"|\d+(?:[.,]\d{1,3}|[.,][-\u2013])?"
 )
-_NUM_PRE = _NUM.replace(" ]", "]")  # after a leading marker: no plain space
+# after a leading marker no plain space, unless cents end the number ("R1 899,00")
+_NUM_PRE = r"\d{1,3}(?: \d{3})+,\d\d|" + _NUM.replace(" ]", "]")
 _MARK = "|".join(
     # a marker ending in a Latin letter ends a word ("zł" is not the start of "złożono")
-    rf"{re.escape(s)}(?![A-Za-z0-9\u00c0-\u024f])" if re.search(r"[a-zł]$", s) else re.escape(s)
+    # (a one-letter marker may touch its number: "R150")
+    rf"{re.escape(s)}(?![A-Za-z{'' if len(s) == 1 else '0-9'}\u00c0-\u024f])"
+    if re.search(r"[a-zł]$", s)
+    else re.escape(s)
     for s in sorted(_SYMBOLS, key=len, reverse=True)
 )
 # Before a number: no letter, digit or separator of the Latin script glued to it ("v2", "A4");
 # a Japanese word may be ("代金は¥3,980", "今月分の980円").
 _EDGE = r"(?<![A-Za-z0-9_.,\u00c0-\u024f])"
 _AMOUNT = re.compile(
-    rf"{_EDGE}(?:(?P<pre>{_MARK}|(?-i:[A-Z]{{3}})\b)\s?(?P<n1>{_NUM_PRE})(?![\d]|[.,]\d)"
+    rf"{_EDGE}(?:(?P<pre>{_MARK}|(?-i:[A-Z]{{3}})\b)\s?(?P<n1>{_NUM_PRE})(?![\d]|[.,]\d|[A-Za-z]\d)"
     # a trailing marker followed by a number is that number's leading one ("88271 $95.00")
     rf"|(?P<n2>{_NUM})\s?(?P<post>{_MARK}|(?-i:[A-Z]{{3}})\b)(?!\s?\d))",
     re.IGNORECASE,
@@ -173,6 +113,8 @@ _ASK_WORD = (
     r"|\bvuelta\b|\bmanca(?:no|nte|nti)?\b|\bmanquant\w*|\bbrakuj\w*|\bmissing\b|\bfehlend\w*"
     r"|\bfalta[nm]?\b|\bontbre\w*|\bchyb[iíě]\w*|\bowe[ds]?\b|\bdovete\b|\bdeben\b|\bdevem\b"
     r"|\bschulden\b|\bverschuldig\w*|\bwinni\b|\breclam\w*|返金|返して"
+    # Turkish "iade", "geri"; Arabic "استرداد", "استرجاع", "رجعوا", "ترجعولي" (folded)
+    r"|\biade\w*|\bgeri\b|رجع|استرد|ترد"
 )
 _ASK = re.compile(_ASK_WORD)
 # "the difference of 50,00 €": a price drop or a partial refund, the amount asked for
@@ -180,16 +122,19 @@ _DIFFERENCE = re.compile(
     r"differen|diferen|verschil|roznic|mellanskillnad|skillnad|差額|prijsverschil"
 )
 # Roles an amount plays that make it not the one asked for, read from the words around it.
-_UNIT_BEFORE = re.compile(r"(?:\d\s*(?:x|\u00d7|\*)|\bat|\bje|\bper)\s*$")
+_UNIT_BEFORE = re.compile(
+    r"(?:\d\s*(?:x|\u00d7|\*)|\bat|\bje|\bper|\btanesi|\bbirim fiyat\w*|\badedi)\s*:?\s*$"
+)
 # "3 Teller à 14,90 €": read in the text as written, as folding makes "à" the English "a"
 _A_UNIT_BEFORE = re.compile(r"\d\s+\w+\s+à\s*$")
 _UNIT_AFTER = re.compile(
     r"^\s*(?:each|apiece|per\b|/|a (?:month|piece|unit|year|week)|pro\b|chacun|cada|ciascun"
-    r"|l'uno|stuck|stk|x\s*\d)"
+    r"|l'uno|stuck|stk|x\s*\d|'?(?:den|dan|ten|tan)\b|كل\b|للواحد|للحبة)"
 )
 _TOTAL_BEFORE = re.compile(
     r"(?:=|\btotal(?:e|t)?\b(?: (?:of|was|is|de|di|von|van))?|\binsgesamt(?: von)?|\bin total"
-    r"|\bin totaal|\brazem|\bsumma|\bsum(?:me)?(?: von)?)\s*:?\s*$"
+    r"|\bin totaal|\brazem|\bsumma|\bsum(?:me)?(?: von)?|\btoplam(?:da)?|\byani"
+    r"|الاجمالي|اجمالي|المجموع|مجموع|يعني)\s*:?\s*$"
 )
 _TOTAL_AFTER = re.compile(r"^\s*(?:total|in total|insgesamt|au total|en total|in totale|razem)")
 _BASE_BEFORE = re.compile(r"%\s*(?:of|von|de|di|van|z|av|do)\s*(?:the\s+)?$")  # "15% of $200"
@@ -391,17 +336,67 @@ _A_MARKER = re.compile(rf"(?<![A-Za-z\u00c0-\u024f])(?:{_MARK})", re.IGNORECASE)
 
 def _in_words(text: str, req: str | None) -> tuple[int, str] | None:
     """An amount written in words with a currency ("twenty dollars", "zwanzig Euro"): the text
-    read by text2num in each language it knows, the first reading with a marked amount."""
+    read by text2num in each language it knows, else by the Turkish table below, the first
+    reading with a marked amount."""
     if not _A_MARKER.search(text):
         return None
-    for lang in _WORD_LANGUAGES:
-        digits = alpha2digit(text, lang)
+    readings = [alpha2digit(text, lang) for lang in _WORD_LANGUAGES]
+    if req == "TRY" or _TURKISH_LETTERS.search(text):
+        readings.append(_turkish_digits(text))
+    # the language that reads the most words as numbers is the text's: its reading is shortest
+    for digits in sorted(readings, key=len):
         if digits == text:
             continue
-        found = _marked(digits, req)
+        found = _marked(_CENTS_IN_WORDS.sub(r"\1,\3 \2", digits), req)
         if found:
             return _choose(found)
     return None
+
+
+# "89 reais e 90 centavos", "19 euro e 90": the cents of an amount written in words
+_CENTS_IN_WORDS = re.compile(
+    r"(\d+)\s+([^\W\d_]+)\s+(?:e|and|und|et|y|en|i|ve)\s+(\d{2})(?!\d)(?:\s+(?:centavos|centimes"
+    r"|c[ée]ntimos|centesimi|eurocent|cents?|groszy|öre|kuruş)\b)?",
+    re.IGNORECASE,
+)
+
+
+# Turkish numbers in words, which no maintained parser reads: "yüz yirmi dokuz lira" is 129,
+# "seksen dokuz lira doksan kuruş" 89,90.
+_TURKISH_LETTERS = re.compile("[ıİşŞğĞ]")
+_TR_NUMBERS = {
+    "bir": 1, "iki": 2, "üç": 3, "dört": 4, "beş": 5, "altı": 6, "yedi": 7, "sekiz": 8,
+    "dokuz": 9, "on": 10, "yirmi": 20, "otuz": 30, "kırk": 40, "elli": 50, "altmış": 60,
+    "yetmiş": 70, "seksen": 80, "doksan": 90, "yüz": 100, "bin": 1000,
+}  # fmt: skip
+_TR_RUN = re.compile(
+    r"(?<!\w)(?:(?:" + "|".join(_TR_NUMBERS) + r")(?:\s+|(?=\W)|$))+", re.IGNORECASE
+)
+_TR_KURUS = re.compile(r"(\d+)\s+(lira|tl)\s+(\d{1,2})\s+kuru[şs]\w*", re.IGNORECASE)
+
+
+def _turkish_value(words: list[str]) -> int:
+    total = current = 0
+    for word in words:
+        value = _TR_NUMBERS[word]
+        if value == 100:
+            current = (current or 1) * 100
+        elif value == 1000:
+            total += (current or 1) * 1000
+            current = 0
+        else:
+            current += value
+    return total + current
+
+
+def _turkish_digits(text: str) -> str:
+    def number(m: re.Match[str]) -> str:
+        words = m.group(0).lower().split()
+        trailing = m.group(0)[len(m.group(0).rstrip()) :]
+        return f"{_turkish_value(words)}{trailing}"
+
+    digits = _TR_RUN.sub(number, text.replace("İ", "i"))
+    return _TR_KURUS.sub(lambda m: f"{m.group(1)},{int(m.group(3)):02d} {m.group(2)}", digits)
 
 
 def _marked(text: str, req: str | None) -> list[_Found] | None:
@@ -418,6 +413,8 @@ def _marked(text: str, req: str | None) -> list[_Found] | None:
         cands = _candidates(marker)
         if not cands or (marker in _WORDLIKE_CODES and marker != req):
             continue
+        if len(marker) == 1 and marker.isalpha() and req not in cands:
+            continue  # "R150" is rand only in a rand payment's message
         cur = _resolve(cands, req)
         if cur is None:
             return None  # an amount in another currency makes the whole text unclear
@@ -433,7 +430,7 @@ def _marked(text: str, req: str | None) -> list[_Found] | None:
             role = "unit"
         asked = bool(
             _ASK.search(before[-30:])
-            or re.match(rf"\s*(?:de\s+)?(?:{_ASK_WORD})", after)
+            or re.match(rf"(?:'\w+)?\s*(?:de\s+)?(?:{_ASK_WORD})", after)
             or _DIFFERENCE.search(before[-25:] + " " + after[:14])
         )
         found.append(_Found(value, cur, asked, role))

@@ -128,6 +128,22 @@ def _header_block_at(lines: list[str], i: int) -> bool:
     return len(headers) >= 2 and any("@" in line for line in headers)
 
 
+_TIME = re.compile(r"\d{1,2}:\d{2}")
+
+
+def _quoted_headers_at(lines: list[str], i: int) -> bool:
+    """An Outlook header block with no rule above it ("Von: ... <a@b>", "Gesendet: ... 10:12",
+    "An: ...", "Betreff: ..."), with the quoted mail under it: three "Name: value" lines in a
+    row, one with an address and one with a time. A web form's dump ("Email: ...", "Order:
+    ...") has no time of sending and is what the customer wrote."""
+    block = lines[i : i + 3]
+    if len(block) < 3 or not all(_HEADER.match(line) for line in block):
+        return False
+    joined = "\n".join(lines[i : i + 5])
+    rest = "\n".join(lines[i + 3 :])
+    return "@" in joined and bool(_TIME.search(joined)) and bool(_WORD.search(rest))
+
+
 def _structural_cut(lines: list[str]) -> int | None:
     """Where quoted history begins by its shape alone, whatever the language: a rule line over
     a header block with an address (a forwarded message), or the `> ` lines that run to the end
@@ -135,6 +151,8 @@ def _structural_cut(lines: list[str]) -> int | None:
     ("Email: ...", "Order: ...") is what the customer wrote."""
     for i, line in enumerate(lines):
         if _RULE.match(line) and i + 1 < len(lines) and _header_block_at(lines, i + 1):
+            return i
+        if i and not lines[i - 1].strip() and _quoted_headers_at(lines, i):
             return i
     tail = len(lines)
     while tail and (not lines[tail - 1].strip() or _QUOTED.match(lines[tail - 1])):
@@ -161,10 +179,17 @@ def _below_the_quote(hidden: str) -> str:
     return tail if _WORD.search(tail) else ""
 
 
+def _a_signature(lines: list[str]) -> bool:
+    """What follows a "-- " line is a signature when it is a few short lines (a name, a title,
+    a phone), not a paragraph someone wrote under a dash line."""
+    kept = [line for line in lines if line.strip()]
+    return len(kept) <= 6 and all(len(line) <= 72 for line in kept)
+
+
 def _footer_cut(lines: list[str]) -> int | None:
     """Where a signature ("-- " line) or a "Sent from my iPhone" line ends the message."""
     for i, line in enumerate(lines):
-        if _SIGNATURE_RULE.match(line):
+        if _SIGNATURE_RULE.match(line) and _a_signature(lines[i + 1 :]):
             return i
     last = len(lines)
     while last and not lines[last - 1].strip():
