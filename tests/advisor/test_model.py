@@ -35,7 +35,17 @@ def test_the_shipped_weights_are_what_the_training_script_builds(tmp_path: Path)
     rebuilt.write_bytes(build(DATA / "train.jsonl"))
     with np.load(WEIGHTS) as shipped, np.load(rebuilt) as fresh:
         assert sorted(shipped.files) == sorted(fresh.files)
-        for key in ("bits", "ngrams", "digit_run", "classes", "buckets", "idf"):
+        keys = (
+            "bits",
+            "ngrams",
+            "digit_run",
+            "classes",
+            "buckets",
+            "idf",
+            "languages",
+            "vocabulary",
+        )
+        for key in keys:
             assert np.array_equal(shipped[key], fresh[key]), key
         # liblinear with a fixed seed; a different CPU may round the last float16 bit apart
         assert np.allclose(shipped["coef"], fresh["coef"], atol=2e-3)

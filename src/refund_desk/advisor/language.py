@@ -32,7 +32,11 @@ __all__ = [
 ]
 
 LEARNED_LINES = 150  # written lines a language needs in the corpus to count as learned
-FAMILIAR_SHARE = 0.9  # of an ASCII text's words in the corpus vocabulary: a learned language
+# of an ASCII text's words in the learned languages' vocabulary: one of them. Measured on the
+# sets never trained on: 334 of 390 ASCII texts of 4 words or more in a learned language reach
+# it; Danish, Norwegian, Finnish, Czech, Hungarian, Romanian, Croatian, Indonesian, Catalan
+# and Afrikaans sentences of ours reach 0.0-0.83.
+FAMILIAR_SHARE = 0.9
 _FAMILIAR_WORDS = 4  # ... and at least this many words
 
 NAMES = {

@@ -138,13 +138,17 @@ def _unseen_writer_margins(
     rows: Sequence[_Row], classes: tuple[str, ...], report: dict[str, float] | None = None
 ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.int64]]:
     """Each writer's hand-written lines, scored by a model trained without that writer (and
-    that model's reason accuracy on them into `report`)."""
+    that model's reason accuracy on them into `report`). Only lines in a language the others'
+    lines teach (`_learned`) are returned for the calibration: a language no other writer
+    wrote is one the advisor says it has not learned, with a confidence of its own
+    (`offline.UNSURE`), and would only make the confidence of every other language too low."""
     margins, labels = [], []
     for writer in sorted({row.writer for row in rows}):
         held = [row for row in rows if row.writer == writer and row.written]
         if not held:
             continue
-        fit = _fit([row for row in rows if row.writer != writer], classes)
+        rest = [row for row in rows if row.writer != writer]
+        fit = _fit(rest, classes)
         counts = [hashed_counts(row.text) for row in held]
         # the shipped weights are float16: score held-out text with rounded weights too
         coef = fit.svm.coef_.astype(np.float16).astype(np.float64)
@@ -153,7 +157,15 @@ def _unseen_writer_margins(
         labels.append(np.array([classes.index(row.reason) for row in held]))
         if report is not None:
             report[writer] = float((margins[-1].argmax(axis=1) == labels[-1]).mean())
+        taught = np.array([row.lang in _learned(rest) for row in held])
+        margins[-1], labels[-1] = margins[-1][taught], labels[-1][taught]
     return np.vstack(margins), np.concatenate(labels)
+
+
+def _learned(rows: Sequence[_Row]) -> set[str]:
+    """The languages with at least `LEARNED_LINES` written lines among `rows`."""
+    written = Counter(row.lang for row in rows if row.written and row.lang)
+    return {lang for lang, n in written.items() if n >= LEARNED_LINES}
 
 
 def build(train: Path, report: dict[str, float] | None = None) -> bytes:
@@ -167,13 +179,12 @@ def build(train: Path, report: dict[str, float] | None = None) -> bytes:
     intercept = fit.svm.intercept_.astype(np.float64)
     margins, y = _unseen_writer_margins(rows, classes, report)
     temperature = float(min(TEMPERATURES, key=lambda t: _log_loss(margins, y, float(t))))
-    written = Counter(row.lang for row in rows if row.written and row.lang)
-    learned = sorted(lang for lang, n in written.items() if n >= LEARNED_LINES)
-    # the words of at least two lines: a writer's one-off spelling is not the language's
-    seen: Counter[str] = Counter()
-    for row in rows:
-        seen.update(set(words(row.text)))
-    vocabulary = sorted(w for w, n in seen.items() if n >= 2)
+    learned = sorted(_learned(rows))
+    # the words of the learned languages' lines: what an ASCII text must nearly all be made
+    # of to be read without asking the language detector (`language.familiar`); ASCII words only
+    vocabulary = sorted(
+        {w for row in rows if row.lang in learned for w in words(row.text) if w.isascii()}
+    )
     return _weights_file(
         classes, buckets, fit.idf, fit.unseen, coef, intercept, temperature,
         languages=learned, vocabulary=vocabulary,
@@ -183,10 +194,17 @@ def build(train: Path, report: dict[str, float] | None = None) -> bytes:
 def build_injection(corpus: Sequence[Path], attacks: Path = INJECTION_ATTACKS) -> bytes:
     """The learned injection detector's weights: a logistic regression on the same features,
     trained on a writer's attacks and look-alikes (`attacks`, labelled) and on every corpus
-    line, labelled by the hand-written patterns (the corpus holds each writer's attempts)."""
+    line: labelled by its writer where it says `injection` (the issue-39 writers marked their
+    attempts), else by the hand-written patterns (the corpus holds each writer's attempts)."""
     labelled = [(data["text"], int(bool(data["injection"]))) for data in _lines(attacks)]
     for path in corpus:
-        labelled += [(data["text"], int(injection_patterns(data["text"]))) for data in _lines(path)]
+        labelled += [
+            (
+                data["text"],
+                int(data["injection"] if "injection" in data else injection_patterns(data["text"])),
+            )
+            for data in _lines(path)
+        ]
     texts = [text for text, _ in labelled]
     labels = [label for _, label in labelled]
     counts = [hashed_counts(text) for text in texts]
