@@ -5,8 +5,10 @@ split and the two shipped evaluation sets, plus any FILE given) it prints, side 
 same run: reason accuracy of the keyword rules and of the model; amount accuracy of the
 hand-written extractor and of `price-parser`; milliseconds per request (median and p99, one
 core, the model loaded once before timing) for the keyword rules, the model alone, and the
-whole `OfflineAdvisor.advise` (redaction, injection check, model, extraction, summary) over
-all of them; and the installed size the advisor's data adds (weights file, corpus) and numpy.
+whole `OfflineAdvisor.advise` (redaction, injection check, model, language, extraction,
+summary) over all of them, the intake's split of a message (`advisor.reply.read`) and the two
+together (the language detector loaded before timing, as a running desk has it); and the
+installed size the advisor's data adds (weights file, corpus) and numpy.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from pathlib import Path
 import numpy
 from price_parser import Price
 
+from refund_desk.advisor import reply
 from refund_desk.advisor.model import WEIGHTS, ReasonModel, load_model
 from refund_desk.advisor.offline import OfflineAdvisor, extract_amount, keyword_classify
 from refund_desk.cases.ports import AdviceRequest
@@ -101,13 +104,22 @@ def main() -> None:
 
     rules_t = _timings(keyword_classify, texts)
     model_t = _timings(model.predict, texts)
+    for text in texts:  # warm: the language detector loads on the first text it is asked of
+        advisor.advise(AdviceRequest(message=text, currency="EUR"))
     advise_t = _timings(lambda t: advisor.advise(AdviceRequest(message=t, currency="EUR")), texts)
+    read_t = _timings(reply.read, texts)
+    both_t = _timings(
+        lambda t: advisor.advise(AdviceRequest(message=reply.read(t).current, currency="EUR")),
+        texts,
+    )
     print(f"model load (once): {load_ms:.0f} ms")
     print(f"per request, ms ({len(rules_t)} timings each)     median      p99")
     for name, values in (
         ("keyword rules", rules_t),
         ("learned model", model_t),
         ("whole advise()", advise_t),
+        ("reply.read() (at intake)", read_t),
+        ("reply.read() then advise()", both_t),
     ):
         print(f"  {name:<36} {statistics.median(values):8.3f} {_p99(values):8.3f}")
     ratio = statistics.median(model_t) / statistics.median(rules_t)

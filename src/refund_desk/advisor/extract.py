@@ -413,7 +413,7 @@ def _marked(text: str, req: str | None) -> list[_Found] | None:
         cands = _candidates(marker)
         if not cands or (marker in _WORDLIKE_CODES and marker != req):
             continue
-        if len(marker) == 1 and marker.isalpha() and req not in cands:
+        if len(marker) == 1 and marker.isascii() and marker.isalpha() and req not in cands:
             continue  # "R150" is rand only in a rand payment's message
         cur = _resolve(cands, req)
         if cur is None:

@@ -314,6 +314,9 @@ def _advisory(case: Case, summary: str) -> str | None:
         new.append("the model failed; this is the offline advisor's reading")
     if advice.get("language_learned") is False:
         new.append(not_learned(advice.get("language")))
+    if case.earlier_enc and not case.erased_at:
+        new.append("it read only what the customer wrote now; the earlier mails the message quoted"
+                   " are on the case (API)")  # fmt: skip
     found = advice.get("amount_minor")
     if (
         isinstance(found, int)
