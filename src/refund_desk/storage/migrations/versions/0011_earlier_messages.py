@@ -1,8 +1,8 @@
 """a case's earlier messages: what the customer's message quoted or carried under it (quoted
 history, forwards, signatures), encrypted under their key beside `message_enc`
 
-Revision ID: 0010
-Revises: 0009
+Revision ID: 0011
+Revises: 0010
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0010"
-down_revision = "0009"
+revision = "0011"
+down_revision = "0010"
 branch_labels = None
 depends_on = None
 
