@@ -15,8 +15,15 @@ CONTENT_SECURITY_POLICY = (
     "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'; "
     "object-src 'none'"
 )
-PAGE_HEADERS = (
-    (b"content-security-policy", CONTENT_SECURITY_POLICY.encode()),
+# FastAPI's API documentation pages (Swagger UI, ReDoc) start their viewer with an inline
+# script and load it from the jsDelivr CDN: they alone get a policy that allows those two.
+DOCS_PATHS = frozenset({"/docs", "/docs/oauth2-redirect", "/redoc"})
+DOCS_CONTENT_SECURITY_POLICY = (
+    "default-src 'self'; script-src 'self' 'unsafe-inline' https://cdn.jsdelivr.net; "
+    "style-src 'self' 'unsafe-inline' https://cdn.jsdelivr.net; img-src 'self' data: https:; "
+    "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; object-src 'none'"
+)
+OTHER_HEADERS = (
     (b"x-content-type-options", b"nosniff"),
     (b"referrer-policy", b"same-origin"),
     (b"x-frame-options", b"DENY"),
@@ -32,6 +39,11 @@ class PageHeaders:
             await self.app(scope, receive, send)
             return
         head = scope["method"] == "HEAD"
+        policy = DOCS_CONTENT_SECURITY_POLICY if scope["path"] in DOCS_PATHS else None
+        page_headers = (
+            (b"content-security-policy", (policy or CONTENT_SECURITY_POLICY).encode()),
+            *OTHER_HEADERS,
+        )
         if head:
             scope = {**scope, "method": "GET"}
 
@@ -41,7 +53,7 @@ class PageHeaders:
                 kind = next((v for k, v in headers if k.lower() == b"content-type"), b"")
                 if kind.startswith(b"text/html"):
                     present = {k.lower() for k, _ in headers}
-                    headers += [(k, v) for k, v in PAGE_HEADERS if k not in present]
+                    headers += [(k, v) for k, v in page_headers if k not in present]
                 message = {**message, "headers": headers}
             elif head and message["type"] == "http.response.body":
                 message = {**message, "body": b""}

@@ -33,3 +33,10 @@ def test_head_answers_as_get_without_a_body(desk: Harness) -> None:
     assert head.status_code == got.status_code == 200
     assert head.content == b""
     assert head.headers["content-security-policy"] == got.headers["content-security-policy"]
+
+
+def test_the_api_docs_may_load_their_viewer_and_nothing_else_may(desk: Harness) -> None:
+    docs = desk.client.get("/docs").headers["content-security-policy"]
+    assert "https://cdn.jsdelivr.net" in docs and "frame-ancestors 'none'" in docs
+    form = desk.client.get("/request").headers["content-security-policy"]
+    assert "cdn" not in form and "unsafe-inline" not in form
