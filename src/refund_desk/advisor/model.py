@@ -38,8 +38,6 @@ _counts = lru_cache(maxsize=16)(hashed_counts)
 @dataclass(frozen=True)
 class ReasonModel:
     classes: tuple[str, ...]
-    rows: dict[int, int]  # hashed bucket -> row of `coef` and `idf`
-    idf: dict[int, float]
     unseen_idf: float
     coef: npt.NDArray[np.float32]  # (rows, classes)
     intercept: npt.NDArray[np.float64]  # (classes,)
@@ -53,6 +51,17 @@ class ReasonModel:
     sorted_buckets: npt.NDArray[np.int64] = field(default_factory=lambda: np.empty(0, np.int64))
     sorted_idf: npt.NDArray[np.float64] = field(default_factory=lambda: np.empty(0))
     sorted_rows: npt.NDArray[np.int64] = field(default_factory=lambda: np.empty(0, np.int64))
+
+    # As dicts, for training and tests only: a server never builds them (158,000 buckets in
+    # two dicts held about 25 MB of every process that advised once).
+    @property
+    def rows(self) -> dict[int, int]:
+        """Hashed bucket -> its row of `coef`."""
+        return dict(zip(self.sorted_buckets.tolist(), self.sorted_rows.tolist(), strict=True))
+
+    @property
+    def idf(self) -> dict[int, float]:
+        return dict(zip(self.sorted_buckets.tolist(), self.sorted_idf.tolist(), strict=True))
 
     def margins(self, text: str) -> npt.NDArray[np.float64]:
         """The linear model's score for each class (before calibration): the text's tf-idf
@@ -100,13 +109,11 @@ def read(path: Path, classes: Sequence[str] = REASONS) -> ReasonModel:
         known = tuple(str(c) for c in data["classes"])
         if set(known) != set(classes):
             raise ValueError(f"{path.name} knows classes {known}, not {tuple(classes)}")
-        buckets = [int(b) for b in data["buckets"]]
-        idf = [float(v) for v in data["idf"]]
-        order = np.argsort(np.asarray(buckets, dtype=np.int64), kind="stable")
+        buckets = np.asarray(data["buckets"], dtype=np.int64)
+        idf = np.asarray(data["idf"], dtype=np.float64)
+        order = np.argsort(buckets, kind="stable")
         return ReasonModel(
             classes=known,
-            rows={b: i for i, b in enumerate(buckets)},
-            idf=dict(zip(buckets, idf, strict=True)),
             unseen_idf=float(data["unseen_idf"]),
             coef=np.asarray(data["coef"], dtype=np.float32),
             intercept=np.asarray(data["intercept"], dtype=np.float64),
@@ -117,8 +124,8 @@ def read(path: Path, classes: Sequence[str] = REASONS) -> ReasonModel:
             vocabulary=frozenset(str(w) for w in data["vocabulary"])
             if "vocabulary" in data.files
             else frozenset(),
-            sorted_buckets=np.asarray(buckets, dtype=np.int64)[order],
-            sorted_idf=np.asarray(idf, dtype=np.float64)[order],
+            sorted_buckets=buckets[order],
+            sorted_idf=idf[order],
             sorted_rows=order.astype(np.int64),
         )
 
