@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from refund_desk.policy import (
@@ -105,7 +107,9 @@ def test_to_zen_converts_money_only() -> None:
     ctx = complete_context(
         {"request": {"amount": 2505, "currency": "USD"}, "order": {"refundable": 7, "age_days": 3}}
     )
-    z = to_zen(ctx, "KWD")
+    text = to_zen(ctx, "KWD")
+    assert '"amount": 25.05' in text  # the exact decimal as JSON text, which zen parses exactly
+    z = json.loads(text)
     assert z["request"]["amount"] == 25.05
     assert z["order"]["refundable"] == 0.007  # no order currency: the policy's
     assert z["order"]["age_days"] == 3

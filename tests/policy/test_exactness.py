@@ -1,8 +1,9 @@
 """Money reaches zen exactly: comparisons agree with Decimal for every allowed amount.
 
-zen-engine rejects ``Decimal`` input, so the engine hands it floats made from integer minor
-units (``minor / 10**exp``). These tests prove that comparisons against policy literals are
-exact for currencies with 0, 2 and 3 decimals, from 0 up to 10 000 000 major units.
+zen-engine rejects ``Decimal`` input and converts some Python floats inexactly, so the engine
+hands it JSON text whose numbers are the exact decimals of integer minor units. These tests
+prove that comparisons against policy literals are exact for currencies with 0, 2 and 3
+decimals, from 0 up to 10 000 000 major units.
 """
 
 from __future__ import annotations
@@ -73,6 +74,8 @@ def zen_compare(currency: str, minor: int, op: str, lit: str) -> bool:
 @example(("KWD", 1, 1, "0.001"), "==")
 @example(("KWD", 10_000_000_000, 9_999_999_999, "9999999.999"), ">")
 @example(("JPY", 10_000_000, 10_000_000, "10000000"), "==")
+@example(("KWD", 4_305_529, 4_305_529, "4305.529"), "==")  # zen read the float 4305.529 as ...002
+@example(("USD", 436_582_273, 436_582_273, "4365822.73"), "<=")
 def test_comparisons_agree_with_decimal(case_: tuple[str, int, int, str], op: str) -> None:
     currency, minor, lit_minor, lit = case_
     exp = CURRENCIES[currency]

@@ -266,27 +266,31 @@ def referenced_names(expression: str) -> list[str]:
 
 MAX_EXACT_MINOR = money.MAX_MINOR
 """Below this every ``minor / 10**exp`` float has a shortest repr equal to the exact decimal
-(at most 15 significant digits, IEEE 754 ``DBL_DIG``), which is what zen reads into its
-decimal type. Ten million major units with three decimals is 10**10: far inside; intake
-refuses any amount at or above it (``money.to_minor``)."""
+(at most 15 significant digits, IEEE 754 ``DBL_DIG``). Ten million major units with three
+decimals is 10**10: far inside; intake refuses anything larger (``money.to_minor``)."""
 
 
 def minor_to_zen(minor: int, currency: str) -> float:
-    """Minor units -> the float zen needs (it rejects ``Decimal``), exact by ``MAX_EXACT_MINOR``.
+    """Minor units -> major units as the float whose shortest repr is the exact decimal.
 
-    ``int / int`` is correctly rounded in CPython, and zen converts a float through its
-    shortest round-trip decimal form, so ``2505 / 100`` reaches zen as exactly ``25.05``.
-    The property test in ``tests/policy/test_exactness.py`` proves the comparisons.
+    ``int / int`` is correctly rounded in CPython, so ``2505 / 100`` is the float written
+    ``25.05``. ``to_zen`` hands zen that text, never the float itself (see there).
     """
     if minor >= MAX_EXACT_MINOR:
         raise ContextInvalid(f"amount {minor} minor units is too large to compare exactly")
     return minor / 10 ** money.exponent(currency)
 
 
-def to_zen(context: Mapping[str, Any], policy_currency: str) -> dict[str, Any]:
-    """The context as zen sees it: money facts in major units of the currency beside them.
+def to_zen(context: Mapping[str, Any], policy_currency: str) -> str:
+    """The context as zen reads it: JSON text, money facts in major units of their currency.
 
     A money fact whose section names no currency is read in the policy's currency.
+
+    zen rejects ``Decimal`` and converts a Python float to its decimal type inexactly for
+    some values (``4305.529`` arrives as ``4305.529000000002``, so ``== 4305.529`` is false),
+    but it parses a JSON number's text exactly. ``json.dumps`` writes each float as its
+    shortest repr, which ``minor_to_zen`` makes the exact decimal. The property test in
+    ``tests/policy/test_exactness.py`` proves the comparisons.
     """
     out: dict[str, Any] = {
         section: dict(fields) if isinstance(fields, Mapping) else fields
@@ -302,7 +306,7 @@ def to_zen(context: Mapping[str, Any], policy_currency: str) -> dict[str, Any]:
             out[section][field] = minor_to_zen(minor, currency)
         except money.UnknownCurrency as exc:
             raise ContextInvalid(f"{name}: {exc}") from None
-    return out
+    return json.dumps(out, allow_nan=False)
 
 
 def zen_error(exc: BaseException) -> str:
