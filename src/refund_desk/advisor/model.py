@@ -13,7 +13,7 @@ import math
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -52,14 +52,14 @@ class ReasonModel:
     sorted_idf: npt.NDArray[np.float64] = field(default_factory=lambda: np.empty(0))
     sorted_rows: npt.NDArray[np.int64] = field(default_factory=lambda: np.empty(0, np.int64))
 
-    # As dicts, for training and tests only: a server never builds them (158,000 buckets in
-    # two dicts held about 25 MB of every process that advised once).
-    @property
+    # As dicts, for training and tests only, built on first use: a server never builds them
+    # (158,000 buckets in two dicts held about 25 MB of every process that advised once).
+    @cached_property
     def rows(self) -> dict[int, int]:
         """Hashed bucket -> its row of `coef`."""
         return dict(zip(self.sorted_buckets.tolist(), self.sorted_rows.tolist(), strict=True))
 
-    @property
+    @cached_property
     def idf(self) -> dict[int, float]:
         return dict(zip(self.sorted_buckets.tolist(), self.sorted_idf.tolist(), strict=True))
 
