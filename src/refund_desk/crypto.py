@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from cryptography.fernet import Fernet, InvalidToken
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
-from sqlalchemy import bindparam, select
+from sqlalchemy import Select, bindparam, select
 from sqlmodel import Session, col
 
 from refund_desk import clock
@@ -129,9 +129,9 @@ class Vault:
         an erasure, which locks the row for update first, waits for every transaction using
         the key, and those do not wait for each other. A new customer's key is inserted; only
         an erased one is locked for update (and replaced)."""
-        row: CustomerKey | _NewKey | None = session.scalars(
-            _SHARE_LIVE_KEY, {"email_hash": email_hash}
-        ).first()
+        row: CustomerKey | _NewKey | None = _held_if_live(
+            session, _SHARE_LIVE_KEY, {"email_hash": email_hash}
+        )
         if row is None:
             row = self._made_live(session, email_hash)
         assert row.key_enc is not None
@@ -244,18 +244,27 @@ class _NewKey:
 
 
 def _share_live_key_waiting(session: Session, email_hash: str) -> CustomerKey | None:
-    """The key row under a shared lock, waiting for whoever holds it for update,
-    if its key is then live; else None with no lock left behind. The look is made in a
-    savepoint, rolled back when the key is erased: a shared lock taken while waiting would
-    stay on the erased row, and every intake that waited would then wait on the others'
-    shared locks to make the new key (a deadlock). A live key is held shared, as by the first
+    """The key row under a shared lock, waiting for whoever holds it for update, if its key is
+    then live; else None with no lock left behind. A live key is held shared, as by the first
     look, so one customer's transactions still do not queue behind each other."""
-    look = session.begin_nested()
-    row = session.scalars(_SHARE_KEY, {"email_hash": email_hash}).first()
+    return _held_if_live(session, _SHARE_KEY, {"email_hash": email_hash})
+
+
+def _held_if_live(
+    session: Session, look: Select[CustomerKey], params: dict[str, str]
+) -> CustomerKey | None:
+    """The key row `look` finds under a shared lock, if its key is live; else None with no
+    lock left behind. The look is made in a savepoint, rolled back unless the key is live:
+    PostgreSQL keeps the lock on a row it locked and then found no longer matching (an
+    erasure committed between the statement's snapshot and the lock, the row then re-read),
+    and a shared lock left on an erased row makes every intake that needs to replace the key
+    wait on the others' shared locks for its update (a deadlock)."""
+    savepoint = session.begin_nested()
+    row = session.scalars(look, params).first()
     if row is not None and row.key_enc is not None:
-        look.commit()  # the shared lock stays until the transaction ends
+        savepoint.commit()  # the shared lock stays until the transaction ends
         return row
-    look.rollback()  # and the shared lock with it (PostgreSQL releases a savepoint's locks)
+    savepoint.rollback()  # and the lock with it (PostgreSQL releases a savepoint's locks)
     return None
 
 
@@ -266,7 +275,7 @@ def hold_key_of_case(session: Session, case_id: str) -> None:
     erasure while the erasure waited for it. With the key held first, the erasure waits for
     this transaction, or this one for the erasure's commit (and then finds the case erased).
     A missing or erased key is not held."""
-    if session.scalars(_SHARE_KEY_OF_CASE, {"case_id": case_id}).first() is None:
+    if _held_if_live(session, _SHARE_KEY_OF_CASE, {"case_id": case_id}) is None:
         # held for update (an erasure under way), erased, or no case
         email_hash = session.connection().scalar(_EMAIL_HASH_OF_CASE, {"case_id": case_id})
         if email_hash:
