@@ -69,8 +69,10 @@ def test_the_difference_between_two_prices_when_asked() -> None:
 
 
 def test_a_tables_shipping_or_tax_line_is_not_the_ask_unless_said() -> None:
-    table = "Lamp 39,99 €\nVersand: 4,99 €\nGesamt: 44,98 €\nDie Lampe kam kaputt an."
-    assert extract_amount(table, "EUR") is None  # unclear: no guess
+    table = "Lamp 39,99 €\nVersand: 4,99 €\nGesamt: 44,98 €\n"
+    assert extract_amount(table + "Alles kam kaputt an.", "EUR") is None  # unclear: no guess
+    # the line the customer names is the ask (`test_inbox_amounts.py`)
+    assert extract_amount(table + "Die Lampe kam kaputt an.", "EUR") == (3999, "EUR")
     assert extract_amount("Shipping: £4.99\nThe mug is fine.", "GBP") is None
     said = "I was charged shipping of £4.99 twice, refund £4.99 please."
     assert extract_amount(said, "GBP") == (499, "GBP")

@@ -100,10 +100,13 @@ _MARK = "|".join(
 # Before a number: no letter, digit or separator of the Latin script glued to it ("v2", "A4");
 # a Japanese word may be ("代金は¥3,980", "今月分の980円").
 _EDGE = r"(?<![A-Za-z0-9_.,\u00c0-\u024f])"
+# A marker and its number are written on one line: in a pasted statement ("799,00 kr" over
+# "11 nov ...") a marker at a line's end is not the next line's number's.
+_SP = r"[^\S\n]"
 _AMOUNT = re.compile(
-    rf"{_EDGE}(?:(?P<pre>{_MARK}|(?-i:[A-Z]{{3}})\b)\s?(?P<n1>{_NUM_PRE})(?![\d]|[.,]\d|[A-Za-z]\d)"
+    rf"{_EDGE}(?:(?P<pre>{_MARK}|(?-i:[A-Z]{{3}})\b){_SP}?(?P<n1>{_NUM_PRE})(?![\d]|[.,]\d|[A-Za-z]\d)"
     # a trailing marker followed by a number is that number's leading one ("88271 $95.00")
-    rf"|(?P<n2>{_NUM})\s?(?P<post>{_MARK}|(?-i:[A-Z]{{3}})\b)(?!\s?\d))",
+    rf"|(?P<n2>{_NUM}){_SP}?(?P<post>{_MARK}|(?-i:[A-Z]{{3}})\b)(?!{_SP}?\d))",
     re.IGNORECASE,
 )
 # Words near an amount that say it is the one asked for, in folded text.
@@ -134,7 +137,12 @@ _UNIT_AFTER = re.compile(
 _TOTAL_BEFORE = re.compile(
     r"(?:=|\btotal(?:e|t)?\b(?: (?:of|was|is|de|di|von|van))?|\binsgesamt(?: von)?|\bin total"
     r"|\bin totaal|\brazem|\bsumma|\bsum(?:me)?(?: von)?|\btoplam(?:da)?|\byani"
-    r"|الاجمالي|اجمالي|المجموع|مجموع|يعني)\s*:?\s*$"
+    r"|الاجمالي|اجمالي|المجموع|مجموع|يعني)[\s.:\u2026_]*$"
+)
+# A pasted table's line that opens with a total ("Gesamtbetrag inkl. MwSt.    149,92 €")
+_TOTAL_LABEL = re.compile(
+    r"^\s*[-*\u2022|]?\s*(?:(?:order|grand)\s+)?(?:total\w*|gesamt\w*|insgesamt|summe|totaal"
+    r"|razem|suma\b|toplam\w*|totale|الاجمالي|اجمالي|المجموع|合計)"
 )
 _TOTAL_AFTER = re.compile(r"^\s*(?:total|in total|insgesamt|au total|en total|in totale|razem)")
 _BASE_BEFORE = re.compile(r"%\s*(?:of|von|de|di|van|z|av|do)\s*(?:the\s+)?$")  # "15% of $200"
@@ -191,7 +199,9 @@ class _Found:
     value: int
     currency: str
     asked: bool  # near a refund word, or the difference asked for
-    role: str = ""  # "unit" price, "total", or "" (a plain amount)
+    role: str = ""  # "unit" price, "total", "fee" (shipping, tax) or "" (a plain amount)
+    start: int = -1  # where it is written in the text read
+    end: int = -1
 
 
 # A line of a pasted order table that is not the item: shipping, postage, tax ("Versand: 4,95 €",
@@ -200,19 +210,35 @@ _FEE_BEFORE = re.compile(
     r"^\s*[-*\u2022|]?\s*(?:shipping|postage|delivery|handling|tax|vat|gst|versand\w*|porto|mwst|ust|fracht"
     r"|livraison|frais de port|tva|envio|gastos de envio|iva|spedizione|verzend\w*|btw|frete"
     r"|portes|wysylk\w*|dostaw\w*|kargo|kdv|vergi|frakt|moms|送料|消費税|税|الشحن|الضريبة|ضريبة)"
-    r"[^\n\d]{0,12}$"
+    r"[^\n\d]{0,12}?[\s.:\u2026_|-]*$"
+)
+# "9,90 € de frais de port", "$7.95 for shipping": a fee named after its amount
+_FEE_WORDS = (
+    r"shipping|postage|delivery (?:fee|charge|cost)s?|frais(?: de port| de livraison| d'envoi)?"
+    r"|versand\w*|porto\w*|lieferkosten|gastos de envio|costes? de envio|spese di spedizione"
+    r"|costi di spedizione|verzendkosten|frete|portes|koszt\w* (?:wysylki|dostawy)|kargo ucret\w*"
+    r"|frakt\w*|送料|الشحن|رسوم"
+)
+_FEE_AFTER = re.compile(
+    rf"^\s*(?:(?:de|d'|for|of|in|fur|voor|di|per|za|na)\s*)?(?:the\s+)?(?:{_FEE_WORDS})"
+)
+# "Merci de me rembourser ces frais", "refund the shipping": the customer asks back a fee
+_FEE_ASKED = re.compile(
+    rf"(?:{_ASK_WORD})[^.!?\n]{{0,30}}?(?:{_FEE_WORDS})|(?:{_FEE_WORDS})[^.!?\n]{{0,30}}?(?:{_ASK_WORD})"
 )
 
 
-def _role(before: str, after: str) -> str | None:
-    """What the words around an amount say it is; None when it is not the customer's ask at all
-    (the base of a percentage, a threshold, what another shop charges less)."""
+def _role(before: str, after: str, line: str) -> str | None:
+    """What the words around an amount say it is (`line`: its line up to it, `after`: the rest
+    of its line); None when it is not the customer's ask at all (the base of a percentage, a
+    threshold, what another shop charges less)."""
     if _BASE_BEFORE.search(before) or _LIMIT_BEFORE.search(before) or _CHEAPER_AFTER.match(after):
         return None
-    line = before.rsplit("\n", 1)[-1]
     if _FEE_BEFORE.search(line):
         return "fee"
-    if _TOTAL_BEFORE.search(before) or _TOTAL_AFTER.match(after):
+    if _FEE_AFTER.match(after):
+        return "fee named"
+    if _TOTAL_BEFORE.search(before) or _TOTAL_AFTER.match(after) or _TOTAL_LABEL.match(line):
         return "total"
     if _UNIT_BEFORE.search(before) or _UNIT_AFTER.match(after):
         return "unit"
@@ -294,11 +320,25 @@ def extract_amount(text: str, currency: str | None = None) -> tuple[int, str] | 
     if req is not None and not iso_currency(req):
         req = None
     text = without_injection(text).translate(_DIGITS).translate(_BIDI)
-    found = _marked(text, req)
+    # a line quoted in the middle of a reply counts only when the customer's own lines name
+    # no amount (a bank statement pasted as "> " lines)
+    own = _QUOTED_LINE.sub("", text)
+    found = _marked(own, req)
+    if found == [] and own != text:
+        found = _marked(text, req)
+    else:
+        text = own
     if found is None:
         return None  # an amount in another currency makes the whole text unclear
     if found:
-        return _choose(found, _DIFFERENCE_ASKED.search(_fold(text)) is not None)
+        folded = _fold(text)
+        return _choose(
+            found,
+            _DIFFERENCE_ASKED.search(folded) is not None,
+            text=text,
+            fee_asked=_FEE_ASKED.search(folded) is not None,
+            twice=_TWICE.search(folded) is not None,
+        )
     in_words = _in_words(text, req)
     if in_words is not None:
         return in_words
@@ -422,8 +462,10 @@ def _marked(text: str, req: str | None) -> list[_Found] | None:
         if value is None:
             continue
         before = _fold(text[max(0, m.start() - 40) : m.start()])
-        after = _fold(text[m.end() : m.end() + 24])
-        role = _role(before, after)
+        # what is said of an amount after it is said on its own line
+        after = _fold(text[m.end() : m.end() + 24]).split("\n", 1)[0]
+        line = _fold(text[text.rfind("\n", 0, m.start()) + 1 : m.start()])
+        role = _role(before, after, line)
         if role is None:
             continue
         if not role and _A_UNIT_BEFORE.search(text[max(0, m.start() - 40) : m.start()]):
@@ -433,7 +475,7 @@ def _marked(text: str, req: str | None) -> list[_Found] | None:
             or re.match(rf"(?:'\w+)?\s*(?:de\s+)?(?:{_ASK_WORD})", after)
             or _DIFFERENCE.search(before[-25:] + " " + after[:14])
         )
-        found.append(_Found(value, cur, asked, role))
+        found.append(_Found(value, cur, asked, role, m.start(), m.end()))
     return found
 
 
@@ -451,12 +493,22 @@ def _a_date(num: str, before: str, next_char: str) -> bool:
     return next_char == "." or bool(_DATE_WORD.search(before))
 
 
-def _choose(found: Sequence[_Found], difference: bool = False) -> tuple[int, str] | None:
+def _choose(
+    found: Sequence[_Found],
+    difference: bool = False,
+    *,
+    text: str = "",
+    fee_asked: bool = False,
+    twice: bool = False,
+) -> tuple[int, str] | None:
     """The one amount asked for among those found (unit prices only when nothing else is
-    there; a table's shipping and tax lines only when asked), else the one total when no
-    such line is there, else None: that is not clear. When the text asks for "the
-    difference" and no amount is asked for itself: the gap between its two prices, the one
-    amount named ("it went down $10"), or None among more."""
+    there; shipping and tax only when asked, and then the one fee named), then, in a text
+    with a pasted table (`text`), the line the customer's words name, or the one amount of
+    their own sentences; else the one total when no fee line is there, else None: that is
+    not clear. When the text asks for "the difference" and no amount is asked for itself: the
+    gap between its two prices, the one amount named ("it went down $10"), or None among
+    more. Charged `twice` with two amounts, one double the other: the smaller, one charge."""
+    everything = found
     fees = any(f.role == "fee" for f in found)
     found = [f for f in found if f.role != "fee" or f.asked]
     if any(f.role != "unit" for f in found):
@@ -467,9 +519,172 @@ def _choose(found: Sequence[_Found], difference: bool = False) -> tuple[int, str
             return prices[1][0] - prices[0][0], prices[0][1]
         if len(prices) > 2:
             return None
-    totals = [f for f in found if f.role == "total"] if not fees else []
-    for among in (found, [f for f in found if f.asked], totals):
-        distinct = {(f.value, f.currency) for f in among}
-        if len(distinct) == 1:
-            return next(iter(distinct))
+    asked = {(f.value, f.currency) for f in found if f.asked}
+    if len(asked) == 1:
+        return next(iter(asked))
+    from_table = _table(text, everything) if text else None
+    if from_table is not None:
+        return from_table
+    distinct = {(f.value, f.currency) for f in found}
+    if len(distinct) == 1:
+        return next(iter(distinct))
+    if fee_asked:
+        charged = {(f.value, f.currency) for f in everything if f.role.startswith("fee")}
+        if len(charged) == 1:
+            return next(iter(charged))
+    distinct = {(f.value, f.currency) for f in found}
+    if twice and len(distinct) == 2:
+        (low, code), (high, other) = sorted(distinct)
+        if code == other and high == 2 * low:
+            return low, code
+    if text:
+        mine = _own_amount(text, everything)
+        if mine is not None:
+            return mine
+    totals = {(f.value, f.currency) for f in found if f.role == "total"} if not fees else set()
+    return next(iter(totals)) if len(totals) == 1 else None
+
+
+# "charged twice", "zweimal abgebucht", "iki kere çekti": a duplicate, each charge the same
+_TWICE = re.compile(
+    r"\btwice\b|\b(?:two|2) (?:times|charges|payments)|\bdouble|\bdoppelt|\bzweimal|deux fois"
+    r"|\bdos veces|\bduas vezes|\bdue volte|\btwee keer|\bdwa razy|\bdwukrotnie|\btva ganger"
+    r"|\biki (?:kere|kez|defa)|مرتين|二重|2回"
+)
+# A quoted line of an earlier mail left in the middle of a reply: never what is asked now.
+_QUOTED_LINE = re.compile(r"(?m)^[^\S\n]*>.*$")
+
+
+def _rows(text: str, found: Sequence[_Found]) -> tuple[dict[int, list[_Found]], set[int]]:
+    """The amounts by the line they are on (its start), and which of those lines make a pasted
+    order table or statement: lines that end with an amount, when there are two or more."""
+    rows: dict[int, list[_Found]] = {}
+    for f in found:
+        rows.setdefault(text.rfind("\n", 0, f.start) + 1, []).append(f)
+    table = {
+        at
+        for at, amounts in rows.items()
+        if not text[amounts[-1].end : _line_end(text, at)].strip(" \t|")
+    }
+    return rows, table if len(table) >= 2 else set()
+
+
+def _table(text: str, found: Sequence[_Found]) -> tuple[int, str] | None:
+    """In a text with a pasted order table or statement: the one item line the customer's own
+    words name ("refund the glasses", "nur die Feuerwache"), first where they ask for a refund,
+    else anywhere but where they say they keep something; not when they ask for the whole."""
+    rows, table = _rows(text, found)
+    if not table:
+        return None
+    own = "\n".join(line for at, line in _lines(text) if at not in table)
+    if _WHOLE.search(_fold(own)):
+        return None
+    items = {
+        at: _item_words(text[at : rows[at][0].start])
+        for at in table
+        if not any(f.role == "fee" for f in rows[at])
+        and not _TOTAL_LABEL.match(_fold(text[at : rows[at][0].start]))
+    }
+    shared = {
+        w for words in items.values() for w in words if sum(w in o for o in items.values()) > 1
+    }
+    for said in _own_words(own):
+        named = [at for at, words in items.items() if _names(words - shared, said)]
+        if len(named) == 1:
+            return _line_amount(text, rows[named[0]])
+        if named:
+            return None
     return None
+
+
+def _own_amount(text: str, found: Sequence[_Found]) -> tuple[int, str] | None:
+    """Beside a pasted table or statement, the one amount the customer writes in their own
+    sentences ("a charge of R$ 3.200,00 I did not make" over the statement's lines)."""
+    rows, table = _rows(text, found)
+    mine = {
+        (f.value, f.currency)
+        for at, amounts in rows.items()
+        if table and at not in table
+        for f in amounts
+        if f.role in ("", "total")
+    }
+    return next(iter(mine)) if len(mine) == 1 else None
+
+
+def _line_end(text: str, at: int) -> int:
+    end = text.find("\n", at)
+    return len(text) if end < 0 else end
+
+
+def _lines(text: str) -> list[tuple[int, str]]:
+    out, at = [], 0
+    for line in text.split("\n"):
+        out.append((at, line))
+        at += len(line) + 1
+    return out
+
+
+# "I'm keeping the pillowcases", "le reste je le garde": what the customer keeps is not asked
+_KEEP = re.compile(
+    r"\bkeep\w*|\bbehalt\w*|\bgarde\w*|\bquedo\b|\bquedarme|\bfico com|\bficar com|\bhoud\w*"
+    r"|\bzatrzym\w*|\bzostawi\w*|\bbehall\w*|\btenere\b|\btengo\b|\btutac\w*|\bkalsin|احتفظ|خلي"
+)
+# "refund the whole invoice", "tutarın tamamını": the customer asks for all of it
+_WHOLE = re.compile(
+    r"\b(?:whole|entire|full (?:amount|order|refund|price)|complete refund|totalit\w*|integral\w*"
+    r"|inteir\w*|intero|intera|gesamte\w*|ganze\w*|volledig\w*|hele|ca[lł](?:a|ej|o[sś][cć]\w*)"
+    r"|tamam[ıi]\w*)\b|كامل|全額"
+)
+_CLAUSE = re.compile(r"[.,;:!?()\n]|\b(?:but|aber|mais|pero|maar|ale|men|ama)\b|لكن")
+_ITEM_WORD = re.compile(r"[^\W\d_]{4,}")
+
+
+def _own_words(own: str) -> tuple[set[str], set[str]]:
+    """The words of the customer's own sentences: those of clauses that ask for a refund, and
+    of all clauses but those that say what they keep."""
+    asking: set[str] = set()
+    said: set[str] = set()
+    for clause in _CLAUSE.split(_fold(own)):
+        if _KEEP.search(clause):
+            continue
+        words = {_stem(w) for w in _ITEM_WORD.findall(clause)}
+        said.update(words)
+        if _ASK.search(clause):
+            asking.update(words)
+    return asking, said
+
+
+def _item_words(label: str) -> set[str]:
+    return {_stem(w) for w in _ITEM_WORD.findall(_fold(label))}
+
+
+def _stem(word: str) -> str:
+    """Arabic writes the article on the word ("السماعة" is "the سماعة")."""
+    for article in ("وال", "بال", "فال", "لل", "ال"):
+        if word.startswith(article) and len(word) - len(article) >= 3:
+            return word[len(article) :]
+    return word
+
+
+def _names(item: set[str], own: set[str]) -> bool:
+    """A word of the item's line is one of the customer's, or one is the other's start
+    ("glass" / "glasses", "nevresim" / "nevresimin"), or the customer's ends a compound of the
+    line ("Lampe" / "Stehlampe")."""
+    return any(
+        a.startswith(b) or b.startswith(a) or (len(b) >= 5 and a.endswith(b))
+        for a in item
+        for b in own
+    )
+
+
+_TIMES_BEFORE = re.compile(r"(\d+)\s*[x\u00d7*]\s*$")
+
+
+def _line_amount(text: str, amounts: Sequence[_Found]) -> tuple[int, str] | None:
+    """What a table's line costs: its last amount; a unit price only times its quantity
+    ("1 x 650")."""
+    last = amounts[-1]
+    if last.role != "unit":
+        return last.value, last.currency
+    times = _TIMES_BEFORE.search(text[: last.start])
+    return (int(times.group(1)) * last.value, last.currency) if times else None

@@ -1,0 +1,120 @@
+"""Amounts in inbox-shaped mail: pasted order tables and bank statements, fees asked back, a
+charge taken twice, quoted lines left in the middle of a reply."""
+
+from __future__ import annotations
+
+import pytest
+
+from refund_desk.advisor.extract import extract_amount
+
+ORDER = """\
+Order 4471-K
+Ceramic teapot, blue ........ €32.00
+Tea cups (set of 4) ......... €24.50
+Bamboo tray ................. €18.00
+Shipping .................... €5.90
+Total ....................... €80.40"""
+
+
+@pytest.mark.parametrize(
+    ("said", "expected"),
+    [
+        ("The teapot was cracked when I unpacked it. Please refund the teapot.", (3200, "EUR")),
+        # named in the sentence that tells the story, the refund asked in another
+        ("The tray never came. Could you refund that one?", (1800, "EUR")),
+        # what the customer keeps is not what they ask back
+        ("The cups are chipped, I'll keep the teapot and the tray. Refund please.", (2450, "EUR")),
+        # nothing named: the order's total is not taken over a table with a shipping line
+        ("Everything arrived broken, I want my money back.", None),
+        # two lines named where the refund is asked: not clear
+        ("Please refund the teapot and the tray.", None),
+    ],
+)
+def test_the_line_of_a_pasted_order_the_customer_names(
+    said: str, expected: tuple[int, str] | None
+) -> None:
+    assert extract_amount(f"{said}\n\n{ORDER}", "EUR") == expected
+
+
+def test_a_named_line_in_other_languages_and_with_a_quantity() -> None:
+    german = (
+        "Die Lampe kam ohne Schirm, bitte erstatten Sie nur die Lampe.\n\n"
+        "Stehlampe Oslo          1   89,00 €\n"
+        "Glühbirne E27           2    7,80 €\n"
+        "Gesamtbetrag           96,80 €"
+    )
+    assert extract_amount(german, "EUR") == (8900, "EUR")
+    # the Arabic article is written on the word: "الكاميرا" names the line "كاميرا"
+    arabic = (
+        "وصلت الكاميرا مكسورة، الباقي سليم. أبي فلوس الكاميرا.\n"
+        "كاميرا رقمية ........ ٢ × ٤٠٠ ر.س\n"
+        "حقيبة ............... ١ × ٩٠ ر.س\n"
+        "الإجمالي ........... ٨٩٠ ر.س"
+    )
+    # a unit price times its quantity: what the line cost
+    assert extract_amount(arabic, "SAR") == (80000, "SAR")
+
+
+def test_the_whole_order_asked_for_is_not_one_line() -> None:
+    text = (
+        "I cancelled the plan and want the whole invoice refunded.\n\n"
+        "Pro plan (annual) ........ £120.00\n"
+        "VAT 20% .................. £24.00\n"
+        "Total .................... £144.00"
+    )
+    assert extract_amount(text, "GBP") == (14400, "GBP")
+
+
+def test_the_amount_of_the_customers_own_sentence_beside_a_pasted_statement() -> None:
+    text = (
+        "Someone used my card: a payment of $212.40 to your store that I never made.\n\n"
+        "03/14  POS PURCHASE  SHOPNAME.COM   $212.40\n"
+        "03/14  GROCERY MART                 $46.15"
+    )
+    assert extract_amount(text, "USD") == (21240, "USD")
+
+
+def test_a_currency_marker_and_its_number_are_on_one_line() -> None:
+    # "kr" ending one line of a statement is not the marker of the date opening the next
+    text = "Två dragningar:\n\n4 mars  Hemma AB  349,00 kr\n4 mars  Hemma AB  349,00 kr\n\nTack"
+    assert extract_amount(text, "SEK") == (34900, "SEK")
+
+
+@pytest.mark.parametrize(
+    ("text", "currency", "expected"),
+    [
+        (
+            "Ihr habt 6,50 € Versandkosten berechnet, obwohl der Versand ab 40 € gratis ist "
+            "(Warenkorb 52 €). Bitte erstattet mir die Versandkosten.",
+            "EUR",
+            (650, "EUR"),
+        ),
+        (
+            "You charged me shipping although the site said free. Refund the shipping please.\n"
+            "Subtotal: $61.00\nShipping: $8.99\nTotal: $69.99",
+            "USD",
+            (899, "USD"),
+        ),
+    ],
+)
+def test_a_fee_asked_back(text: str, currency: str, expected: tuple[int, str]) -> None:
+    assert extract_amount(text, currency) == expected
+
+
+def test_a_charge_taken_twice_is_one_charge() -> None:
+    text = "You charged me twice: I paid 44 zł for a 22 zł case. Order 5512."
+    assert extract_amount(text, "PLN") == (2200, "PLN")
+    # not when nothing says twice
+    assert extract_amount("I paid 44 zł and 22 zł for two cases.", "PLN") is None
+
+
+def test_a_line_quoted_in_the_middle_of_a_reply() -> None:
+    reply = (
+        "Hello, please refund the 19,99 € of order 7781.\n\n"
+        "> We can offer you a voucher of 25,00 € instead.\n\n"
+        "Regards, Ana"
+    )
+    assert extract_amount(reply, "EUR") == (1999, "EUR")
+    # a statement pasted as quoted lines, when the customer's own lines name no amount
+    pasted = "My bank shows this twice:\n> 02/04 SHOP ONLINE 45,00 €\n> 02/04 SHOP ONLINE 45,00 €\n"
+    assert extract_amount(pasted + "Refund one of them please.", "EUR") == (4500, "EUR")
