@@ -17,7 +17,7 @@ from text_to_num import alpha2digit
 from refund_desk.advisor.currencies import MARKERS
 from refund_desk.advisor.features import fold as _fold
 from refund_desk.advisor.injection import without_injection
-from refund_desk.advisor.reference import extract_order_ref, iso_currency
+from refund_desk.advisor.reference import DIGITS, extract_order_ref, iso_currency
 from refund_desk.money import exponent, to_minor
 
 __all__ = ["extract_amount", "extract_order_ref"]
@@ -70,11 +70,7 @@ _BIDI = dict.fromkeys(map(ord, "\u200e\u200f\u061c\u202a\u202b\u202c"), None)
 # Eastern Arabic and Persian digits, and the Arabic decimal and thousands separators, as the
 # digits and separators the patterns read (U+0661 U+0662 U+066B U+0665 is 12.5); one for one, so
 # positions in the text do not move.
-_DIGITS = str.maketrans(
-    "\u0660\u0661\u0662\u0663\u0664\u0665\u0666\u0667\u0668\u0669"
-    "\u06f0\u06f1\u06f2\u06f3\u06f4\u06f5\u06f6\u06f7\u06f8\u06f9\u066b\u066c",
-    "01234567890123456789.,",
-)
+_DIGITS = DIGITS
 # "$199.900 COP", "$24.990 pesos chilenos": a dollar sign the code after it makes precise.
 _DOLLAR_SIGN_THEN = re.compile(
     r"\s?(?P<code>(?-i:[A-Z]{3})\b|pesos\s+(?:chilenos|colombianos|argentinos|mexicanos))",

@@ -80,7 +80,8 @@ _PHONE = re.compile(
 # A bare digit run is a phone number only when the customer says so.
 _PHONE_KEYWORD = re.compile(
     r"(?i)\b(?:phone|tel|telephone|mobile|cell|call\s+me|text\s+me|whatsapp|reach\s+me|"
-    r"handy|telefon|t[ée]l[ée]phone|portable|tel[ée]fono|m[óo]vil)\b[^\d\n]{0,15}"
+    # (not the prefix of a code: "TEL-2026-0091" is an order)
+    r"handy|telefon|t[ée]l[ée]phone|portable|tel[ée]fono|m[óo]vil)\b(?!-\d)[^\d\n]{0,15}"
     r"(?<![\d])(\+?\d[\d\s-]{5,17}\d)(?![\d]|[.,]\d)"
 )
 

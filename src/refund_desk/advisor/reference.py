@@ -16,8 +16,10 @@ together ("orders 55120 and 55121"), the one named again, else the second if the
 
 from __future__ import annotations
 
+import json
 import re
 
+from refund_desk.advisor.currencies import MARKERS
 from refund_desk.money import exponent
 
 __all__ = ["REFERENCE_BEFORE", "extract_order_ref", "iso_currency"]
@@ -26,19 +28,20 @@ _PROCESSOR_ID = re.compile(
     r"(?<![A-Za-z0-9_])(?:pi|ch|py|pay|sub|in|txn|re)_[A-Za-z0-9]{6,}(?![A-Za-z0-9_])"
 )
 # What a reference looks like: digits, maybe after a short upper-case prefix ("RE-", "FT ",
-# "ORD"), then letters, digits and inner separators ("2026/PT/7781", "8812-3390-1177",
+# "ORD", "MK-CA-"), then letters, digits and inner separators ("2026/PT/7781", "8812-3390-1177",
 # "000.123.456", "8a1f22c0-55d1"), or a long mixed code ("8AB12345CD6789012", "GPA.3391-0021").
 _ID = (
-    r"(?:(?-i:[A-Z]{1,8})(?:[-_.]|(?-i:\s(?=\d)))?\d|\d)"
+    r"(?:(?-i:[A-Z]{1,8})(?:[-_.](?-i:[A-Z]{1,8}))*(?:[-_.]|(?-i:\s(?=\d)))?\d|\d)"
     r"[\dA-Za-z]*(?:(?:[-/_]|\.(?=\d{3}))[\dA-Za-z]+)*"
 )
 _END = r"(?![A-Za-z0-9_\u00c0-\u024f-])(?![.,]\d)"
+# A word among them is a whole word: "Commande NOEL-88213" is not "Commande no. EL-88213".
 _MARKERS = (
-    r"(?:\s*(?:number|nummer|numero|n[uú]mero|no\.?|nr\.?|num\.?|n\.?\s?[°º]|n\.|id|code|ref\.?"
-    r"|#|:|,|\uff1a|\(|\uff08|番号))*\s*#?\s*"
+    r"(?:\s*(?:(?:number|nummer|numero|n[uú]mero|numaras[ıi]|no|nr|num|id|code|ref)"
+    r"(?:\.|(?![A-Za-z\u00c0-\u024f]))|n\.?\s?[°º]|n\.|رقم|#|:|,|\uff1a|\(|\uff08|番号))*\s*#?\s*"
 )
 _AND = (
-    r"\s*(?:,|&|/|and|e|y|et|und|en|i|a|och|og|oraz|ou|o|or|oder|of|lub|eller)\s*"
+    r"\s*(?:,|&|/|and|e|y|et|und|en|i|a|och|og|oraz|ou|o|or|oder|of|lub|eller|ve|و)\s*"
     r"(?:(?:o|a|el|la|le|il|the|de|het|die|der|das)\s+)?"
 )
 # Words that introduce the reference of a purchase or a charge, in the customers' languages.
@@ -55,6 +58,9 @@ _ORDER_WORDS = (
     r"|transa[cç][aã]o|transacci[oó]n|transazione|transakcj[ai]|transaktion|transaction"
     r"|transaktionen|numer\s+zam[oó]wienia|numero\s+(?:d[ie]\s+)?(?:ordine|pedido)"
     r"|nr\s+zakupu|zakup\w*|aankoop|purchase|compra|operaci[oó]n|opera[cç][aã]o"
+    # Turkish; Arabic, whose article and "and" are written on the word ("والطلب")
+    r"|sipari[şs]\w*|rezervasyon\w*|i[şs]lem"
+    r"|[وبف]?(?:ال)?(?:طلب(?:ية)?|فاتورة|حجز|أوردر|اوردر|عملية|معاملة|مرجع)"
 )
 _ORDER_REF = re.compile(
     rf"(?i)(?:\b(?:{_ORDER_WORDS})\b\.?(?:\s+(?:paypal|google\s+play|stripe|klarna))?"
@@ -67,6 +73,8 @@ _ACCOUNT_WORDS = (
     r"|socio|lid(?:maatschap)?(?:s?nummer)?|lidnummer|klient\w*|client[ei]?|cliente|kunde\w*"
     r"|kundennr|kundenr|customer|account|konto|subscriber|subscription|assinatura|assinante"
     r"|suscripci[oó]n|suscriptor|medlem\w*|membre|adh[ée]rent|abo|karnet\w*|plan"
+    r"|matr[ií]cula|abone\w*|[üu]ye\w*|m[üu][şs]teri|(?:ال)?(?:عضوية|اشتراك|حساب|عميل)"
+    r"|会員番号|お客様番号|顧客番号|契約番号"
 )
 _ACCOUNT_REF = re.compile(rf"(?i)\b(?:{_ACCOUNT_WORDS})\b\.?{_MARKERS}(?P<id>{_ID}){_END}")
 # Text ending in a word that introduces a reference: what follows is no phone number. An
@@ -78,6 +86,9 @@ REFERENCE_BEFORE = re.compile(
     r"\.?\s*:?\s*"
     r"|\b(?:kunden?nummer|kundennr|kundenr|abonnentennr|abonnentennummer|abonneenummer|lidnummer"
     r"|klantnummer|medlemsnummer|mitgliedsnummer|mitgliedsnr)\b\.?\s*:?\s*"
+    r"|(?:会員番号|お客様番号|顧客番号|契約番号|注文番号)\s*[:\uff1a]?\s*"
+    r"|\bmatr[ií]cula\b(?:\s+d[eo]\s+\w+)?\s*:?\s*"
+    r"|رقم\s+(?:ال)?(?:عضوية|اشتراك|حساب|عميل|طلب(?:ية)?|فاتورة|حجز|عملية)\s*:?\s*"
     rf"|\b(?:nr|no|numer|numero|n[uú]mero)\.?\s+(?:d[e']\s*)?(?:{_ACCOUNT_WORDS})\b\.?\s*:?\s*"
     rf"|n[°º]\s*(?:d[e']\s*)?(?:{_ACCOUNT_WORDS})\b\.?\s*:?\s*)$"
 )
@@ -114,7 +125,9 @@ _CLAIMED = re.compile(
     r"|locker|kunden\w*|customer|account|konto|police|policja|politie|polizei|denuncia"
     r"|boletim|mandat\w*|creditor|gl[aä]ubiger|tracciamento|trace|barcode|gu[ií]a|registo"
     r"|protocol[oe]?|protocollo|caso|nachforschung\w*|retouren\w*|\w*label|terminant\s+par"
-    r"|termina\s+con|finisce\s+(?:con|in)|terminante|endet\s+(?:auf|mit)|ending\s+in|terminada\s+en|terminado\s+em|\*[\w.-]+|追跡番号)"
+    r"|termina\s+con|finisce\s+(?:con|in)|terminante|endet\s+(?:auf|mit)|ending\s+in|terminada\s+en|terminado\s+em|\*[\w.-]+|追跡番号"
+    r"|takip|g[öo]nderi|posta\s+kodu|(?:ال)?(?:شحنة|تتبع|بلاغ|شكوى|تذكرة|جوال|هاتف|موبايل|بوليصة)"
+    r"|شحنتك)"
     r"(?:\s+(?:in|en|em|op|auf|on|na|de|di|du|a|à|z|n[°º]|no\.?|nr\.?|number|nummer|id))*"
     r"\W{0,3}(?:no\.?|nr\.?|number|n[°º])?\W{0,3}$|郵便番号\W{0,2}$"
 )
@@ -125,36 +138,70 @@ _QUANTITY_AFTER = re.compile(
 )
 _DATE = re.compile(r"\d{1,2}[-/.]\d{1,2}(?:[-/.]\d{2,4})?|\d{4}[-/.]\d{1,2}[-/.]\d{1,2}")
 _YEAR = re.compile(r"(?:19|20)\d\d")
-_PRICE_AFTER = re.compile(r"(?i)\s?(?:[$€£¥円]|zł|zl|kr|kč|chf|eur|usd|gbp|pln|sek|dkk|brl|mxn)")
+# a number followed by a currency word of CLDR's ("3200 درهم", "450 lirası") is a price
+_CLDR_WORDS = sorted(
+    (m for m in json.loads(MARKERS.read_text(encoding="utf-8")) if not m.isascii()),
+    key=len,
+    reverse=True,
+)
+_PRICE_AFTER = re.compile(
+    r"(?i)\s?(?:[$€£¥円₺₹]|zł|zl|kr|kč|chf|eur|usd|gbp|pln|sek|dkk|brl|mxn|(?:tl|try|lira\w*|"
+    + "|".join(map(re.escape, _CLDR_WORDS))
+    + r")(?!\w))"
+)
 _PRICE_BEFORE = re.compile(r"(?i)(?:[$€£¥]|(?<![a-z])(?:zł|kr|chf|eur|usd|gbp|r\$))\s?$")
 # "cancel the second one", "die zweite stornieren": of two orders named, the later is meant.
 _SECOND = (
     r"(?:second|latter|segund[oa]|secondo|seconda|zweite\w*|deuxi[eè]me|seconde|drug\w+|tweede"
     r"|andra|anden|druh\w+|[uú]ltim[oa]|letzte\w*|dernier|derni[eè]re|ostatni\w*|laatste"
-    r"|now\w+|nuev[oa]|nuov[oa]|nieuwe|neue\w*|other|otra|otro|altro|andere)"
+    r"|now\w+|nuev[oa]|nuov[oa]|nieuwe|neue\w*|other|otra|otro|altro|andere|ikinci\w*|sonuncu\w*"
+    r"|الثاني|الثانية|التاني|التانية|الأخير|الاخير)"
 )
 _CANCEL = (
     r"(?:cancel\w*|\w*annul\w*|anul\w*|storn\w*|return|retourn\w*|devolv\w*|devolu\w*|restitu\w*"
-    r"|zwr[oó]c\w*|odesl\w*|odeśl\w*|keep|behalte?|houd|quedo|tengo|tenho|fico|tengo)"
+    r"|zwr[oó]c\w*|odesl\w*|odeśl\w*|keep|behalte?|houd|quedo|tengo|tenho|fico|tengo|iptal\w*"
+    r"|لغي|الغي|ألغي|الغاء|إلغاء|الغوا|ألغوا|بلغي)"
 )
 _CANCEL_THE_SECOND = re.compile(
     rf"(?i)\b{_CANCEL}\b[^.!?\n]{{0,40}}\b{_SECOND}\b|\b{_SECOND}\b[^.!?\n]{{0,40}}\b{_CANCEL}\b"
 )
 
 
+# Eastern Arabic and Persian digits read as the digits the patterns know, one for one, so a
+# reference found is cut from the text as the customer wrote it ("رقم الطلب ٣٣٠١٩٢٨").
+DIGITS = str.maketrans(
+    "\u0660\u0661\u0662\u0663\u0664\u0665\u0666\u0667\u0668\u0669"
+    "\u06f0\u06f1\u06f2\u06f3\u06f4\u06f5\u06f6\u06f7\u06f8\u06f9\u066b\u066c",
+    "01234567890123456789.,",
+)
+
+
 def extract_order_ref(text: str) -> str | None:
     """The payment reference the text names, or None (see the module's docstring)."""
+    read = text.translate(DIGITS)
+    ref = _reference(read)
+    if ref is None or read == text:
+        return ref
+    at = read.find(ref)
+    return text[at : at + len(ref)]
+
+
+def _reference(text: str) -> str | None:
     m = _PROCESSOR_ID.search(text)
     if m:
         return m.group(0)
     named = [
-        ref
+        o.group(group)
         for o in _ORDER_REF.finditer(text)
-        for ref in (o.group("id"), o.group("other"))
-        if ref and not _not_a_reference(ref, "", text[o.end() : o.end() + 12], keyed=True)
+        for group in ("id", "other")
+        if o.group(group)
+        and not _not_a_reference(
+            o.group(group), "", text[o.end(group) : o.end(group) + 12], keyed=True
+        )
     ]
     if named:
-        return _which(text, named)
+        # "siparişim 2025 model ..., Siparişim SO-2026-88130": a year is the weaker of two
+        return _which(text, [ref for ref in named if not _YEAR.fullmatch(ref)] or named)
     lead = _LEADING_REF.match(text)
     if lead:
         return lead.group("id")
@@ -166,9 +213,24 @@ def extract_order_ref(text: str) -> str | None:
             return a.group("id")
     for c in _CODE.finditer(text):
         code = c.group("id")
+        if (
+            code.isdigit()
+            and len(code) in (4, 5)
+            and _POSTCODE_CITY.match(text, c.end())
+            and _ADDRESS_BEFORE.search(_before(text, c.start()))
+        ):
+            continue  # "12 rue des Tanneurs, 69002 Lyon"
         if not _not_a_reference(code, _before(text, c.start()), text[c.end() : c.end() + 12]):
             return _which(text, [code, *_partner(text, c.end())])
     return None
+
+
+# A postcode: four or five digits after a street's comma, then only the place's name on the line
+_POSTCODE_CITY = re.compile(
+    r"(?<=\d)[ \t]+[A-ZÀ-Ý][a-zà-ÿ'-]+(?:[ -]+(?:[A-ZÀ-Ý]|sur\b|am\b|an\b|de\b)[\w'-]*){0,3}"
+    r"[ \t]*(?:\n|$)"
+)
+_ADDRESS_BEFORE = re.compile(r"(?:[^\W\d_]{2,}\.?|\[address\]),[ \t]*$")  # masked or not
 
 
 def _before(text: str, start: int) -> str:
@@ -216,15 +278,21 @@ def _not_a_reference(code: str, before: str, after: str, *, keyed: bool = False)
     if prefix and iso_currency(prefix.group(0)):
         return True  # "EUR49"
     if keyed:
-        return False
+        return code.isdigit() and _priced(after)  # "siparişte 250 TL indirim"
     if code.isdigit() and (
         not 4 <= len(code) <= 20
         or _QUANTITY_AFTER.match(after)  # "1000 pieces"
-        or _PRICE_AFTER.match(after)  # "1249 €"
+        or _priced(after)  # "1249 €"
         or _PRICE_BEFORE.search(before)
     ):
         return True
     return bool(_CLAIMED.search(before))
+
+
+def _priced(after: str) -> bool:
+    """A currency marker follows, of this number, not the next one ("250 TL", not "$45.00")."""
+    marker = _PRICE_AFTER.match(after)
+    return marker is not None and not re.match(r"\s?\d|\w", after[marker.end() :])
 
 
 def _a_date(code: str) -> bool:

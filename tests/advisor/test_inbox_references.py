@@ -1,0 +1,73 @@
+"""Payment references as inbox mail names them: prefixes of several parts, marker words that
+are whole words, Turkish, Arabic, Japanese and Portuguese words for orders and members,
+Eastern Arabic digits, and numbers that are prices or postcodes."""
+
+from __future__ import annotations
+
+import pytest
+
+from refund_desk.advisor.extract import extract_order_ref
+from refund_desk.advisor.redact import redact
+
+
+def _ref(text: str) -> str | None:
+    """As the advisor reads it: from the redacted text."""
+    return extract_order_ref(redact(text).text)
+
+
+@pytest.mark.parametrize(
+    ("text", "ref"),
+    [
+        # "No" opening a code is part of it, not the word "number"
+        ("Commande NORD-55120 reçue abîmée.", "NORD-55120"),
+        ("Order NO-77120 arrived late.", "NO-77120"),
+        ("Order no. 77120 arrived late.", "77120"),
+        # a prefix of two parts
+        ("My account DE-SUB-20931 was billed after I cancelled.", "DE-SUB-20931"),
+        # a code whose prefix is a phone word is no phone number
+        ("Pedido TEL-2025-4410, 349 €, llegó roto.", "TEL-2025-4410"),
+    ],
+)
+def test_reference_shapes(text: str, ref: str | None) -> None:
+    assert _ref(text) == ref
+
+
+@pytest.mark.parametrize(
+    ("text", "ref"),
+    [
+        ("Quero cancelar o plano, matrícula 00318822, e o estorno.", "00318822"),
+        ("退会します。会員番号 00412277 の今月分を返金してください。", "00412277"),
+        ("أريد إلغاء الاشتراك، رقم العضوية 00551902، واسترداد المبلغ.", "00551902"),
+        ("Aboneliğimi iptal edin, sipariş no 55-20931 iade lütfen.", "55-20931"),
+        ("الطلب رقم 7731905 وصل ناقص.", "7731905"),
+        # as written, in Eastern Arabic digits
+        ("رقم الطلب ٤٤٢٠٩١٧ والمنتج لا يعمل.", "٤٤٢٠٩١٧"),
+    ],
+)
+def test_order_and_member_words_in_more_languages(text: str, ref: str) -> None:
+    assert _ref(text) == ref
+
+
+def test_of_two_orders_the_second_cancelled_in_turkish_and_arabic() -> None:
+    assert _ref("Yanlışlıkla iki sipariş verdim: 30112 ve 30147. İkincisini iptal edin.") == "30147"
+    assert _ref("طلبت مرتين، الطلب 30112 والطلب 30147. الغي الثاني لو سمحت.") == "30147"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # a price in a currency word, Latin or Arabic
+        "دفعت 4500 درهم ولم يصلني شيء.",
+        "Siparişte 250 TL indirim olması gerekiyordu, uygulanmadı.",
+        # a postcode in the address under the signature
+        "Merci de me rembourser.\n\nJeanne Morel\n4 rue des Lilas, 31000 Toulouse",
+        "Bitte erstatten.\n\nK. Braun\nLindenweg 12, 80331 München",
+    ],
+)
+def test_what_is_not_a_reference(text: str) -> None:
+    assert _ref(text) is None
+
+
+def test_a_year_beside_a_real_reference_is_not_it() -> None:
+    text = "Siparişim 2024 modeldi, gelen eski. Siparişim AK-2026-1187, iade istiyorum."
+    assert _ref(text) == "AK-2026-1187"
