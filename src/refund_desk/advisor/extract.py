@@ -315,12 +315,13 @@ def extract_amount(text: str, currency: str | None = None) -> tuple[int, str] | 
     req = currency.strip().upper() if currency else None
     if req is not None and not iso_currency(req):
         req = None
-    text = without_injection(text).translate(_DIGITS).translate(_BIDI)
-    # a line quoted in the middle of a reply counts only when the customer's own lines name
-    # no amount (a bank statement pasted as "> " lines)
-    own = _QUOTED_LINE.sub("", text)
+    text = _COMMENT.sub("", text.translate(_DIGITS).translate(_BIDI))
+    # a line quoted in the middle of a reply, and what is under a signature's "-- " line, count
+    # only when the customer's own lines name no amount (a statement pasted as "> " lines)
+    own = without_injection(_QUOTED_LINE.sub("", _FOOTER.sub("", text)))
     found = _marked(own, req)
-    if found == [] and own != text:
+    if found == [] and (_QUOTED_LINE.search(text) or _FOOTER.search(text)):
+        text = without_injection(text)
         found = _marked(text, req)
     else:
         text = own
@@ -547,8 +548,11 @@ _TWICE = re.compile(
     r"|\bdos veces|\bduas vezes|\bdue volte|\btwee keer|\bdwa razy|\bdwukrotnie|\btva ganger"
     r"|\biki (?:kere|kez|defa)|مرتين|二重|2回"
 )
-# A quoted line of an earlier mail left in the middle of a reply: never what is asked now.
+# A quoted line of an earlier mail left in the middle of a reply; a signature's "-- " line and
+# what follows it (a name, a title, a note in brackets); an HTML comment, which no reader sees.
 _QUOTED_LINE = re.compile(r"(?m)^[^\S\n]*>.*$")
+_FOOTER = re.compile(r"(?m)^--[^\S\n]?$[\s\S]*")
+_COMMENT = re.compile(r"<!--[\s\S]*?(?:-->|$)")
 
 
 def _rows(text: str, found: Sequence[_Found]) -> tuple[dict[int, list[_Found]], set[int]]:
