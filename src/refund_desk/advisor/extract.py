@@ -490,6 +490,30 @@ def _a_date(num: str, before: str, next_char: str) -> bool:
     return next_char == "." or bool(_DATE_WORD.search(before))
 
 
+# "it is now 299", "صار سعرها 299", "jetzt kostet es 79": the new price, written without the
+# currency sign the price paid had
+_NOW = re.compile(
+    r"(?:\bnow\b|\bjetzt\b|maintenant|\bahora\b|\bagora\b|\bora\b|\bnu\b|\bteraz\b"
+    r"|\b[şs]imdi\b|\bprice\b|\bpreis\b|\bprix\b|\bprecio\b|\bpre[çc]o\b|\bprezzo\b|\bprijs\b"
+    r"|\bcena\b|\bfiyat\w*|الحين|الآن|الان|دلوقتي|هلق|سعر\w*|السعر)"
+    r"[^\d\n.!?]{0,20}?(?<![\d.,])(?P<n>\d+(?:[.,]\d{1,2})?)(?![\d]|[.,]\d)",
+    re.IGNORECASE,
+)
+
+
+def _price_now(text: str, found: Sequence[_Found], paid: tuple[int, str]) -> tuple[int, str] | None:
+    """The difference between the one price marked and a lower one written after "now" or
+    "price" without a marker."""
+    marked = {f.start for f in found} | {f.end for f in found}
+    for m in _NOW.finditer(text):
+        if m.start("n") in marked or m.end("n") in marked:
+            continue
+        value = _minor(m.group("n"), paid[1]) if paid[1] else _bare_minor(m.group("n"), None)
+        if value is not None and 0 < value < paid[0]:
+            return paid[0] - value, paid[1]
+    return None
+
+
 def _choose(
     found: Sequence[_Found],
     difference: bool = False,
@@ -516,6 +540,10 @@ def _choose(
             return prices[1][0] - prices[0][0], prices[0][1]
         if len(prices) > 2:
             return None
+        if len(prices) == 1 and text:
+            now = _price_now(text, found, prices[0])
+            if now is not None:
+                return now
     asked = {(f.value, f.currency) for f in found if f.asked}
     if len(asked) == 1:
         return next(iter(asked))

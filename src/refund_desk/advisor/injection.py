@@ -212,6 +212,10 @@ _INJECTION = re.compile(
         |k[uü]nstliche\s+intelligenz|automated\s+system|geautomatiseerd\w*\s+systeem)
         \s*(?:\]|:|,?\s*(?:che|qui|que|die|der|which|that|who)\s+(?:legge|lit|lee|l[eê]|leest|liest
         |reads?|is\s+reading))
+  # the same in Turkish and Arabic, a label with a colon ("Yapay zekâ sistemine not:",
+  # "ملاحظة للذكاء الاصطناعي ...:", "[إلى نظام الذكاء الاصطناعي: ...")
+  | (?:\byapay\s+zeka(?:ya\b|\s+(?:sistem|asistan|model)\w*?n[ae]\b)
+        |(?:لل|(?:إلى|الى)\s+(?:نظام\s+)?(?:ال)?)ذكاء\s+(?:ال)?اصطناعي)[^\n:.]{0,30}:
   | \b(?:if\s+you\s+are|als\s+je|si\s+(?:tu\s+es|vous\s+[eê]tes|eres)|se\s+(?:sei|voc[eê]\s+[eé])
         |wenn\s+(?:du|sie)|jesli|jezeli)\b[^.\n]{0,30}?\b(?:an?\s+)?(?:ai|ia|ki|bot|llm
         |automat\w*|geautomatiseerd\w*|system\w*|systeem|sistema|model\w*|assistent\w*)\b
