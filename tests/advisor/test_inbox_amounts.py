@@ -164,3 +164,30 @@ def test_the_difference_with_the_new_price_written_without_a_sign(
     text: str, currency: str, expected: tuple[int, str]
 ) -> None:
     assert extract_amount(text, currency) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "currency", "expected"),
+    [
+        ("A mosógép nem indul, 129 990 Ft-ot kérek vissza.", "HUF", (12999000, "HUF")),
+        ("Прошу вернуть 2 490 руб. за заказ.", "RUB", (249000, "RUB")),
+        ("Поверніть, будь ласка, 650 грн.", "UAH", (65000, "UAH")),
+        ("환불 부탁드립니다. 19,800원입니다.", "KRW", (19800, "KRW")),
+        ("请退款158元。", "CNY", (15800, "CNY")),
+        ("Mohon refund Rp 75.000.", "IDR", (7500000, "IDR")),
+        ("Vă rog returnați 89 lei.", "RON", (8900, "RON")),
+        # a marker that is a unit or a word elsewhere is money only in its own currency's payment
+        ("The 6 ft cable is too short, refund the $12.99 please.", "USD", (1299, "USD")),
+        ("Lei mi ha detto 20 lei... rimborsate 20 € per favore.", "EUR", (2000, "EUR")),
+    ],
+)
+def test_the_money_of_places_whose_languages_are_not_learned(
+    text: str, currency: str, expected: tuple[int, str]
+) -> None:
+    assert extract_amount(text, currency) == expected
+
+
+def test_a_threshold_and_the_difference_in_more_languages() -> None:
+    fee = "Mi-ați perceput 14,99 lei livrare, deși comanda era peste 150 lei."
+    assert extract_amount(fee, "RON") == (1499, "RON")
+    assert extract_amount("买的时候是259元，现在219元，请退差价。", "CNY") == (4000, "CNY")

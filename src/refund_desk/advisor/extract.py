@@ -59,7 +59,13 @@ _SYMBOLS: dict[str, tuple[str, ...]] = {
     "gneh": ("EGP",), "dirham": ("AED", "MAD"), "dirhams": ("AED", "MAD"),
     # Arabic broken plurals CLDR does not list for these currencies
     "دنانير": ("KWD", "JOD", "BHD"), "دراهم": ("AED", "MAD"),
+    # places whose languages are not learned still pay in their own money ("34 990 Ft")
+    "ft": ("HUF",), "руб": ("RUB",), "₴": ("UAH",), "грн": ("UAH",), "원": ("KRW",),
+    "元": ("CNY",), "rp": ("IDR",), "lei": ("RON",),
 }  # fmt: skip
+# Markers that are also a unit or a word elsewhere ("a 6 ft cable", Italian "lei", Japanese
+# "元の箱"): money only in a payment in their own currency, as "R150" is rand only in a rand one.
+_OWN_PAYMENT_ONLY = frozenset({"ft", "lei", "rp", "元"})
 
 # The symbols and currency words each place writes, from CLDR (`advisor/currencies.py`,
 # built with Babel into `data/currency_markers.json`): "zł", "R$", "₺", "ر.س", "ريال", "lirası".
@@ -149,7 +155,7 @@ _CHEAPER_AFTER = re.compile(
 )
 _LIMIT_BEFORE = re.compile(
     r"(?:\bover|\babove|\bmore than|\bup to|\bunder|\bbelow|\bexceeding|\bless than"
-    r"|\bmehr als|\bbis zu|\bplus de|\bjusqu'a|\bmas de|\bhasta|\boltre|\bmeer dan)"
+    r"|\bmehr als|\bbis zu|\bplus de|\bjusqu'a|\bmas de|\bhasta|\boltre|\bmeer dan|\bpeste)"
     r"\s*$"
 )
 
@@ -363,7 +369,7 @@ def extract_amount(text: str, currency: str | None = None) -> tuple[int, str] | 
 _DIFFERENCE_ASKED = re.compile(
     r"(?:the|die|la|el|a|het|de|różnic\w*|roznic\w*|fark\u0131|farki)?\s*"
     r"(?:difference|differenz|difference|diferencia|diferenca|differenza|verschil|roznic\w*"
-    r"|mellanskillnad|prisskillnad|fark\w*|差額|الفرق)"
+    r"|mellanskillnad|prisskillnad|fark\w*|差額|差价|差價|الفرق)"
 )
 # text2num reads amounts in words in these languages ("twenty dollars", "vingt euros")
 _WORD_LANGUAGES = ("en", "fr", "es", "pt", "de", "nl", "it", "da")
@@ -450,7 +456,10 @@ def _marked(text: str, req: str | None) -> list[_Found] | None:
         cands = _candidates(marker)
         if not cands or (marker in _WORDLIKE_CODES and marker != req):
             continue
-        if len(marker) == 1 and marker.isascii() and marker.isalpha() and req not in cands:
+        if req not in cands and (
+            (len(marker) == 1 and marker.isascii() and marker.isalpha())
+            or marker.lower() in _OWN_PAYMENT_ONLY
+        ):
             continue  # "R150" is rand only in a rand payment's message
         cur = _resolve(cands, req)
         if cur is None:
