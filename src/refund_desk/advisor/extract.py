@@ -117,7 +117,7 @@ _ASK_WORD = (
     r"|rimbors|restitu|terugbeta|terugstort|terug|zwrot|zwroc|oddac|aterbetal|tillbaka|estorn"
     r"|\bvuelta\b|\bmanca(?:no|nte|nti)?\b|\bmanquant\w*|\bbrakuj\w*|\bmissing\b|\bfehlend\w*"
     r"|\bfalta[nm]?\b|\bontbre\w*|\bchyb[iíě]\w*|\bowe[ds]?\b|\bdovete\b|\bdeben\b|\bdevem\b"
-    r"|\bschulden\b|\bverschuldig\w*|\bwinni\b|\breclam\w*|返金|返して"
+    r"|\bschulden\b|\bverschuldig\w*|\bwinni\b|\breclam\w*|返金|返して|\bde volta\b"
     # Turkish "iade", "geri"; Arabic "استرداد", "استرجاع", "رجعوا", "ترجعولي" (folded)
     r"|\biade\w*|\bgeri\b|رجع|استرد|ترد"
 )
@@ -128,17 +128,22 @@ _DIFFERENCE = re.compile(
 )
 # Roles an amount plays that make it not the one asked for, read from the words around it.
 _UNIT_BEFORE = re.compile(
-    r"(?:\d\s*(?:x|\u00d7|\*)|\bat|\bje|\bper|\btanesi|\bbirim fiyat\w*|\badedi)\s*:?\s*$"
-)
+    r"(?:\d\s*(?:x|\u00d7|\*)(?:\s*de)?|\bat|\bje|\bper|\btanesi|\bbirim fiyat\w*|\badedi)\s*:?\s*$"
+)  # ("10x de R$ 289,99": an instalment)
 # "3 Teller à 14,90 €": read in the text as written, as folding makes "à" the English "a"
 _A_UNIT_BEFORE = re.compile(r"\d\s+\w+\s+à\s*$")
 _UNIT_AFTER = re.compile(
     r"^\s*(?:each|apiece|per\b|/|a (?:month|piece|unit|year|week)|pro\b|chacun|cada|ciascun"
-    r"|l'uno|stuck|stk|x\s*\d|'?(?:den|dan|ten|tan)\b|كل\b|للواحد|للحبة)"
+    r"|l'uno|stuck|stk|x\s*\d|'?(?:den|dan|ten|tan)\b|كل\b|للواحد|للحبة"
+    # what is charged each month: "34,90 € chaque mois", "R$ 79,90 todo mês"
+    r"|chaque (?:mois|annee|semaine)|par (?:mois|an)\b|every (?:month|year|week)|monthly|al mes\b"
+    r"|por mes\b|todo mes\b|todos os meses|ogni mese|al mese|im monat|jeden monat|monatlich"
+    r"|elke maand|co miesiac|miesiecznie|i manaden|varje manad|her ay|aylik|毎月)"
 )
 _TOTAL_BEFORE = re.compile(
     r"(?:=|\btotal(?:e|t)?\b(?: (?:of|was|is|de|di|von|van))?|\binsgesamt(?: von)?|\bin total"
-    r"|\bin totaal|\brazem|\bsumma|\bsum(?:me)?(?: von)?|\btoplam(?:da)?|\byani"
+    r"|\bin totaal|\brazem|\bsumma|\bsum(?:me)?(?: von)?|\btoplam(?:da)?|\byani|\bsoit|\bo sea"
+    r"|\bou seja|\bcioe|\bczyli"
     r"|الاجمالي|اجمالي|المجموع|مجموع|يعني)[\s.:\u2026_]*$"
 )
 # A pasted table's line that opens with a total ("Gesamtbetrag inkl. MwSt.    149,92 €")
@@ -155,7 +160,8 @@ _CHEAPER_AFTER = re.compile(
 )
 _LIMIT_BEFORE = re.compile(
     r"(?:\bover|\babove|\bmore than|\bup to|\bunder|\bbelow|\bexceeding|\bless than"
-    r"|\bmehr als|\bbis zu|\bplus de|\bjusqu'a|\bmas de|\bhasta|\boltre|\bmeer dan|\bpeste)"
+    r"|\bmehr als|\bbis zu|\bplus de|\bjusqu'a|\bmas de|\bhasta|\boltre|\bmeer dan|\bpeste"
+    r"|\bacima de|\babaixo de|\bpartir de|\bab)"
     r"\s*$"
 )
 
@@ -324,10 +330,10 @@ def extract_amount(text: str, currency: str | None = None) -> tuple[int, str] | 
     text = _COMMENT.sub("", text.translate(_DIGITS).translate(_BIDI))
     # a line quoted in the middle of a reply, and what is under a signature's "-- " line, count
     # only when the customer's own lines name no amount (a statement pasted as "> " lines)
-    own = without_injection(_QUOTED_LINE.sub("", _FOOTER.sub("", text)))
+    own = without_injection(_QUOTED_LINE.sub("", _FOOTER.sub("", text)), to_line_end=True)
     found = _marked(own, req)
     if found == [] and (_QUOTED_LINE.search(text) or _FOOTER.search(text)):
-        text = without_injection(text)
+        text = without_injection(text, to_line_end=True)
         found = _marked(text, req)
     else:
         text = own
@@ -449,10 +455,11 @@ def _marked(text: str, req: str | None) -> list[_Found] | None:
     for m in _AMOUNT.finditer(text):
         marker = m.group("pre") or m.group("post") or ""
         num = m.group("n1") or m.group("n2") or ""
+        end = m.end()
         if marker == "$" and m.group("pre"):
             precise = _DOLLAR_SIGN_THEN.match(text, m.end())
             if precise and _candidates(precise.group("code")):
-                marker = precise.group("code")
+                marker, end = precise.group("code"), precise.end()
         cands = _candidates(marker)
         if not cands or (marker in _WORDLIKE_CODES and marker != req):
             continue
@@ -469,7 +476,7 @@ def _marked(text: str, req: str | None) -> list[_Found] | None:
             continue
         before = _fold(text[max(0, m.start() - 40) : m.start()])
         # what is said of an amount after it is said on its own line
-        after = _fold(text[m.end() : m.end() + 24]).split("\n", 1)[0]
+        after = _fold(text[end : end + 24]).split("\n", 1)[0]
         line = _fold(text[text.rfind("\n", 0, m.start()) + 1 : m.start()])
         role = _role(before, after, line)
         if role is None:
