@@ -71,3 +71,22 @@ def test_what_is_not_a_reference(text: str) -> None:
 def test_a_year_beside_a_real_reference_is_not_it() -> None:
     text = "Siparişim 2024 modeldi, gelen eski. Siparişim AK-2026-1187, iade istiyorum."
     assert _ref(text) == "AK-2026-1187"
+
+
+@pytest.mark.parametrize(
+    ("text", "ref"),
+    [
+        # "the order is ...": a verb between the word and the number (the phone is not it)
+        ("I rang 0800 555 123, no answer. My order is 61904, refund please.", "61904"),
+        ("Meine Bestellung ist 77120, bitte erstatten.", "77120"),
+        # two words for one number
+        ("Nº do pedido/assinatura: 00714420\nQuero cancelar.", "00714420"),
+        # member and customer numbers as Swedish and Spanish forms write them
+        ("Jag säger upp abonnemanget, kundnummer 00318890.", "00318890"),
+        ("Doy de baja la cuota (n.º de socio 00227431).", "00227431"),
+        # a Japanese inquiry (tracking) number is not the order
+        ("届いていません。問い合わせ番号は 4410-2231-9902 です。返金してください。", None),
+    ],
+)
+def test_more_ways_a_reference_is_introduced_or_claimed(text: str, ref: str | None) -> None:
+    assert _ref(text) == ref

@@ -37,7 +37,8 @@ _ID = (
 _END = r"(?![A-Za-z0-9_\u00c0-\u024f-])(?![.,]\d)"
 # A word among them is a whole word: "Commande NOEL-88213" is not "Commande no. EL-88213".
 _MARKERS = (
-    r"(?:\s*(?:(?:number|nummer|numero|n[uú]mero|numaras[ıi]|no|nr|num|id|code|ref)"
+    r"(?:\s*(?:(?:number|nummer|numero|n[uú]mero|numaras[ıi]|no|nr|num|id|code|ref|is|ist|est|es"
+    r"|era|was|war|jest|[äa]r)"
     r"(?:\.|(?![A-Za-z\u00c0-\u024f]))|n\.?\s?[°º]|n\.|رقم|#|:|,|\uff1a|\(|\uff08|番号))*\s*#?\s*"
 )
 _AND = (
@@ -63,7 +64,7 @@ _ORDER_WORDS = (
     r"|[وبف]?(?:ال)?(?:طلب(?:ية)?|فاتورة|حجز|أوردر|اوردر|عملية|معاملة|مرجع)"
 )
 _ORDER_REF = re.compile(
-    rf"(?i)(?:\b(?:{_ORDER_WORDS})\b\.?(?:\s+(?:paypal|google\s+play|stripe|klarna))?"
+    rf"(?i)(?:\b(?:{_ORDER_WORDS})\b\.?(?:/[^\W\d_]+)?(?:\s+(?:paypal|google\s+play|stripe|klarna))?"
     rf"|注文番号|ご注文番号|注文|予約番号){_MARKERS}"
     rf"(?P<id>{_ID}){_END}(?:{_AND}(?P<other>{_ID}){_END})?"
 )
@@ -73,7 +74,7 @@ _ACCOUNT_WORDS = (
     r"|socio|lid(?:maatschap)?(?:s?nummer)?|lidnummer|klient\w*|client[ei]?|cliente|kunde\w*"
     r"|kundennr|kundenr|customer|account|konto|subscriber|subscription|assinatura|assinante"
     r"|suscripci[oó]n|suscriptor|medlem\w*|membre|adh[ée]rent|abo|karnet\w*|plan"
-    r"|matr[ií]cula|abone\w*|[üu]ye\w*|m[üu][şs]teri|(?:ال)?(?:عضوية|اشتراك|حساب|عميل)"
+    r"|kundnummer|kundnr|matr[ií]cula|abone\w*|[üu]ye\w*|m[üu][şs]teri|(?:ال)?(?:عضوية|اشتراك|حساب|عميل)"
     r"|会員番号|お客様番号|顧客番号|契約番号"
 )
 _ACCOUNT_REF = re.compile(rf"(?i)\b(?:{_ACCOUNT_WORDS})\b\.?{_MARKERS}(?P<id>{_ID}){_END}")
@@ -81,16 +82,16 @@ _ACCOUNT_REF = re.compile(rf"(?i)\b(?:{_ACCOUNT_WORDS})\b\.?{_MARKERS}(?P<id>{_I
 # account word counts only with a number marker ("Kundennummer", "customer no."): "Customer:"
 # or "a customer, 0176..." may well be followed by a phone number.
 REFERENCE_BEFORE = re.compile(
-    rf"(?i)(?:\b(?:{_ORDER_WORDS})\b\.?{_MARKERS}"
+    rf"(?i)(?:\b(?:{_ORDER_WORDS})\b\.?(?:/[^\W\d_]+)?{_MARKERS}"
     rf"|\b(?:{_ACCOUNT_WORDS})\b\.?\s*(?:number|nummer|numero|n[uú]mero|no\.|nr\.?|n[°º]|#|id)"
     r"\.?\s*:?\s*"
-    r"|\b(?:kunden?nummer|kundennr|kundenr|abonnentennr|abonnentennummer|abonneenummer|lidnummer"
+    r"|\b(?:kunden?nummer|kundnummer|kundnr|kundennr|kundenr|abonnentennr|abonnentennummer|abonneenummer|lidnummer"
     r"|klantnummer|medlemsnummer|mitgliedsnummer|mitgliedsnr)\b\.?\s*:?\s*"
     r"|(?:会員番号|お客様番号|顧客番号|契約番号|注文番号)\s*[:\uff1a]?\s*"
     r"|\bmatr[ií]cula\b(?:\s+d[eo]\s+\w+)?\s*:?\s*"
     r"|رقم\s+(?:ال)?(?:عضوية|اشتراك|حساب|عميل|طلب(?:ية)?|فاتورة|حجز|عملية)\s*:?\s*"
     rf"|\b(?:nr|no|numer|numero|n[uú]mero)\.?\s+(?:d[e']\s*)?(?:{_ACCOUNT_WORDS})\b\.?\s*:?\s*"
-    rf"|n[°º]\s*(?:d[e']\s*)?(?:{_ACCOUNT_WORDS})\b\.?\s*:?\s*)$"
+    rf"|n\.?\s?[°º]\s*(?:d[eo']\s*)?(?:{_ACCOUNT_WORDS})\b\.?\s*:?\s*)$"
 )
 # "#55231" or "Nº 77120" with no word before it.
 _HASH_REF = re.compile(
@@ -129,7 +130,7 @@ _CLAIMED = re.compile(
     r"|takip|g[öo]nderi|posta\s+kodu|(?:ال)?(?:شحنة|تتبع|بلاغ|شكوى|تذكرة|جوال|هاتف|موبايل|بوليصة)"
     r"|شحنتك)"
     r"(?:\s+(?:in|en|em|op|auf|on|na|de|di|du|a|à|z|n[°º]|no\.?|nr\.?|number|nummer|id))*"
-    r"\W{0,3}(?:no\.?|nr\.?|number|n[°º])?\W{0,3}$|郵便番号\W{0,2}$"
+    r"\W{0,3}(?:no\.?|nr\.?|number|n[°º])?\W{0,3}$|郵便番号\W{0,2}$|(?:問い合わせ|伝票|追跡)番号は?\W{0,2}$"
 )
 _UNIT = re.compile(r"(?i)\d+(?:[.,]\d+)?(?:v|w|kw|kwh|gb|tb|mb|mah|mm|cm|km|kg|ml|hz|l|g|k|p|x)")
 _QUANTITY_AFTER = re.compile(
