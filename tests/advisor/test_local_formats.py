@@ -163,3 +163,15 @@ def test_the_shipped_currency_markers_are_cldrs() -> None:
     from refund_desk.advisor.currencies import MARKERS, build
 
     assert json.loads(MARKERS.read_text(encoding="utf-8")) == build()
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("Chcę zwrot trzystu złotych za zepsuty blender.", (30000, "PLN")),
+        ("Proszę oddać sto dwadzieścia pięć zł.", (12500, "PLN")),
+        ("Zapłaciłem tysiąc dwieście złotych, proszę o zwrot.", (120000, "PLN")),
+    ],
+)
+def test_polish_amounts_in_words(text: str, expected: tuple[int, str]) -> None:
+    assert extract_amount(text, "PLN") == expected

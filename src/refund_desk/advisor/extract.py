@@ -392,6 +392,8 @@ def _in_words(text: str, req: str | None) -> tuple[int, str] | None:
     readings = [alpha2digit(text, lang) for lang in _WORD_LANGUAGES]
     if req == "TRY" or _TURKISH_LETTERS.search(text):
         readings.append(_turkish_digits(text))
+    if req == "PLN" or _POLISH_LETTERS.search(text):
+        readings.append(_polish_digits(text))
     # the language that reads the most words as numbers is the text's: its reading is shortest
     for digits in sorted(readings, key=len):
         if digits == text:
@@ -422,6 +424,46 @@ _TR_RUN = re.compile(
     r"(?<!\w)(?:(?:" + "|".join(_TR_NUMBERS) + r")(?:\s+|(?=\W)|$))+", re.IGNORECASE
 )
 _TR_KURUS = re.compile(r"(\d+)\s+(lira|tl)\s+(\d{1,2})\s+kuru[şs]\w*", re.IGNORECASE)
+
+
+# Polish numbers in words, in the cases a sum of money takes ("zwrot dwustu złotych", "sto
+# dwadzieścia zł"), which no maintained parser reads either.
+_POLISH_LETTERS = re.compile("[ąćęłńśźżĄĆĘŁŃŚŹŻ]")
+_PL_FORMS = {
+    1: "jeden jedna jedno jednego jednej", 2: "dwa dwie dwóch dwu dwoma", 3: "trzy trzech trzema",
+    4: "cztery czterech", 5: "pięć pięciu", 6: "sześć sześciu", 7: "siedem siedmiu",
+    8: "osiem ośmiu", 9: "dziewięć dziewięciu", 10: "dziesięć dziesięciu",
+    11: "jedenaście jedenastu", 12: "dwanaście dwunastu", 13: "trzynaście trzynastu",
+    14: "czternaście czternastu", 15: "piętnaście piętnastu", 16: "szesnaście szesnastu",
+    17: "siedemnaście siedemnastu", 18: "osiemnaście osiemnastu",
+    19: "dziewiętnaście dziewiętnastu", 20: "dwadzieścia dwudziestu",
+    30: "trzydzieści trzydziestu", 40: "czterdzieści czterdziestu",
+    50: "pięćdziesiąt pięćdziesięciu", 60: "sześćdziesiąt sześćdziesięciu",
+    70: "siedemdziesiąt siedemdziesięciu", 80: "osiemdziesiąt osiemdziesięciu",
+    90: "dziewięćdziesiąt dziewięćdziesięciu", 100: "sto stu", 200: "dwieście dwustu",
+    300: "trzysta trzystu", 400: "czterysta czterystu", 500: "pięćset pięciuset",
+    600: "sześćset sześciuset", 700: "siedemset siedmiuset", 800: "osiemset ośmiuset",
+    900: "dziewięćset dziewięciuset", 1000: "tysiąc tysiąca tysiące tysięcy",
+}  # fmt: skip
+_PL_NUMBERS = {form: value for value, forms in _PL_FORMS.items() for form in forms.split()}
+_PL_WORD = "|".join(sorted(_PL_NUMBERS, key=len, reverse=True))
+_PL_RUN = re.compile(rf"(?<!\w)(?:(?:{_PL_WORD})(?:\s+|(?=\W)|$))+", re.IGNORECASE)
+
+
+def _polish_digits(text: str) -> str:
+    def number(m: re.Match[str]) -> str:
+        total = current = 0
+        for word in m.group(0).lower().split():
+            value = _PL_NUMBERS[word]
+            if value == 1000:
+                total += (current or 1) * 1000
+                current = 0
+            else:
+                current += value
+        trailing = m.group(0)[len(m.group(0).rstrip()) :]
+        return f"{total + current}{trailing}"
+
+    return _PL_RUN.sub(number, text)
 
 
 def _turkish_value(words: list[str]) -> int:
