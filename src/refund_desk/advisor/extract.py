@@ -215,7 +215,7 @@ class _Found:
 # A line of a pasted order table that is not the item: shipping, postage, tax ("Versand: 4,95 €",
 # "KDV 18,00 TL", "VAT £3.20"); the ask only when the customer's words say so.
 _FEE_BEFORE = re.compile(
-    r"^\s*[-*\u2022|]?\s*(?:shipping|postage|delivery|handling|tax|vat|gst|versand\w*|porto|mwst|ust|fracht"
+    r"^\s*[-*\u2022|]?\s*(?:shipping|postage|delivery|handling|(?:sales\s+|state\s+)?tax|vat|gst|versand\w*|porto|mwst|ust|fracht"
     r"|livraison|frais de port|tva|envio|gastos de envio|iva|spedizione|verzend\w*|btw|frete"
     r"|portes|wysylk\w*|dostaw\w*|kargo|kdv|vergi|frakt|moms|送料|消費税|税|الشحن|الضريبة|ضريبة)"
     r"[^\n\d]{0,12}?[\s.:\u2026_|-]*$"
@@ -669,7 +669,8 @@ def _table(text: str, found: Sequence[_Found]) -> tuple[int, str] | None:
         at: _item_words(text[at : rows[at][0].start])
         for at in table
         if not any(f.role == "fee" for f in rows[at])
-        and not _TOTAL_LABEL.match(_fold(text[at : rows[at][0].start]))
+        and not _TOTAL_LABEL.match(label := _fold(text[at : rows[at][0].start]))
+        and not _SUBTOTAL_LABEL.match(label)
     }
     shared = {
         w for words in items.values() for w in words if sum(w in o for o in items.values()) > 1
@@ -677,10 +678,46 @@ def _table(text: str, found: Sequence[_Found]) -> tuple[int, str] | None:
     for said in _own_words(own):
         named = [at for at, words in items.items() if _names(words - shared, said)]
         if len(named) == 1:
-            return _line_amount(text, rows[named[0]])
+            line = _line_amount(text, rows[named[0]])
+            if (
+                line is not None
+                and rows[named[0]][-1].role != "unit"
+                and _priced_per_unit(text, rows, table, list(items))
+            ):
+                return _quantity(text, rows[named[0]]) * line[0], line[1]
+            return line
         if named:
             return None
     return None
+
+
+_SUBTOTAL_LABEL = re.compile(
+    r"^\s*[-*\u2022|]?\s*(?:sub-?\s?total\w*|zwischensumme|sous-total|subtotaal|ara toplam|小計"
+    r"|المجموع الفرعي)"
+)
+# a quantity standing alone in its column ("| 2 |", "   2   ")
+_QUANTITY = re.compile(r"(?:^|[|\s])(\d{1,3})(?=\s*(?:\||\s{2,}|\t|x\b|\u00d7))")
+
+
+def _quantity(text: str, amounts: Sequence[_Found]) -> int:
+    """The quantity written in a table's line before its price, else 1."""
+    quantities = _QUANTITY.findall(
+        text[text.rfind("\n", 0, amounts[0].start) + 1 : amounts[-1].start]
+    )
+    return int(quantities[-1]) if quantities and int(quantities[-1]) > 0 else 1
+
+
+def _priced_per_unit(
+    text: str, rows: dict[int, list[_Found]], table: set[int], items: list[int]
+) -> bool:
+    """The table's own sum says its prices are per unit: its lines' quantities times their
+    prices add up to a sum it writes (a subtotal or total), and the prices alone do not."""
+    if not any(_quantity(text, rows[at]) > 1 for at in items):
+        return False
+    each = sum(_quantity(text, rows[at]) * rows[at][-1].value for at in items)
+    alone = sum(rows[at][-1].value for at in items)
+    sums = {f.value for at in table if at not in items for f in rows[at]}
+    return each in sums and alone not in sums
 
 
 def _own_amount(text: str, found: Sequence[_Found]) -> tuple[int, str] | None:
