@@ -175,3 +175,16 @@ def test_the_shipped_currency_markers_are_cldrs() -> None:
 )
 def test_polish_amounts_in_words(text: str, expected: tuple[int, str]) -> None:
     assert extract_amount(text, "PLN") == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "currency", "expected"),
+    [
+        ("أرجو استرداد مئتين وخمسين ريالاً.", "SAR", (25000, "SAR")),
+        ("عايز الميتين جنيه بتوعي.", "EGP", (20000, "EGP")),
+        ("رجعولي تلاتة وتلاتين دينار.", "JOD", (33000, "JOD")),
+        ("دفعت ألفين درهم على الجهاز.", "AED", (200000, "AED")),
+    ],
+)
+def test_arabic_amounts_in_words(text: str, currency: str, expected: tuple[int, str]) -> None:
+    assert extract_amount(text, currency) == expected

@@ -394,6 +394,8 @@ def _in_words(text: str, req: str | None) -> tuple[int, str] | None:
         readings.append(_turkish_digits(text))
     if req == "PLN" or _POLISH_LETTERS.search(text):
         readings.append(_polish_digits(text))
+    if _ARABIC_LETTERS.search(text):
+        readings.append(_arabic_digits(text))
     # the language that reads the most words as numbers is the text's: its reading is shortest
     for digits in sorted(readings, key=len):
         if digits == text:
@@ -464,6 +466,54 @@ def _polish_digits(text: str) -> str:
         return f"{total + current}{trailing}"
 
     return _PL_RUN.sub(number, text)
+
+
+# Arabic numbers in words, standard and spoken ("ثلاثمئة وخمسون ريالاً", "المية وخمسين جنيه"):
+# units before tens joined by "و", the article and "and" written on the word; read on a copy
+# with the hamza seats and short vowels written plainly.
+_ARABIC_LETTERS = re.compile("[\u0621-\u064a]")
+_AR_PLAIN = str.maketrans({"أ": "ا", "إ": "ا", "آ": "ا", "ئ": "ي", "ؤ": "و", "ى": "ي", "ـ": None})
+_AR_FORMS = {
+    1: "واحد واحدة", 2: "اثنين اتنين اثنان", 3: "ثلاثة تلاتة ثلاث تلات", 4: "اربعة اربع",
+    5: "خمسة خمس", 6: "ستة", 7: "سبعة سبع", 8: "ثمانية تمانية ثماني", 9: "تسعة تسع",
+    10: "عشرة عشر", 11: "حداشر احدعشر", 12: "اتناشر", 13: "تلتاشر", 14: "اربعتاشر",
+    15: "خمستاشر", 16: "ستاشر", 17: "سبعتاشر", 18: "تمنتاشر", 19: "تسعتاشر",
+    20: "عشرين عشرون", 30: "ثلاثين تلاتين ثلاثون", 40: "اربعين اربعون", 50: "خمسين خمسون",
+    60: "ستين ستون", 70: "سبعين سبعون", 80: "ثمانين تمانين ثمانون", 90: "تسعين تسعون",
+    100: "مية ماية ميه مية مائة مايه", 200: "ميتين ماتين مايتين",
+    300: "ثلاثماية ثلاثمية تلتمية تلاتمية", 400: "اربعماية اربعمية", 500: "خمسماية خمسمية",
+    600: "ستماية ستمية", 700: "سبعماية سبعمية", 800: "ثمانماية ثمنماية تمنمية",
+    900: "تسعماية تسعمية", 1000: "الف", 2000: "الفين", -1000: "الاف",
+}  # fmt: skip
+_AR_NUMBERS = {form: value for value, forms in _AR_FORMS.items() for form in forms.split()}
+_AR_WORD = rf"(?:و|ب|وب)?(?:ال)?(?:{'|'.join(sorted(_AR_NUMBERS, key=len, reverse=True))})"
+_AR_RUN = re.compile(
+    rf"(?<![\u0621-\u064a])(?:{_AR_WORD})(?:\s+(?:{_AR_WORD}))*(?![\u0621-\u064a])"
+)
+
+
+def _ar_readings(word: str) -> list[str]:
+    """The word, without "و" or "ب", then without the article too ("والمية": "مية")."""
+    bare = word[2:] if word.startswith("وب") else word[1:] if word[:1] in "وب" else word
+    return [word, bare, bare[2:] if bare.startswith("ال") else bare]
+
+
+def _arabic_digits(text: str) -> str:
+    def number(m: re.Match[str]) -> str:
+        total = current = 0
+        for word in m.group(0).split():
+            value = next(v for v in map(_AR_NUMBERS.get, _ar_readings(word)) if v is not None)
+            if value in (1000, -1000):
+                total += (current or 1) * 1000
+                current = 0
+            elif value == 100 and 0 < current < 10:
+                current *= 100  # "ثلاث مية"
+            else:
+                current += value
+        return str(total + current)
+
+    plain = re.sub("[\u064b-\u0652]", "", text.translate(_AR_PLAIN))
+    return _AR_RUN.sub(number, plain)
 
 
 def _turkish_value(words: list[str]) -> int:
