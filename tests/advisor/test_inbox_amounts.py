@@ -233,3 +233,11 @@ def test_a_tables_own_sum_says_whether_its_prices_are_per_unit() -> None:
         "Subtotal: $45.00\nSales tax: $3.60\nTotal: $48.60"
     )
     assert extract_amount(said + line_totals, "USD") == (3600, "USD")
+
+
+def test_a_bare_number_an_order_word_introduces_is_the_order_not_money() -> None:
+    assert extract_amount("Ich möchte die Bestellung 880231 zurückgeben.", "EUR") is None
+    assert extract_amount("Ik wil bestelling 55102 terug sturen, graag 24,95 terug.", "EUR") == (
+        2495,
+        "EUR",
+    )

@@ -17,7 +17,12 @@ from text_to_num import alpha2digit
 from refund_desk.advisor.currencies import MARKERS
 from refund_desk.advisor.features import fold as _fold
 from refund_desk.advisor.injection import without_injection
-from refund_desk.advisor.reference import DIGITS, extract_order_ref, iso_currency
+from refund_desk.advisor.reference import (
+    DIGITS,
+    REFERENCE_BEFORE,
+    extract_order_ref,
+    iso_currency,
+)
 from refund_desk.money import exponent, to_minor
 
 __all__ = ["extract_amount", "extract_order_ref"]
@@ -357,6 +362,9 @@ def extract_amount(text: str, currency: str | None = None) -> tuple[int, str] | 
         num = b.group("n") or b.group("m") or b.group("k") or b.group("j")
         if b.group("n") and num.isdigit() and len(num) >= 4:
             continue  # "refund 3319 pls": a bare four-digit number is an order, not money
+        at = b.start("n") if b.group("n") else b.start("k") if b.group("k") else b.start()
+        if REFERENCE_BEFORE.search(folded[max(0, at - 40) : at]):
+            continue  # "die Bestellung 112043 zurückgeben": the order's number
         value = _bare_minor(num, req)
         if value is not None:
             found.append(_Found(value, req or "", True))
