@@ -153,7 +153,7 @@ _TOTAL_BEFORE = re.compile(
 )
 # A pasted table's line that opens with a total ("Gesamtbetrag inkl. MwSt.    149,92 €")
 _TOTAL_LABEL = re.compile(
-    r"^\s*[-*\u2022|]?\s*(?:(?:order|grand)\s+)?(?:total\w*|gesamt\w*|insgesamt|summe|totaal"
+    r"^\s*[-*\u2022|]?\s*(?:(?:order|grand)\s+)?(?:total[et]?\b|gesamt\w*|insgesamt|summe|totaal"
     r"|razem|suma\b|toplam\w*|totale|الاجمالي|اجمالي|المجموع|合計)"
 )
 _TOTAL_AFTER = re.compile(r"^\s*(?:total|in total|insgesamt|au total|en total|in totale|razem)")
@@ -239,6 +239,9 @@ _FEE_AFTER = re.compile(
 _FEE_ASKED = re.compile(
     rf"(?:{_ASK_WORD})[^.!?\n]{{0,30}}?(?:{_FEE_WORDS})|(?:{_FEE_WORDS})[^.!?\n]{{0,30}}?(?:{_ASK_WORD})"
 )
+
+
+_LABEL_LINE = 80
 
 
 def _role(before: str, after: str, line: str) -> str | None:
@@ -347,11 +350,7 @@ def extract_amount(text: str, currency: str | None = None) -> tuple[int, str] | 
     if found:
         folded = _fold(text)
         return _choose(
-            found,
-            _DIFFERENCE_ASKED.search(folded) is not None,
-            text=text,
-            fee_asked=_FEE_ASKED.search(folded) is not None,
-            twice=_TWICE.search(folded) is not None,
+            found, _DIFFERENCE_ASKED.search(folded) is not None, text=text, folded=folded
         )
     in_words = _in_words(text, req)
     if in_words is not None:
@@ -577,7 +576,10 @@ def _marked(text: str, req: str | None) -> list[_Found] | None:
         before = _fold(text[max(0, m.start() - 40) : m.start()])
         # what is said of an amount after it is said on its own line
         after = _fold(text[end : end + 24]).split("\n", 1)[0]
-        line = _fold(text[text.rfind("\n", 0, m.start()) + 1 : m.start()])
+        # a label opening its line (a table's "Versand", "Total"): a line of a sentence or two
+        # has none
+        line_start = text.rfind("\n", 0, m.start()) + 1
+        line = _fold(text[line_start : m.start()]) if m.start() - line_start <= _LABEL_LINE else ""
         role = _role(before, after, line)
         if role is None:
             continue
@@ -635,8 +637,7 @@ def _choose(
     difference: bool = False,
     *,
     text: str = "",
-    fee_asked: bool = False,
-    twice: bool = False,
+    folded: str = "",
 ) -> tuple[int, str] | None:
     """The one amount asked for among those found (unit prices only when nothing else is
     there; shipping and tax only when asked, and then the one fee named), then, in a text
@@ -644,7 +645,8 @@ def _choose(
     their own sentences; else the one total when no fee line is there, else None: that is
     not clear. When the text asks for "the difference" and no amount is asked for itself: the
     gap between its two prices, the one amount named ("it went down $10"), or None among
-    more. Charged `twice` with two amounts, one double the other: the smaller, one charge."""
+    more. Charged twice with two amounts, one double the other: the smaller, one charge.
+    (`folded`: the text folded, where the fee asked and "twice" are read.)"""
     everything = found
     fees = any(f.role == "fee" for f in found)
     found = [f for f in found if f.role != "fee" or f.asked]
@@ -669,12 +671,12 @@ def _choose(
     distinct = {(f.value, f.currency) for f in found}
     if len(distinct) == 1:
         return next(iter(distinct))
-    if fee_asked:
+    if _FEE_ASKED.search(folded):
         charged = {(f.value, f.currency) for f in everything if f.role.startswith("fee")}
         if len(charged) == 1:
             return next(iter(charged))
     distinct = {(f.value, f.currency) for f in found}
-    if twice and len(distinct) == 2:
+    if len(distinct) == 2 and _TWICE.search(folded):
         (low, code), (high, other) = sorted(distinct)
         if code == other and high == 2 * low:
             return low, code
