@@ -90,3 +90,14 @@ def test_a_year_beside_a_real_reference_is_not_it() -> None:
 )
 def test_more_ways_a_reference_is_introduced_or_claimed(text: str, ref: str | None) -> None:
     assert _ref(text) == ref
+
+
+@pytest.mark.parametrize(
+    ("text", "ref"),
+    [
+        ("キャンセルをお願いします。注文番号はKT-330912です。", "KT-330912"),
+        ("毎月引き落とされています。会員番号M-00412377です。", "M-00412377"),
+    ],
+)
+def test_a_japanese_number_word_with_its_particle_or_glued_to_the_code(text: str, ref: str) -> None:
+    assert extract_order_ref(text) == ref

@@ -188,3 +188,27 @@ def test_polish_amounts_in_words(text: str, expected: tuple[int, str]) -> None:
 )
 def test_arabic_amounts_in_words(text: str, currency: str, expected: tuple[int, str]) -> None:
     assert extract_amount(text, currency) == expected
+
+
+def test_the_maghrebs_dinars_written_in_arabic() -> None:
+    assert extract_amount("خصمتوا مني 8 400 دج بلا سبب", "DZD") == (840000, "DZD")
+    assert extract_amount("نحب نسترجع 7 650 د.ج", "DZD") == (765000, "DZD")
+    # the Tunisian dinar has three decimals: "45,250" is forty-five and a quarter
+    assert extract_amount("رجعولي 45,250 د.ت يعيشكم", "TND") == (45250, "TND")
+    assert extract_amount("المبلغ ٦٠ دينار تونسي", "TND") == (60000, "TND")
+
+
+@pytest.mark.parametrize("text", ["4418203 terug graag", "8830417 zurückerstatten bitte"])
+def test_a_long_bare_number_before_a_refund_word_is_an_order(text: str) -> None:
+    assert extract_amount(text, "EUR") is None
+
+
+def test_a_tables_total_when_the_whole_order_is_asked_back() -> None:
+    table = (
+        "\n\nÇadır             1   ₺2.300,00\nUyku tulumu       1   ₺1.150,00\n"
+        "Kargo                 ₺59,90\nToplam                ₺3.509,90"
+    )
+    assert extract_amount("Siparişin tamamını iade edin." + table, "TRY") == (350990, "TRY")
+    # the whole not asked: which line is meant is not clear
+    assert extract_amount("Bir sorun var." + table, "TRY") is None
+

@@ -67,6 +67,11 @@ _LOCALES = [
     "ar_OM",
     "ar_JO",
     "ar_MA",
+    "ar_DZ",
+    "ar_TN",
+    "ar_LY",
+    "ar_IQ",
+    "ar_LB",
 ]
 _BIDI = dict.fromkeys(map(ord, "\u200e\u200f\u061c\u202a\u202b\u202c"), None)
 
@@ -98,7 +103,8 @@ _OWN_CURRENCY = {
     "NL": ("EUR",), "PL": ("PLN",), "SE": ("SEK",), "DK": ("DKK",), "NO": ("NOK",),
     "CZ": ("CZK",), "JP": ("JPY",), "TR": ("TRY",), "SA": ("SAR",), "AE": ("AED",),
     "EG": ("EGP",), "KW": ("KWD",), "QA": ("QAR",), "BH": ("BHD",), "OM": ("OMR",),
-    "JO": ("JOD",), "MA": ("MAD",),
+    "JO": ("JOD",), "MA": ("MAD",), "DZ": ("DZD",), "TN": ("TND",), "LY": ("LYD",),
+    "IQ": ("IQD",), "LB": ("LBP",),
 }  # fmt: skip
 
 

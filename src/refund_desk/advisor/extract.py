@@ -63,7 +63,9 @@ _SYMBOLS: dict[str, tuple[str, ...]] = {
     "riyal": ("SAR", "QAR", "OMR"), "riyals": ("SAR", "QAR", "OMR"), "geneh": ("EGP",),
     "gneh": ("EGP",), "dirham": ("AED", "MAD"), "dirhams": ("AED", "MAD"),
     # Arabic broken plurals CLDR does not list for these currencies
-    "دنانير": ("KWD", "JOD", "BHD"), "دراهم": ("AED", "MAD"),
+    "دنانير": ("KWD", "JOD", "BHD", "DZD", "TND", "LYD", "IQD"), "دراهم": ("AED", "MAD"),
+    # the Maghreb's dinar as written without CLDR's dots ("12 500 دج", "89,500 دت")
+    "دج": ("DZD",), "دت": ("TND",),
     # places whose languages are not learned still pay in their own money ("34 990 Ft")
     "ft": ("HUF",), "руб": ("RUB",), "₴": ("UAH",), "грн": ("UAH",), "원": ("KRW",),
     "元": ("CNY",), "rp": ("IDR",), "lei": ("RON",),
@@ -110,7 +112,7 @@ _EDGE = r"(?<![A-Za-z0-9_.,\u00c0-\u024f])"
 # A marker and its number are written on one line: in a pasted statement ("799,00 kr" over
 # "11 nov ...") a marker at a line's end is not the next line's number's.
 _SP = r"[^\S\n]"
-_AMOUNT = re.compile(
+AMOUNT = _AMOUNT = re.compile(
     rf"{_EDGE}(?:(?P<pre>{_MARK}|(?-i:[A-Z]{{3}})\b){_SP}?(?P<n1>{_NUM_PRE})(?![\d]|[.,]\d|[A-Za-z]\d)"
     # a trailing marker followed by a number is that number's leading one ("88271 $95.00")
     rf"|(?P<n2>{_NUM}){_SP}?(?P<post>{_MARK}|(?-i:[A-Z]{{3}})\b)(?!{_SP}?\d))",
@@ -361,6 +363,8 @@ def extract_amount(text: str, currency: str | None = None) -> tuple[int, str] | 
         num = b.group("n") or b.group("m") or b.group("k") or b.group("j")
         if b.group("n") and num.isdigit() and len(num) >= 4:
             continue  # "refund 3319 pls": a bare four-digit number is an order, not money
+        if num.isdigit() and len(num) >= 6:
+            continue  # "7712093 terugbetalen": six digits or more, no grouping, an order's
         at = b.start("n") if b.group("n") else b.start("k") if b.group("k") else b.start()
         if REFERENCE_BEFORE.search(folded[max(0, at - 40) : at]):
             continue  # "die Bestellung 112043 zurückgeben": the order's number
@@ -684,7 +688,14 @@ def _choose(
         mine = _own_amount(text, everything)
         if mine is not None:
             return mine
-    totals = {(f.value, f.currency) for f in found if f.role == "total"} if not fees else set()
+    # over a table with a fee line, the total only when the whole is asked ("the entire
+    # order", "siparişin tamamını"): the fee is then refunded with the rest
+    whole = fees and text and _WHOLE.search(_fold(text)) is not None
+    totals = (
+        {(f.value, f.currency) for f in everything if f.role == "total"}
+        if not fees or whole
+        else set()
+    )
     return next(iter(totals)) if len(totals) == 1 else None
 
 

@@ -39,7 +39,7 @@ _END = r"(?![A-Za-z0-9_\u00c0-\u024f-])(?![.,]\d)"
 _MARKERS = (
     r"(?:\s*(?:(?:number|nummer|numero|n[uú]mero|numaras[ıi]|no|nr|num|id|code|ref|is|ist|est|es"
     r"|era|was|war|jest|[äa]r)"
-    r"(?:\.|(?![A-Za-z\u00c0-\u024f]))|n\.?\s?[°º]|n\.|رقم|#|:|,|\uff1a|\(|\uff08|番号))*\s*#?\s*"
+    r"(?:\.|(?![A-Za-z\u00c0-\u024f]))|n\.?\s?[°º]|n\.|رقم|#|:|,|\uff1a|\(|\uff08|番号|は))*\s*#?\s*"
 )
 _AND = (
     r"\s*(?:,|&|/|and|e|y|et|und|en|i|a|och|og|oraz|ou|o|or|oder|of|lub|eller|ve|و)\s*"
@@ -77,7 +77,10 @@ _ACCOUNT_WORDS = (
     r"|kundnummer|kundnr|matr[ií]cula|abone\w*|[üu]ye\w*|m[üu][şs]teri|(?:ال)?(?:عضوية|اشتراك|حساب|عميل)"
     r"|会員番号|お客様番号|顧客番号|契約番号"
 )
-_ACCOUNT_REF = re.compile(rf"(?i)\b(?:{_ACCOUNT_WORDS})\b\.?{_MARKERS}(?P<id>{_ID}){_END}")
+# (a Japanese word ends where the code begins: "会員番号K-00771234です")
+_ACCOUNT_REF = re.compile(
+    rf"(?i)\b(?:{_ACCOUNT_WORDS})(?:\b|(?<=番号))\.?{_MARKERS}(?P<id>{_ID}){_END}"
+)
 # Text ending in a word that introduces a reference: what follows is no phone number. An
 # account word counts only with a number marker ("Kundennummer", "customer no."): "Customer:"
 # or "a customer, 0176..." may well be followed by a phone number.
