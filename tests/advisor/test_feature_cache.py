@@ -93,4 +93,5 @@ def test_the_margins_are_those_of_the_features_one_by_one() -> None:
             ours, theirs = m.margins(text), _margins_by_dicts(m, weights)
             assert np.allclose(ours, theirs, rtol=1e-12, atol=1e-12), text
             assert ours.argmax() == theirs.argmax(), text
-            assert np.allclose(ours, _fresh_margins(m, text, weights)), text
+            # the same sums in another order: equal to float rounding (1e-7 on a margin near 0)
+            assert np.allclose(ours, _fresh_margins(m, text, weights), atol=1e-6), text

@@ -39,8 +39,10 @@ def test_a_forwarded_message_with_a_rule_and_headers_is_earlier() -> None:
         "Von: Versand <ship@kettles.example>\nDatum: 3. Februar 2025\nBetreff: Bestellung 55120\n\n"
         "Ihre Bestellung 55120 über 89,00 € ist unterwegs."
     )
-    assert said.current == "See below, I never got it."
-    assert "55120" in said.earlier
+    # "see below" points at it: its reference is read, not which amount
+    assert said.current.startswith("See below, I never got it.\n\n")
+    assert "55120" in said.current and "89,00" not in said.current
+    assert "55120" in said.earlier and "89,00 €" in said.earlier
 
 
 def test_an_outlook_rule_opens_the_earlier_mail() -> None:
@@ -129,3 +131,81 @@ def test_a_paragraph_under_a_dash_line_is_not_a_signature() -> None:
         "I never placed order 90120 and the shipping address on it is not mine at all, $64.00."
     )
     assert read(text).current == text
+
+
+_FORWARD = (
+    "\n\n---------- Forwarded message ---------\n"
+    "From: {sender}\nDate: Mon, 2 Mar 2026 at 19:40\nSubject: {subject}\n"
+    "To: <help@lamps.example>\n\n{body}"
+)
+
+
+@pytest.mark.parametrize(
+    "above",
+    [
+        "Sending this again, nobody answered my previous email.",
+        "Ich schicke meine Mail vom Montag erneut, bisher keine Antwort.",
+        "Je vous renvoie mon message du 2 mars, toujours rien.",
+        "Vuelvo a enviar lo que les escribí el lunes.",
+        "Estou reenviando o e-mail que mandei segunda-feira.",
+        "Przesyłam ponownie, co pisałem w poniedziałek.",
+        "Pazartesi yazdığım maili tekrar gönderiyorum.",
+        "أعيد إرسال رسالتي لأن أحداً لم يرد.",
+        "先日送ったメールを再送します。",
+    ],
+)
+def test_the_customers_own_earlier_mail_sent_again_is_read(above: str) -> None:
+    body = "The desk lamp LM-40417 flickers and went dark. Please refund the 64,00 €."
+    said = read(
+        above + _FORWARD.format(sender="Jo Park <jo.park@mail.example>", subject="Lamp", body=body)
+    )
+    assert "LM-40417" in said.current and "64,00 €" in said.current
+
+
+def test_a_forward_from_the_customers_own_address_or_name_is_theirs() -> None:
+    body = "Order LM-40417: the lamp arrived with a cracked shade, refund 64,00 € please."
+    mail = "Any news on this?" + _FORWARD.format(
+        sender="Joanna Park <jo.park@mail.example>", subject="Lamp", body=body
+    )
+    assert "LM-40417" not in read(mail).current  # nothing says whose it is
+    assert "LM-40417" in read(mail, sender="Jo.Park@mail.example").current
+    signed = mail.replace("Any news on this?", "Any news on this?\n\nJoanna")
+    assert "LM-40417" in read(signed).current
+
+
+def test_someone_elses_forwarded_mail_gives_no_field() -> None:
+    body = "Your parcel 00340012 is held at the depot. Value declared: 64,00 €."
+    said = read(
+        "Forwarding what the courier told me. Still no lamp."
+        + _FORWARD.format(sender="Courier <noreply@courier.example>", subject="Parcel", body=body)
+    )
+    assert said.current == "Forwarding what the courier told me. Still no lamp."
+
+
+@pytest.mark.parametrize(
+    "above",
+    [
+        "Please cancel the order below, I no longer need it.",
+        "Bitte die Bestellung unten stornieren.",
+        "Annulez la commande ci-dessous s'il vous plaît.",
+        "Quiero el reembolso del pedido de abajo.",
+        "Aşağıdaki siparişi iptal edin lütfen.",
+    ],
+)
+def test_pointing_at_the_order_below_reads_its_reference_and_amount(above: str) -> None:
+    quote = (
+        "\n\nOn Mon, 2 Mar 2026, 19:40 Lamps <orders@lamps.example> wrote:\n"
+        "> Thank you for your order LM-40417\n> Desk lamp   64,00 €\n> Total   64,00 €"
+    )
+    said = read(above + quote)
+    assert "LM-40417" in said.current and "64,00 €" in said.current
+
+
+def test_a_bare_see_below_reads_the_reference_but_not_an_amount() -> None:
+    quote = (
+        "\n\nOn Mon, 2 Mar 2026, 19:40 Lamps <orders@lamps.example> wrote:\n"
+        "> Thank you for your order LM-40417 of 64,00 €, shipping 5,00 €."
+    )
+    said = read("Still nothing here, see below. I want my money back." + quote)
+    assert "LM-40417" in said.current
+    assert "64,00" not in said.current and "5,00" not in said.current

@@ -240,6 +240,13 @@ _INJECTION = re.compile(
         |responsable|direttore|vorgesetzt\w*|leidinggevende)
   | \b(?:door|przez|by|von)\s+(?:een\s+|a\s+|the\s+|einen?\s+)?(?:manager|supervisor|kierownik\w*
         |leidinggevende)\s+(?:goedgekeurd|zatwierdzon\w*|approved|genehmigt)
+  # "forget all the rules", "ignore the instructions" in Turkish and Arabic, and a line
+  # addressed to the AI or the system ("... yapay zekâ:", "أيها النظام", "[تعليمات للنظام")
+  | \b(?:tum|butun|onceki|her)\s+(?:\w+\s+)?(?:kural|talimat|yonerge|politika)\w*\s+
+        (?:unut|yok\s+say|gormezden\s+gel|dikkate\s+alma)
+  | \byapay\s+zeka\s*:
+  | تجاهل\s+(?:كل\s+|كافة\s+|جميع\s+)?(?:ال)?(?:تعليمات|سياسة|قواعد|اوامر)
+  | تعليمات\s+(?:لل|الى\s+ال)نظام | \bايها\s+(?:ال)?(?:نظام|ذكاء|مساعد)
   | (?:以前の|これまでの|上記の)?指示を(?:無視|忘れ) | システムプロンプト
   | 返金を(?:承認|許可)(?:して|しろ|せよ)
     """.replace("{_URGED}", _URGED).replace("{_NOT_MINE}", _NOT_MINE),

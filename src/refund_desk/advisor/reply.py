@@ -31,6 +31,7 @@ __all__ = ["Reading", "html_to_text", "read"]
 class Reading:
     current: str  # what the customer wrote now: the advisor reads this only
     earlier: str  # quoted history, forwarded messages, signatures and footers ("" if none)
+    history: str = ""  # the quoted or forwarded mail alone, without footers ("" if none)
 
 
 # ---------------------------------------------------------------- HTML
@@ -223,9 +224,11 @@ def _forwarded(text: str) -> tuple[str, str] | None:
     return None
 
 
-def read(message: str) -> Reading:
+def read(message: str, sender: str | None = None) -> Reading:
     """The message split into what the customer wrote now and what was taken out. A message
-    that is only a forward (nothing above it but a word or two) is the forwarded message."""
+    that is only a forward (nothing above it but a word or two) is the forwarded message. The
+    earlier mail under a message is read with it when it is the customer's own (`_own`) or
+    when the customer points at it ("please cancel the order below", `_POINTS_BELOW`)."""
     text = html_to_text(message.replace("\r\n", "\n"))
     said = _split(text)
     if len(_WORD.findall(said.current)) < _NOTHING_ABOVE and said.earlier:
@@ -235,7 +238,16 @@ def read(message: str) -> Reading:
             inner = _split(body)
             if inner.current:
                 earlier = "\n\n".join(p.strip() for p in (header, inner.earlier) if p.strip())
-                return Reading(current=inner.current, earlier=earlier)
+                return Reading(current=inner.current, earlier=earlier, history=inner.history)
+    own = bool(said.history) and _own(said.current, said.history, sender)
+    if own or (said.history and _POINTS_BELOW.search(said.current)):
+        body = _first_message(said.history)
+        if not own and not _POINTS_AT_ORDER.search(said.current):
+            body = _without_amounts(body)  # "see below": its reference, not which amount
+        if _WORD.search(body):
+            return Reading(
+                current=f"{said.current}\n\n{body}", earlier=said.earlier, history=said.history
+            )
     return said
 
 
@@ -248,13 +260,142 @@ def _split(text: str) -> Reading:
         hidden = hidden[: len(hidden) - len(below)]
         current = f"{current}\n\n{below}" if current.strip() else below
     earlier = [hidden]
+    history = [hidden]
     lines = current.split("\n")
     for cut in (_structural_cut, _footer_cut):
         at = cut(lines)
         if at is not None:
             earlier.insert(0, "\n".join(lines[at:]))
+            if cut is _structural_cut:
+                history.insert(0, "\n".join(lines[at:]))
             lines = lines[:at]
     return Reading(
         current="\n".join(lines).strip(),
         earlier="\n\n".join(part.strip() for part in earlier if part.strip()),
+        history="\n\n".join(part.strip() for part in history if part.strip()),
     )
+
+
+# ---------------------------------------------------------------- the customer's own earlier mail
+
+# The customer says they send again what they wrote before: "I'm re-sending my message from
+# last week", "Tekrar gönderiyorum", "Estou reenviando o e-mail que mandei", "Przesyłam dalej,
+# co pisałam", "أعيد إرسال رسالتي". Forwarding what someone else wrote ("what the courier
+# answered") is not one of them.
+_RESENDS = re.compile(
+    r"\bre-?send(?:ing)?\b|\bresent\b|\bsending (?:it|this|my \w+) again"
+    r"|\bforward(?:ing)? (?:you )?my (?:own |earlier |previous |original |last )?"
+    r"(?:message|e-?mail|mail|complaint|letter)"
+    r"|\bmy (?:earlier|previous|original|last|first) (?:message|e-?mail|mail|complaint|letter)"
+    r"|\bwhat i (?:wrote|sent)\b"
+    r"|\b(?:sende|schicke)\b[^.\n]{0,30}\b(?:erneut|nochmal|noch einmal)\b"
+    r"|\bmeine (?:nachricht|e-?mail|mail|anfrage) vom\b"
+    r"|\bwas ich (?:ihnen|euch|dir) geschrieben"
+    r"|\bje (?:vous )?(?:renvoie|réexpédie|retransmets|transfère) mon"
+    r"|\bmon (?:précédent |premier )?(?:message|mail|e-?mail|courriel) du\b"
+    r"|\bce que je vous ai (?:écrit|envoyé)"
+    r"|\breenv[ií](?:o|ando|ou|amos)\b (?:(?:de nuevo |novamente )?(?:mi|meu|minha|o|a|el) )?"
+    r"(?:correo|mensaje|e-?mail|mensagem|reclamaç)|\bestou reenviando\b"
+    r"|\bvuelvo a (?:enviar|mandar)"
+    r"|\b(?:lo|o) que (?:les|os|lhes|vos|te) (?:escribí|escrevi|mandei|envié)"
+    r"|\b(?:e-?mail|correo|mensaje|mensagem) que (?:les |lhes |vos )?(?:mandei|enviei|envié|mandé)"
+    r"|\b(?:ri)?(?:invio|inoltro) (?:di nuovo )?(?:il mio|la mia)\b|\bquello che vi ho scritto"
+    r"|\b(?:stuur|verstuur) (?:ik )?(?:mijn|het|m'n) (?:bericht|mail|e-?mail) (?:nogmaals|opnieuw)"
+    r"|\bnogmaals (?:mijn|m'n) (?:bericht|mail)|\bwat ik (?:jullie|u) (?:schreef|stuurde|heb)"
+    r"|\bmijn eerdere (?:bericht|mail|e-?mail)"
+    r"|\bprzesyłam (?:ponownie|jeszcze raz)|\bco (?:(?:wam|państwu|pani|panu) )?pisał(?:am|em)"
+    r"|\bponownie wysyłam"
+    r"|\bskickar (?:igen|om) (?:mitt|mina)|\bdet jag skrev\b|\bmitt (?:tidigare|förra) mejl"
+    r"|\btekrar gönder|\byeniden gönder|\byazdığım (?:mesaj|mail|e-?posta)"
+    r"|\bmesaj\w*[^.\n]{0,30}yazmıştım"
+    r"|أعيد إرسال|اعيد ارسال|أعيد ارسال|رسالتي السابقة|أرسلتها لكم"
+    r"|再送|以前(?:に)?送った|先日送った|前回送った",
+    re.IGNORECASE,
+)
+# The customer points at the mail under theirs: "please cancel the order below", "siehe
+# unten", "zie hieronder", "ver abaixo", "aşağıdaki sipariş", "下記の注文", "الطلب أدناه".
+_POINTS_BELOW = re.compile(
+    r"\bbelow\b|\bunderneath\b|\bunten\b|\buntenstehend|\bnachfolgend|\bhieronder\b|\bonderstaand"
+    r"|\bci-?dessous\b|\bplus bas\b|\ben dessous\b|\babajo\b|\babaixo\b|\bqui sotto\b"
+    r"|\bsottostante|\bdi seguito\b|\bponiżej\b|\bniżej\b|\bnedan\b|\bhär under\b"
+    r"|\başağıda|下記|以下の|أدناه|ادناه",
+    re.IGNORECASE,
+)
+_ORDER_WORD = (
+    r"(?:order|purchase|bestellung|commande|pedido|ordine|bestelling|zamówieni\w*|sipariş\w*"
+    r"|beställning\w*|encomenda|compra|注文|الطلب)"
+)
+# The pointer says which: the order (its total) or an item of it ("refund the order below",
+# "Siehe Bestellung unten", "del pedido de abajo", "aşağıdaki siparişin", "下記の注文").
+_POINTS_AT_ORDER = re.compile(
+    rf"{_ORDER_WORD}\W+(?:\w+\W+){{0,2}}?(?:{_POINTS_BELOW.pattern})"
+    rf"|(?:{_POINTS_BELOW.pattern})\W*(?:\w+\W+){{0,2}}?{_ORDER_WORD}",
+    re.IGNORECASE,
+)
+_ADDRESS = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
+
+
+def _without_amounts(body: str) -> str:
+    """A mail with its amounts taken out: what a bare "see below" lets be read (the order's
+    reference, not which amount)."""
+    from refund_desk.advisor.extract import AMOUNT  # imported only when pointed at
+
+    return AMOUNT.sub("[…]", body)  # marked, so a person reading it sees what was left out
+
+
+def _own(current: str, history: str, sender: str | None) -> bool:
+    """Whether the mail under the message is the customer's own: they say they send it again,
+    it is from their address, or it is from the name they sign with."""
+    if _RESENDS.search(current):
+        return True
+    top = [line for line in history.split("\n")[:8] if "@" in line]
+    if not top:
+        return False
+    sender_line = top[0]
+    found = _ADDRESS.search(sender_line)
+    if sender and found and found.group(0).lower() == sender.strip().lower():
+        return True
+    name = _ADDRESS.sub("", sender_line.split(":", 1)[-1] if _HEADER.match(sender_line) else "")
+    first = _WORD.search(name)
+    if first is None or len(first.group(0)) < 3:
+        return False
+    signed = [line.strip() for line in current.split("\n") if line.strip()][-3:]
+    return any(
+        len(line.split()) <= 4 and first.group(0).lower() in line.lower().split() for line in signed
+    )
+
+
+# A header block's subject line is kept: it often names the order ("Subject: Order LL-1234").
+_SUBJECT = re.compile(
+    r"^\s*\*?(?:subject|betreff|objet|asunto|assunto|oggetto|onderwerp|temat|ämne|konu|件名"
+    r"|الموضوع)\*?\s*:",
+    re.IGNORECASE,
+)
+
+
+def _first_message(history: str) -> str:
+    """The body of the first mail in quoted or forwarded history: its rule, header block or
+    "On ... wrote:" line left out, `> ` taken off, up to the next mail it quotes."""
+    lines = [re.sub(r"^\s*> ?", "", line) for line in history.split("\n")]
+    i = 0
+    while i < len(lines) and (
+        not lines[i].strip() or _RULE.match(lines[i]) or (i < 2 and _INTRO.search(lines[i]))
+    ):
+        i += 1
+    while i < len(lines) and _HEADER.match(lines[i]):  # the header block, to its blank line
+        i += 1
+    subject = [
+        line.strip() for line in lines[:i] if _SUBJECT.match(line) and _WORD.search(line[5:])
+    ]
+    body: list[str] = subject[:1]
+    for j in range(i, len(lines)):
+        if (_RULE.match(lines[j]) and _header_block_at(lines, j + 1)) or (
+            _header_block_at(lines, j) and not lines[j - 1].strip()
+        ):
+            break
+        if _INTRO.search(lines[j]) and j + 1 < len(lines) and history.split("\n")[j + 1 :]:
+            nxt = history.split("\n")[j + 1 :]
+            if any(_QUOTED.match(x) for x in nxt[:2]):
+                break
+        body.append(lines[j])
+    return "\n".join(body).strip()

@@ -410,7 +410,7 @@ def _capture(
         )
         customer = desk.vault.for_customer(session, email_hash)  # their own data key
         # What the customer wrote now is the message; what it quotes is kept beside it.
-        said = reply.read(request.message) if request.message else None
+        said = reply.read(request.message, sender=str(request.email)) if request.message else None
         row |= {
             "email_enc": customer.encrypt(str(request.email)),
             "name_enc": customer.encrypt(request.name or payment.customer_name),

@@ -54,7 +54,7 @@ class InboundMail:
     @cached_property
     def current(self) -> str:
         """What the sender wrote now: the body without its quoted history and footers."""
-        return reply.read(self.text).current
+        return reply.read(self.text, sender=self.sender).current
 
     def payment_reference(self) -> str | None:
         return find_payment(self.subject, self.current)
