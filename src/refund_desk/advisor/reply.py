@@ -7,7 +7,9 @@ a forwarded message begins ("On ... wrote:", "Am ... schrieb", "-----Original Me
 an Outlook rule of underscores); a block of `> ` lines at the end, with the line that
 introduces it, is quoted in any language; a signature under a "-- " line and a
 "Sent from my iPhone" line are footers. What is taken out is `Reading.earlier`: kept on the
-case for a person, never read for a field.
+case for a person, read for a field only when it is the customer's own mail (sent again, from
+their address or signed with their name) or the one they point at ("the order below"): then
+its body is added to `Reading.current`.
 
 `mail-parser-reply` was measured beside `quotequail` (`docs/advisor-data.md`): it also cuts
 signatures, but from a greeting on ("Thank you, please refund 40 EUR" went with the
