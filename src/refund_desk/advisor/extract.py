@@ -51,6 +51,7 @@ _SYMBOLS: dict[str, tuple[str, ...]] = {
     "nzd": ("NZD",), "reais": ("BRL",), "franken": ("CHF",), "francs": ("CHF",),
     "kronor": ("SEK",), "kroner": ("NOK", "DKK"), "dólares": _DOLLARS, "dolares": _DOLLARS,
     "dollari": _DOLLARS, "dólares americanos": ("USD",),
+    ":-": ("SEK", "NOK", "DKK"),  # "3 499:-", the Scandinavian whole-crown price
     "kč": ("CZK",), "kc": ("CZK",), "czk": ("CZK",),
     "pesos chilenos": ("CLP",), "pesos colombianos": ("COP",), "pesos argentinos": ("ARS",),
     "pesos mexicanos": ("MXN",),
@@ -189,8 +190,9 @@ _NOT_MONEY = r"(?![\d%]|[.,]\d|\s*(?:%|percent|items?|pcs|pieces|days?|weeks?|ti
 # in the text: the customer forgot the currency, not the amount. Dates ("12.03.2025"), times
 # ("um 14.30 Uhr"), versions ("v2.10") and measures ("2.50 kg") are not prices.
 _PRICE_SHAPED = re.compile(
-    r"(?<![\w.,:/#-])(?<!\bv)(?!0\d)(?<!\bat )(?<!\bum )(?<!\bom )(?<!\bkl )(?<!\bore )"
-    r"(?<!\blas )(?P<n>\d{1,3}(?:[.,]\d{3})*[.,]\d\d)"
+    # (a debit in a pasted statement, " -64,00", is one: a minus after a space, not "SE-6620")
+    r"(?<![\w.,:/#])(?<![\w.,:/#]-)(?<!\bv)(?!0\d)(?<!\bat )(?<!\bum )(?<!\bom )(?<!\bkl )"
+    r"(?<!\bore )(?<!\blas )(?P<n>\d{1,3}(?:[.,]\d{3})*[.,]\d\d)"
     r"(?![\w%]|[.,:/-]\d|\s*(?:%|h\b|uhr|am\b|pm\b|o'clock|kg|g\b|ml|l\b|cm|mm|km|m\b|gb|tb"
     r"|mb|mah|w\b|v\b|hz|inch|in\b|\"|lbs?\b|oz\b|stars?|/\s*(?:5|10)\b))"
 )
