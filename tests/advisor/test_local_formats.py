@@ -92,6 +92,11 @@ def test_a_tables_shipping_or_tax_line_is_not_the_ask_unless_said() -> None:
         ("ランプが割れて届きました", "ja"),
         ("주문한 상품이 도착하지 않았습니다", "ko"),
         ("Die Lampe kam kaputt an, bitte erstatten Sie den Betrag.", "de"),
+        # told from the script they share by a few letters of their own
+        ("سلام، لامپ شکسته رسید. لطفاً پولم را برگردانید.", "fa"),
+        ("ابي ارجع الفلوس، الطلب ما وصل للحين", "ar"),
+        ("Лампа прийшла розбита, поверніть гроші, будь ласка.", "uk"),
+        ("Лампа пришла разбитой, верните деньги, пожалуйста.", "ru"),
     ],
 )
 def test_detect_the_language(text: str, code: str) -> None:

@@ -4,7 +4,8 @@ it has not.
 The learned languages are the training corpus's (each with at least `LEARNED_LINES` written
 lines), stored in the reason model's file at training time (`ReasonModel.languages`). A text
 in another script is told by its letters (Arabic, kana, Hangul, Han, Cyrillic, Greek, Hebrew,
-Thai, Devanagari); a text in Latin letters by `py3langid` (a naive Bayes over byte n-grams,
+Thai, Devanagari; Persian from Arabic and Ukrainian from Russian by their own letters); a text
+in Latin letters by `py3langid` (a naive Bayes over byte n-grams,
 trimmed to the Latin-script languages in `_LATIN`), loaded on first use: it holds about 60 MB.
 An ASCII text whose words are nearly all in the corpus's vocabulary is a learned language
 without asking it (`familiar`), so a desk whose customers write English never loads it.
@@ -96,15 +97,21 @@ _SCRIPTS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("ja", re.compile(r"[\u3040-\u30ff]")),
     ("ko", re.compile(r"[\uac00-\ud7af\u1100-\u11ff]")),
     ("zh", re.compile(r"[\u4e00-\u9fff]")),
-    ("fa", re.compile(r"[\u067e\u0686\u0698\u06af\u06cc\u06a9]")),  # پ چ ژ گ ی ک
     ("ar", re.compile(r"[\u0600-\u06ff\u0750-\u077f]")),
-    ("uk", re.compile(r"[\u0456\u0457\u0454\u0491]")),  # the Ukrainian letters
     ("ru", re.compile(r"[\u0400-\u04ff]")),
     ("el", re.compile(r"[\u0370-\u03ff]")),
     ("he", re.compile(r"[\u0590-\u05ff]")),
     ("th", re.compile(r"[\u0e00-\u0e7f]")),
     ("hi", re.compile(r"[\u0900-\u097f]")),
 )
+# Within a script, a language its own letters tell apart, however few of the text's letters
+# they are: Persian writes پ چ ژ گ and its own yeh and kaf (ی ک, never in Arabic), Ukrainian
+# і ї є ґ (never in Russian); one in `_OWN_SHARE` of the script's letters is enough.
+_OWN_LETTERS: dict[str, tuple[str, re.Pattern[str]]] = {
+    "ar": ("fa", re.compile(r"[\u067e\u0686\u0698\u06af\u06cc\u06a9]")),
+    "ru": ("uk", re.compile(r"[\u0456\u0457\u0454\u0491\u0406\u0407\u0404\u0490]")),
+}
+_OWN_SHARE = 40
 _LETTER = re.compile(r"[^\W\d_]")
 
 
@@ -158,7 +165,11 @@ def detect(text: str) -> str | None:
         return None
     for code, script in _SCRIPTS:
         # a script counts when a fifth of the letters are in it ("注文番号 A-1234" is Japanese)
-        if len(script.findall(text)) * 5 >= len(letters):
+        in_script = len(script.findall(text))
+        if in_script * 5 >= len(letters):
+            own = _OWN_LETTERS.get(code)
+            if own is not None and len(own[1].findall(text)) * _OWN_SHARE >= in_script:
+                return own[0]
             return code
     code, _ = _latin_detector().classify(text)
     return str(code)
