@@ -121,7 +121,7 @@ _CLAIMED = re.compile(
     r"|fehler\w*|erreur|errore|b[lł][aą]d|code|kod|cod|c[oó]digo|coupon|gutschein|voucher|vale"
     r"|buono|bon|promo|zip|plz|postcode|postal|postale|cap|cp|cep|tel|phone|telefon\w*|handy"
     r"|mobile|cel|celular|iban|bic|nip|nif|cpf|cnpj|pesel|vat|ust|ending|ends|endet|terminant"
-    r"|termin\w*|final|finisce|ko[nń]c[oó]wk\w*|ko[nń]cz\w*|eindigt|slutar|size|gr[öo]ße"
+    r"|termin\w*|final|finisce|ko[nń]c[oó]wk\w*|ko[nń]cz\w*|eindig\w*|slutar|size|gr[öo]ße"
     r"|taille|talla|rozmiar|maat|room|flight|vol|version|firmware|v|confirmation|bestätigung"
     r"|bestatigung|confirmaci[oó]n|confirma[cç][aã]o|conferma|potwierdzeni\w*|bevestiging"
     r"|rezygnacj\w*|k[uü]ndigung\w*|annulation|cancellation|cancelamento|cancelaci[oó]n"
@@ -132,7 +132,8 @@ _CLAIMED = re.compile(
     r"|termina\s+con|finisce\s+(?:con|in)|terminante|endet\s+(?:auf|mit)|ending\s+in|terminada\s+en|terminado\s+em|\*[\w.-]+|追跡番号"
     r"|takip|g[öo]nderi|posta\s+kodu|(?:ال)?(?:شحنة|تتبع|بلاغ|شكوى|تذكرة|جوال|هاتف|موبايل|بوليصة)"
     r"|شحنتك)"
-    r"(?:\s+(?:in|en|em|op|auf|on|na|de|di|du|a|à|z|n[°º]|no\.?|nr\.?|number|nummer|id))*"
+    r"(?:\s+(?:in|en|em|op|auf|on|na|de|di|du|a|à|z|par|por|with|met|mit|n[°º]|no\.?|nr\.?"
+    r"|number|nummer|id))*"
     r"\W{0,3}(?:no\.?|nr\.?|number|n[°º])?\W{0,3}$|郵便番号\W{0,2}$|(?:問い合わせ|伝票|追跡)番号は?\W{0,2}$"
 )
 _UNIT = re.compile(r"(?i)\d+(?:[.,]\d+)?(?:v|w|kw|kwh|gb|tb|mb|mah|mm|cm|km|kg|ml|hz|l|g|k|p|x)")
@@ -241,7 +242,7 @@ def _before(text: str, start: int) -> str:
     return text[max(0, start - 40) : start]
 
 
-_PARTNER = re.compile(rf"(?i){_AND}(?P<id>{_ID}){_END}")
+_PARTNER = re.compile(rf"(?i){_AND}#?(?P<id>{_ID}){_END}")  # "#100234 and #100241"
 
 
 def _partner(text: str, end: int) -> list[str]:
@@ -282,7 +283,9 @@ def _not_a_reference(code: str, before: str, after: str, *, keyed: bool = False)
     if prefix and iso_currency(prefix.group(0)):
         return True  # "EUR49"
     if keyed:
-        return code.isdigit() and _priced(after)  # "siparişte 250 TL indirim"
+        # "siparişte 250 TL indirim", "SO-2026-88130, 3.750 TL'nin": a number, with its
+        # thousands or decimals, that a currency follows is a price
+        return bool(re.fullmatch(r"\d+(?:[.,]\d+)*", code)) and _priced(after)
     if code.isdigit() and (
         not 4 <= len(code) <= 20
         or _QUANTITY_AFTER.match(after)  # "1000 pieces"

@@ -328,7 +328,17 @@ _ORDER_WORD = (
     r"|beställning\w*|encomenda|compra|注文|الطلب)"
 )
 # The pointer says which: the order (its total) or an item of it ("refund the order below",
-# "Siehe Bestellung unten", "del pedido de abajo", "aşağıdaki siparişin", "下記の注文").
+# "Siehe Bestellung unten", "del pedido de abajo", "aşağıdaki siparişin", "下記の注文"), or the
+# mail, invoice or receipt itself ("see the invoice below", "Siehe Ihre Mail unten", "mail
+# poniżej"): a document that holds one charge.
+_ORDER_WORD = (
+    r"(?:order|purchase|bestellung|commande|pedido|ordine|bestelling|zamówieni\w*|sipariş\w*"
+    r"|beställning\w*|encomenda|compra|注文|الطلب"
+    r"|invoice|receipt|bill|e-?mail|mail|message|rechnung|quittung|beleg|nachricht"
+    r"|facture|re[çc]u|courriel|factura|recibo|fattura|ricevuta|messaggio|mensaje|mensagem"
+    r"|correo|factuur|bon|bericht|faktur\w*|paragon\w*|rachun\w*|wiadomoś\w*|kvitto\w*"
+    r"|mejl\w*|fatura\w*|makbuz\w*|e-?posta\w*|請求書|領収書|メール|الفاتورة|الإيصال|الرسالة)"
+)
 _POINTS_AT_ORDER = re.compile(
     rf"{_ORDER_WORD}\W+(?:\w+\W+){{0,2}}?(?:{_POINTS_BELOW.pattern})"
     rf"|(?:{_POINTS_BELOW.pattern})\W*(?:\w+\W+){{0,2}}?{_ORDER_WORD}",
