@@ -69,3 +69,31 @@ def test_a_price_with_thousands_after_the_order_is_no_second_reference() -> None
         "Siparişim KP-2026-4410, 2.499 TL'nin iadesini istiyorum. Onay mailinde 2.499 TL yazıyor."
     )
     assert _ref(text) == "KP-2026-4410"
+
+
+@pytest.mark.parametrize(
+    ("text", "currency", "expected"),
+    [
+        ("Le casque n'est jamais arrivé à Abidjan. J'ai payé 42 500 FCFA, remboursez-moi.",
+         "XOF", (42500, "XOF")),
+        ("The blender came broken, I paid ₦24,900. Please refund.", "NGN", (2490000, "NGN")),
+        ("A mochila chegou rasgada. Paguei Kz 18.900, quero o reembolso.", "AOA", (1890000, "AOA")),
+        ("The kettle leaks, it was Ksh 3,450. Refund please.", "KES", (345000, "KES")),
+    ],
+)  # fmt: skip
+def test_the_money_of_more_places_where_learned_languages_are_written(
+    text: str, currency: str, expected: tuple[int, str]
+) -> None:
+    assert extract_amount(text, currency) == expected
+
+
+def test_full_width_digits_letters_and_separators_are_read_as_written() -> None:
+    text = "ケトルが二つ届きました。注文番号はＫＴ－４４０８です。３，２８０円を返金してください。"
+    assert _ref(text) == "ＫＴ－４４０８"
+    assert extract_amount(text, "JPY") == (3280, "JPY")
+
+
+def test_a_full_width_comma_between_ascii_numbers_is_punctuation() -> None:
+    # a Chinese comma after an order number does not glue it to the price
+    text = "订单号 55120417，189元，申请退款。"
+    assert extract_amount(text, "CNY") == (18900, "CNY")

@@ -72,6 +72,17 @@ _LOCALES = [
     "ar_LY",
     "ar_IQ",
     "ar_LB",
+    # where the learned languages are also written: West and Central Africa's French, Angola's
+    # and Mozambique's Portuguese, Nigeria's, Kenya's, Ghana's and South Africa's English
+    "fr_SN",
+    "fr_CI",
+    "fr_CM",
+    "pt_AO",
+    "pt_MZ",
+    "en_NG",
+    "en_KE",
+    "en_GH",
+    "en_ZA",
 ]
 _BIDI = dict.fromkeys(map(ord, "\u200e\u200f\u061c\u202a\u202b\u202c"), None)
 
@@ -104,7 +115,9 @@ _OWN_CURRENCY = {
     "CZ": ("CZK",), "JP": ("JPY",), "TR": ("TRY",), "SA": ("SAR",), "AE": ("AED",),
     "EG": ("EGP",), "KW": ("KWD",), "QA": ("QAR",), "BH": ("BHD",), "OM": ("OMR",),
     "JO": ("JOD",), "MA": ("MAD",), "DZ": ("DZD",), "TN": ("TND",), "LY": ("LYD",),
-    "IQ": ("IQD",), "LB": ("LBP",),
+    "IQ": ("IQD",), "LB": ("LBP",), "SN": ("XOF",), "CI": ("XOF",), "CM": ("XAF",),
+    "AO": ("AOA",), "MZ": ("MZN",), "NG": ("NGN",), "KE": ("KES",), "GH": ("GHS",),
+    "ZA": ("ZAR",),
 }  # fmt: skip
 
 

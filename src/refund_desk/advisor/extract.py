@@ -18,8 +18,8 @@ from refund_desk.advisor.currencies import MARKERS
 from refund_desk.advisor.features import fold as _fold
 from refund_desk.advisor.injection import without_injection
 from refund_desk.advisor.reference import (
-    DIGITS,
     REFERENCE_BEFORE,
+    ascii_forms,
     extract_order_ref,
     iso_currency,
 )
@@ -70,6 +70,10 @@ _SYMBOLS: dict[str, tuple[str, ...]] = {
     # places whose languages are not learned still pay in their own money ("34 990 Ft")
     "ft": ("HUF",), "руб": ("RUB",), "₴": ("UAH",), "грн": ("UAH",), "원": ("KRW",),
     "元": ("CNY",), "rp": ("IDR",), "lei": ("RON",),
+    # the CFA franc as written with a plain space or none ("85 000 FCFA", "12 000 F CFA"), one
+    # word for the West and the Central African franc; the naira and cedi in words
+    "fcfa": ("XOF", "XAF"), "f cfa": ("XOF", "XAF"), "cfa": ("XOF", "XAF"),
+    "naira": ("NGN",), "cedis": ("GHS",), "kwanzas": ("AOA",),
 }  # fmt: skip
 # Markers that are also a unit or a word elsewhere ("a 6 ft cable", Italian "lei", Japanese
 # "元の箱"): money only in a payment in their own currency, as "R150" is rand only in a rand one.
@@ -81,10 +85,9 @@ for _symbol, _codes in json.loads(MARKERS.read_text(encoding="utf-8")).items():
     _known = _SYMBOLS.get(_symbol, ())
     _SYMBOLS[_symbol] = (*_known, *(c for c in _codes if c not in _known))
 _BIDI = dict.fromkeys(map(ord, "\u200e\u200f\u061c\u202a\u202b\u202c"), None)
-# Eastern Arabic and Persian digits, and the Arabic decimal and thousands separators, as the
-# digits and separators the patterns read (U+0661 U+0662 U+066B U+0665 is 12.5); one for one, so
-# positions in the text do not move.
-_DIGITS = DIGITS
+# Eastern Arabic, Persian and full-width digits, and their separators, are read as the digits
+# and separators the patterns know (`reference.ascii_forms`: U+0661 U+0662 U+066B U+0665 is
+# 12.5, "５，５００円" 5,500 yen); one for one, so positions in the text do not move.
 # "$199.900 COP", "$24.990 pesos chilenos": a dollar sign the code after it makes precise.
 _DOLLAR_SIGN_THEN = re.compile(
     r"\s?(?P<code>(?-i:[A-Z]{3})\b|pesos\s+(?:chilenos|colombianos|argentinos|mexicanos))",
@@ -339,7 +342,7 @@ def extract_amount(text: str, currency: str | None = None) -> tuple[int, str] | 
     req = currency.strip().upper() if currency else None
     if req is not None and not iso_currency(req):
         req = None
-    text = _COMMENT.sub("", text.translate(_DIGITS).translate(_BIDI))
+    text = _COMMENT.sub("", ascii_forms(text).translate(_BIDI))
     # a line quoted in the middle of a reply, and what is under a signature's "-- " line, count
     # only when the customer's own lines name no amount (a statement pasted as "> " lines)
     own = without_injection(_QUOTED_LINE.sub("", _FOOTER.sub("", text)), to_line_end=True)

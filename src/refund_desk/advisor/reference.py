@@ -22,7 +22,7 @@ import re
 from refund_desk.advisor.currencies import MARKERS
 from refund_desk.money import exponent
 
-__all__ = ["REFERENCE_BEFORE", "extract_order_ref", "iso_currency"]
+__all__ = ["REFERENCE_BEFORE", "ascii_forms", "extract_order_ref", "iso_currency"]
 
 _PROCESSOR_ID = re.compile(
     r"(?<![A-Za-z0-9_])(?:pi|ch|py|pay|sub|in|txn|re)_[A-Za-z0-9]{6,}(?![A-Za-z0-9_])"
@@ -172,18 +172,29 @@ _CANCEL_THE_SECOND = re.compile(
 )
 
 
-# Eastern Arabic and Persian digits read as the digits the patterns know, one for one, so a
-# reference found is cut from the text as the customer wrote it ("رقم الطلب ٣٣٠١٩٢٨").
+# Eastern Arabic and Persian digits, and the full-width digits, letters and signs Japanese
+# keyboards type ("５，５００円", "ＰＰ－１２０９３"), read as the ones the patterns know, one for
+# one, so a reference found is cut from the text as the customer wrote it ("رقم الطلب ٣٣٠١٩٢٨").
+# A full-width comma or full stop is punctuation ("订单号 77103928，299元") except between
+# full-width digits ("５，５００円"): `ascii_forms` reads those.
+_FULLWIDTH = "".join(chr(0xFF01 + i) for i in range(94) if chr(0xFF01 + i) not in "，．")
 DIGITS = str.maketrans(
     "\u0660\u0661\u0662\u0663\u0664\u0665\u0666\u0667\u0668\u0669"
-    "\u06f0\u06f1\u06f2\u06f3\u06f4\u06f5\u06f6\u06f7\u06f8\u06f9\u066b\u066c",
-    "01234567890123456789.,",
+    "\u06f0\u06f1\u06f2\u06f3\u06f4\u06f5\u06f6\u06f7\u06f8\u06f9\u066b\u066c" + _FULLWIDTH,
+    "01234567890123456789.," + "".join(chr(0x21 + i) for i in range(94) if i not in (11, 13)),
 )
+_WIDE_SEPARATOR = re.compile(r"(?<=[０-９])[，．](?=[０-９])")
+
+
+def ascii_forms(text: str) -> str:
+    """`text` with the digits, separators and signs the patterns read, one for one."""
+    text = _WIDE_SEPARATOR.sub(lambda m: "," if m.group(0) == "，" else ".", text)
+    return text.translate(DIGITS)
 
 
 def extract_order_ref(text: str) -> str | None:
     """The payment reference the text names, or None (see the module's docstring)."""
-    read = text.translate(DIGITS)
+    read = ascii_forms(text)
     ref = _reference(read)
     if ref is None or read == text:
         return ref
