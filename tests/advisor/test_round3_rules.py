@@ -97,3 +97,83 @@ def test_a_full_width_comma_between_ascii_numbers_is_punctuation() -> None:
     # a Chinese comma after an order number does not glue it to the price
     text = "订单号 55120417，189元，申请退款。"
     assert extract_amount(text, "CNY") == (18900, "CNY")
+
+
+def test_a_customer_number_after_n_degree_is_no_phone_and_an_iban_no_reference() -> None:
+    text = (
+        "Quero cancelar o plano, cliente n.º 0091827. Cobraram 24,90 €.\n"
+        "Devolvam para o IBAN PT50 1111 2222 3333 4444 5555 6."  # check digits wrong on purpose
+    )
+    assert _ref(text) == "0091827"
+
+
+FORWARD_JA = """\
+{said}
+
+---------- 転送メッセージ ----------
+From: 雑貨ストア <shop@zakka.example>
+件名: ご注文確認 ZK-55031
+> 陶器のマグカップ 2点 3,960円
+"""
+
+
+def test_a_japanese_pointer_at_the_order_below_names_its_amount() -> None:
+    current = reply.read(
+        FORWARD_JA.format(said="割れて届きました。下記の注文の返金をお願いします。")
+    ).current
+    assert extract_amount(current, "JPY") == (3960, "JPY")
+    assert _ref(current) == "ZK-55031"
+
+
+ARABIC_BELOW = """\
+الطلب الموضح تحت وصل ناقص، أرجو استرجاع المبلغ.
+
+---------- رسالة مُعاد توجيهها ----------
+من: متجر <shop@store.example>
+التاريخ: ١٤ مارس ٢٠٢٦
+الموضوع: تأكيد الطلب QA-7710
+> شكراً لطلبك، المبلغ الإجمالي 240 ر.ق
+"""
+
+
+def test_an_arabic_pointer_the_order_shown_below() -> None:
+    current = reply.read(ARABIC_BELOW).current
+    assert _ref(current) == "QA-7710"
+    assert extract_amount(current, "QAR") == (24000, "QAR")
+
+
+def test_a_message_that_is_only_a_forward_keeps_its_subject_line() -> None:
+    text = (
+        "---------- Forwarded message ---------\n"
+        "From: Ana Ruiz <ana@example.org>\n"
+        "Date: 3 Feb 2026 20:11\n"
+        "Subject: Wrong size, order 7781-B\n\n"
+        "I ordered boots in 39 and got 42. I want my money back, 89 €.\n"
+    )
+    current = reply.read(text).current
+    assert _ref(current) == "7781-B"
+
+
+@pytest.mark.parametrize(
+    ("text", "currency", "expected"),
+    [
+        # a free-delivery threshold is no amount of the customer's
+        ("I paid a shipping fee of $6.95 though delivery is free from $50 (my cart was $64.10). "
+         "I keep the order, please refund the shipping.", "USD", (695, "USD")),
+        ("Sepetim 750 TL'nin üzerindeydi ama kargo ücreti olarak 39,90 TL alındı. "
+         "Kargo ücretinin iadesini istiyorum.", "TRY", (3990, "TRY")),
+        # a price elsewhere said before the amount ("taniej o 40 zł") is not the ask
+        ("Proszę anulować zamówienie 55120, w innym sklepie jest taniej o 40 zł.", "PLN", None),
+        ("Please cancel order 55120, I found it cheaper by $15 elsewhere.", "USD", None),
+    ],
+)  # fmt: skip
+def test_thresholds_and_prices_elsewhere_are_not_the_ask(
+    text: str, currency: str, expected: tuple[int, str] | None
+) -> None:
+    assert extract_amount(text, currency) == expected
+
+
+def test_a_full_stop_ends_what_a_claim_word_claims() -> None:
+    # Polish "zwrot" is a refund and a return: after its sentence ends, the number is the order
+    assert _ref("Nie dotarło na czas, już nie potrzebuję. Zwrot. 77-2041") == "77-2041"
+    assert _ref("Art. 55321 ist kaputt.") is None  # an abbreviation's dot is no sentence end

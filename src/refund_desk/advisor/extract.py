@@ -169,6 +169,19 @@ _CHEAPER_AFTER = re.compile(
     r"\s*(?:cheaper|less\b|lower|billiger|gunstiger|goedkoper|mas barat|moins cher|meno\b|in meno"
     r"|mais barat|taniej|billigare|billigere|lagre)"
 )
+# "cheaper by 60 zł", "taniej o 60 zł", "8 € billiger" said before the amount
+_CHEAPER_BEFORE = re.compile(
+    r"(?:cheaper|less|lower|billiger|gunstiger|goedkoper|mas barat[oa]|moins cher|meno caro"
+    r"|mais barat[oa]|taniej|billigare|billigere|daha ucuz)\s+(?:by|um|met|de|di|por|o|med|de)\s*$"
+)
+# a free-delivery threshold: "livraison offerte dès 50 €", "free shipping from $35",
+# "kostenloser Versand ab 40 €" (folded text)
+_FREE_FROM_BEFORE = re.compile(
+    r"\b(?:free|offert\w*|gratuit\w*|gratis|kostenlos\w*|ucretsiz|darmow\w*|gratuita)\b"
+    r"[^.!?\n]{0,30}\b(?:des|from|ab|vanaf|desde|a partir de|a partire da|od|fran|over|above)\s*$"
+)
+# "sepet 500 TL'nin üzerindeydi": a Turkish threshold after the amount (folded text)
+_LIMIT_AFTER = re.compile(r"^'?(?:n?[iı]n|n?[uü]n)?\s*(?:uzerin\w*|uzeri\b|ustu\w*|ustunde\w*)")
 _LIMIT_BEFORE = re.compile(
     r"(?:\bover|\babove|\bmore than|\bup to|\bunder|\bbelow|\bexceeding|\bless than"
     r"|\bmehr als|\bbis zu|\bplus de|\bjusqu'a|\bmas de|\bhasta|\boltre|\bmeer dan|\bpeste"
@@ -242,6 +255,11 @@ _FEE_WORDS = (
 _FEE_AFTER = re.compile(
     rf"^\s*(?:(?:de|d'|for|of|in|fur|voor|di|per|za|na)\s*)?(?:the\s+)?(?:{_FEE_WORDS})"
 )
+# "des frais de livraison de 6,90 €", "a shipping fee of $5.95", "kargo ücreti olarak 59,90
+# TL": a fee named just before its amount, in a sentence (folded text)
+_FEE_NAMED_BEFORE = re.compile(
+    rf"(?:{_FEE_WORDS})\s*(?:fee|charge|costs?)?\s*(?:of|de|von|van|di|olarak|was|were|est|war|:)?\s*$"
+)
 # "Merci de me rembourser ces frais", "refund the shipping": the customer asks back a fee
 _FEE_ASKED = re.compile(
     rf"(?:{_ASK_WORD})[^.!?\n]{{0,30}}?(?:{_FEE_WORDS})|(?:{_FEE_WORDS})[^.!?\n]{{0,30}}?(?:{_ASK_WORD})"
@@ -255,11 +273,18 @@ def _role(before: str, after: str, line: str) -> str | None:
     """What the words around an amount say it is (`line`: its line up to it, `after`: the rest
     of its line); None when it is not the customer's ask at all (the base of a percentage, a
     threshold, what another shop charges less)."""
-    if _BASE_BEFORE.search(before) or _LIMIT_BEFORE.search(before) or _CHEAPER_AFTER.match(after):
+    if (
+        _BASE_BEFORE.search(before)
+        or _LIMIT_BEFORE.search(before)
+        or _CHEAPER_AFTER.match(after)
+        or _CHEAPER_BEFORE.search(before)
+        or _FREE_FROM_BEFORE.search(before)
+        or _LIMIT_AFTER.match(after)
+    ):
         return None
     if _FEE_BEFORE.search(line):
         return "fee"
-    if _FEE_AFTER.match(after):
+    if _FEE_AFTER.match(after) or _FEE_NAMED_BEFORE.search(before):
         return "fee named"
     if _TOTAL_BEFORE.search(before) or _TOTAL_AFTER.match(after) or _TOTAL_LABEL.match(line):
         return "total"

@@ -86,7 +86,7 @@ _ACCOUNT_REF = re.compile(
 # or "a customer, 0176..." may well be followed by a phone number.
 REFERENCE_BEFORE = re.compile(
     rf"(?i)(?:\b(?:{_ORDER_WORDS})\b\.?(?:/[^\W\d_]+)?{_MARKERS}"
-    rf"|\b(?:{_ACCOUNT_WORDS})\b\.?\s*(?:number|nummer|numero|n[uú]mero|no\.|nr\.?|n[°º]|#|id)"
+    rf"|\b(?:{_ACCOUNT_WORDS})\b\.?\s*(?:number|nummer|numero|n[uú]mero|no\.|nr\.?|n\.?\s?[°º]|#|id)"
     r"\.?\s*:?\s*"
     r"|\b(?:kunden?nummer|kundnummer|kundnr|kundennr|kundenr|abonnentennr|abonnentennummer|abonneenummer|lidnummer"
     r"|klantnummer|medlemsnummer|mitgliedsnummer|mitgliedsnr)\b\.?\s*:?\s*"
@@ -134,7 +134,9 @@ _CLAIMED = re.compile(
     r"|شحنتك)"
     r"(?:\s+(?:in|en|em|op|auf|on|na|de|di|du|a|à|z|par|por|with|met|mit|n[°º]|no\.?|nr\.?"
     r"|number|nummer|id))*"
-    r"\W{0,3}(?:no\.?|nr\.?|number|n[°º])?\W{0,3}$|郵便番号\W{0,2}$|(?:問い合わせ|伝票|追跡)番号は?\W{0,2}$"
+    # a full stop and a space after a whole word (not "Art.", "Tel.") end the sentence it
+    # claims in ("zwrot. 88-1093")
+    r"(?!(?<=[^\W\d_]{4})\.\s)\W{0,3}(?:no\.?|nr\.?|number|n[°º])?\W{0,3}$|郵便番号\W{0,2}$|(?:問い合わせ|伝票|追跡)番号は?\W{0,2}$"
 )
 _UNIT = re.compile(r"(?i)\d+(?:[.,]\d+)?(?:v|w|kw|kwh|gb|tb|mb|mah|mm|cm|km|kg|ml|hz|l|g|k|p|x)")
 _QUANTITY_AFTER = re.compile(
@@ -202,7 +204,13 @@ def extract_order_ref(text: str) -> str | None:
     return text[at : at + len(ref)]
 
 
+# What the word "IBAN" introduces is an account, also when its check digits are wrong and the
+# redaction left it (or masked only a part: "IBAN PT[card] 1122 3344 5"): blanked, one for one.
+_AFTER_IBAN = re.compile(r"(?i:\biban\b)\W{0,3}[A-Z]{2}\d\d(?:[ ]?(?:[A-Z0-9]{1,4}|\[\w+\]))+")
+
+
 def _reference(text: str) -> str | None:
+    text = _AFTER_IBAN.sub(lambda m: " " * len(m.group(0)), text)
     m = _PROCESSOR_ID.search(text)
     if m:
         return m.group(0)

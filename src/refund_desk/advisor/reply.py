@@ -240,7 +240,14 @@ def read(message: str, sender: str | None = None) -> Reading:
             inner = _split(body)
             if inner.current:
                 earlier = "\n\n".join(p.strip() for p in (header, inner.earlier) if p.strip())
-                return Reading(current=inner.current, earlier=earlier, history=inner.history)
+                # its subject line is the forwarded mail's, as `_first_message` keeps it
+                subject = [
+                    line.strip()
+                    for line in header.split("\n")
+                    if _SUBJECT.match(line) and _WORD.search(line.split(":", 1)[-1])
+                ]
+                current = "\n\n".join([*subject[:1], inner.current])
+                return Reading(current=current, earlier=earlier, history=inner.history)
     own = bool(said.history) and _own(said.current, said.history, sender)
     if own or (said.history and _POINTS_BELOW.search(said.current)):
         body = _first_message(said.history)
@@ -320,12 +327,8 @@ _POINTS_BELOW = re.compile(
     r"\bbelow\b|\bunderneath\b|\bunten\b|\buntenstehend|\bnachfolgend|\bhieronder\b|\bonderstaand"
     r"|\bci-?dessous\b|\bplus bas\b|\ben dessous\b|\babajo\b|\babaixo\b|\bqui sotto\b"
     r"|\bsottostante|\bdi seguito\b|\bponiżej\b|\bniżej\b|\bnedan\b|\bhär under\b"
-    r"|\başağıda|下記|以下の|أدناه|ادناه",
+    r"|\başağıda|下記|以下の|أدناه|ادناه|بالأسفل|(?:الموضح|الموضحة|المذكور|المذكورة|اللي|الي)\s+تحت",
     re.IGNORECASE,
-)
-_ORDER_WORD = (
-    r"(?:order|purchase|bestellung|commande|pedido|ordine|bestelling|zamówieni\w*|sipariş\w*"
-    r"|beställning\w*|encomenda|compra|注文|الطلب)"
 )
 # The pointer says which: the order (its total) or an item of it ("refund the order below",
 # "Siehe Bestellung unten", "del pedido de abajo", "aşağıdaki siparişin", "下記の注文"), or the
@@ -341,7 +344,7 @@ _ORDER_WORD = (
 )
 _POINTS_AT_ORDER = re.compile(
     rf"{_ORDER_WORD}\W+(?:\w+\W+){{0,2}}?(?:{_POINTS_BELOW.pattern})"
-    rf"|(?:{_POINTS_BELOW.pattern})\W*(?:\w+\W+){{0,2}}?{_ORDER_WORD}",
+    rf"|(?:{_POINTS_BELOW.pattern})\W*(?:\w+\W+){{0,2}}?の?{_ORDER_WORD}",
     re.IGNORECASE,
 )
 _ADDRESS = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
