@@ -1,4 +1,4 @@
-"""Issue 39, round 3: a pointer at the mail or invoice below, card endings in more languages,
+"""Inbox mail: a pointer at the mail or invoice below, card endings in more languages,
 "#A and #B" naming two orders, a price after a reference's comma. Examples of our own."""
 
 from __future__ import annotations
